@@ -1,0 +1,250 @@
+#include "guest/log.h"
+#include "guest/remote_device.h"
+#include "protocol/tensor_codec.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ggml_remote::guest {
+
+using namespace protocol;
+
+namespace {
+
+RemoteBuffer *context_of(ggml_backend_buffer_t buffer) { return static_cast<RemoteBuffer *>(buffer->context); }
+
+void report(const RemoteBuffer *buffer, const char *what, const Status &status) {
+    // A lost connection was logged once already by the session.
+    if (status.code() == Code::disconnected) return;
+    log(GGML_LOG_LEVEL_ERROR, "%s: %s failed: %s", buffer->device->name().c_str(), what, status.message().c_str());
+}
+
+void buffer_free(ggml_backend_buffer_t buffer) {
+    RemoteBuffer *remote = context_of(buffer);
+    (void)remote->device->session().post<BufferFree>({remote->handle});
+    ::munmap(remote->reservation, remote->reservation_size);
+    delete remote;
+}
+
+void *buffer_get_base(ggml_backend_buffer_t buffer) { return context_of(buffer)->base; }
+
+enum ggml_status buffer_init_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor) {
+    RemoteBuffer *remote = context_of(buffer);
+    TensorListEncoder encoder([](const ggml_tensor *t, TensorLocation *location) {
+        RemoteBuffer *owner = remote_buffer_of(t->buffer != nullptr ? t->buffer : t->view_src ? t->view_src->buffer : nullptr);
+        if (owner == nullptr) return false;
+        location->buffer = owner->handle;
+        location->offset = static_cast<const uint8_t *>(t->data) - static_cast<const uint8_t *>(owner->base);
+        return true;
+    });
+    encoder.add(tensor);
+    if (encoder.failed()) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: init_tensor: %s", remote->device->name().c_str(), encoder.error().c_str());
+        return GGML_STATUS_FAILED;
+    }
+    std::vector<uint8_t> bytes = encoder.finish();
+    Status status = remote->device->session().post<InitTensor>({remote->handle}, ByteView(bytes));
+    if (!status) {
+        report(remote, "init_tensor", status);
+        return GGML_STATUS_FAILED;
+    }
+    return GGML_STATUS_SUCCESS;
+}
+
+void buffer_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, uint8_t value, size_t offset,
+                          size_t size) {
+    RemoteBuffer *remote = context_of(buffer);
+    Status status = remote->device->session().post<MemsetTensor>({remote->range(tensor, offset, size), value});
+    if (!status) report(remote, "memset_tensor", status);
+}
+
+void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
+                       size_t size) {
+    RemoteBuffer *remote = context_of(buffer);
+    const auto *bytes = static_cast<const uint8_t *>(data);
+    // Large uploads (model weights) go in chunks, each within the server's message limit.
+    for (size_t done = 0; done < size;) {
+        const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
+        Status status = remote->device->session().post<SetTensor>({remote->range(tensor, offset + done, chunk)},
+                                                                  ByteView(bytes + done, chunk));
+        if (!status) {
+            report(remote, "set_tensor", status);
+            return;
+        }
+        done += chunk;
+    }
+}
+
+void buffer_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *tensor, void *data, size_t offset,
+                       size_t size) {
+    RemoteBuffer *remote = context_of(buffer);
+    auto *bytes = static_cast<uint8_t *>(data);
+    for (size_t done = 0; done < size;) {
+        const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
+        Status status = remote->device->session().call<GetTensor>({remote->range(tensor, offset + done, chunk)}, {},
+                                                                  nullptr, nullptr, bytes + done, chunk);
+        if (!status) {
+            report(remote, "get_tensor", status);
+            std::memset(bytes + done, 0, size - done);  // never hand back uninitialised memory
+            return;
+        }
+        done += chunk;
+    }
+}
+
+void buffer_set_tensor_2d(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
+                          size_t size, size_t n_copies, size_t stride_tensor, size_t stride_data) {
+    RemoteBuffer *remote = context_of(buffer);
+    if (size == 0 || n_copies == 0) return;
+    // Rows go packed, as many per message as fit in a chunk.
+    const size_t rows_per_message = std::max<size_t>(1, kDataChunkSize / size);
+    if (size > kDataChunkSize) {
+        for (size_t i = 0; i < n_copies; ++i) {
+            buffer_set_tensor(buffer, tensor, static_cast<const uint8_t *>(data) + i * stride_data,
+                              offset + i * stride_tensor, size);
+        }
+        return;
+    }
+    std::vector<uint8_t> packed;
+    for (size_t first = 0; first < n_copies; first += rows_per_message) {
+        const size_t rows = std::min(rows_per_message, n_copies - first);
+        packed.resize(rows * size);
+        for (size_t r = 0; r < rows; ++r) {
+            std::memcpy(packed.data() + r * size, static_cast<const uint8_t *>(data) + (first + r) * stride_data, size);
+        }
+        SetTensor2d::Request request{remote->range(tensor, offset + first * stride_tensor, size), rows, stride_tensor};
+        Status status = remote->device->session().post<SetTensor2d>(request, ByteView(packed));
+        if (!status) {
+            report(remote, "set_tensor_2d", status);
+            return;
+        }
+    }
+}
+
+void buffer_get_tensor_2d(ggml_backend_buffer_t buffer, const ggml_tensor *tensor, void *data, size_t offset,
+                          size_t size, size_t n_copies, size_t stride_tensor, size_t stride_data) {
+    RemoteBuffer *remote = context_of(buffer);
+    if (size == 0 || n_copies == 0) return;
+    if (size > kDataChunkSize) {
+        for (size_t i = 0; i < n_copies; ++i) {
+            buffer_get_tensor(buffer, tensor, static_cast<uint8_t *>(data) + i * stride_data,
+                              offset + i * stride_tensor, size);
+        }
+        return;
+    }
+    const size_t rows_per_message = std::max<size_t>(1, kDataChunkSize / size);
+    std::vector<uint8_t> packed;
+    for (size_t first = 0; first < n_copies; first += rows_per_message) {
+        const size_t rows = std::min(rows_per_message, n_copies - first);
+        packed.resize(rows * size);
+        GetTensor2d::Request request{remote->range(tensor, offset + first * stride_tensor, size), rows, stride_tensor};
+        Status status = remote->device->session().call<GetTensor2d>(request, {}, nullptr, nullptr, packed.data(),
+                                                                    packed.size());
+        if (!status) {
+            report(remote, "get_tensor_2d", status);
+            std::fill(packed.begin(), packed.end(), 0);
+        }
+        for (size_t r = 0; r < rows; ++r) {
+            std::memcpy(static_cast<uint8_t *>(data) + (first + r) * stride_data, packed.data() + r * size, size);
+        }
+    }
+}
+
+bool buffer_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *src, ggml_tensor *dst) {
+    RemoteBuffer *remote = context_of(buffer);
+    RemoteBuffer *source = remote_buffer_of(src->buffer != nullptr ? src->buffer : src->view_src ? src->view_src->buffer : nullptr);
+    // Only a copy inside one server can stay there; ggml copies the rest itself.
+    if (source == nullptr || &source->device->session() != &remote->device->session()) return false;
+    CopyTensor::Request request{source->range(src, 0, ggml_nbytes(src)), remote->range(dst, 0, ggml_nbytes(dst))};
+    CopyTensor::Reply reply{};
+    Status status = remote->device->session().call<CopyTensor>(request, {}, &reply);
+    if (!status) {
+        report(remote, "cpy_tensor", status);
+        return false;
+    }
+    return reply.copied != 0;
+}
+
+void buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
+    RemoteBuffer *remote = context_of(buffer);
+    Status status = remote->device->session().post<BufferClear>({remote->handle, value});
+    if (!status) report(remote, "clear", status);
+}
+
+void buffer_reset(ggml_backend_buffer_t buffer) {
+    RemoteBuffer *remote = context_of(buffer);
+    Status status = remote->device->session().post<BufferReset>({remote->handle});
+    if (!status) report(remote, "reset", status);
+}
+
+ggml_backend_buffer_i remote_buffer_interface(bool needs_init_tensor) {
+    ggml_backend_buffer_i iface{};
+    iface.free_buffer = buffer_free;
+    iface.get_base = buffer_get_base;
+    // ggml calls init_tensor for every tensor and view it places; only forward it
+    // when the host's buffers do something in it.
+    iface.init_tensor = needs_init_tensor ? buffer_init_tensor : nullptr;
+    iface.memset_tensor = buffer_memset_tensor;
+    iface.set_tensor = buffer_set_tensor;
+    iface.get_tensor = buffer_get_tensor;
+    iface.set_tensor_2d = buffer_set_tensor_2d;
+    iface.get_tensor_2d = buffer_get_tensor_2d;
+    iface.cpy_tensor = buffer_cpy_tensor;
+    iface.clear = buffer_clear;
+    iface.reset = buffer_reset;
+    return iface;
+}
+
+}  // namespace
+
+BufferRange RemoteBuffer::range(const ggml_tensor *tensor, size_t offset, size_t size) const {
+    BufferRange range;
+    range.buffer = handle;
+    range.offset = static_cast<uint64_t>(static_cast<const uint8_t *>(tensor->data) - static_cast<const uint8_t *>(base)) +
+                   offset;
+    range.size = size;
+    return range;
+}
+
+RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer) {
+    if (buffer == nullptr || buffer->iface.free_buffer != buffer_free) return nullptr;
+    return context_of(buffer);
+}
+
+ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size) {
+    RemoteDevice *device = RemoteDevice::from(buft);
+    BufferAlloc::Reply reply{};
+    Status status = device->session().call<BufferAlloc>({device->remote_index(), size}, {}, &reply);
+    if (!status) {
+        if (status.code() != Code::disconnected) {
+            log(GGML_LOG_LEVEL_ERROR, "%s: cannot allocate %zu bytes: %s", device->name().c_str(), size,
+                status.message().c_str());
+        }
+        return nullptr;
+    }
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t alignment = std::max<size_t>(device->info().buffer_alignment, 1);
+    auto remote = std::make_unique<RemoteBuffer>();
+    remote->device = device;
+    remote->handle = reply.buffer;
+    remote->reservation_size = ((reply.size + alignment + page - 1) / page) * page;
+    remote->reservation =
+        ::mmap(nullptr, remote->reservation_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (remote->reservation == MAP_FAILED) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: cannot reserve %zu bytes of address space", device->name().c_str(),
+            remote->reservation_size);
+        (void)device->session().post<BufferFree>({reply.buffer});
+        return nullptr;
+    }
+    const auto start = reinterpret_cast<uintptr_t>(remote->reservation);
+    remote->base = reinterpret_cast<void *>((start + alignment - 1) / alignment * alignment);
+    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(buft, remote_buffer_interface(device->info().buffer_needs_init_tensor),
+                                                            remote.get(), reply.size);
+    remote.release();
+    return buffer;
+}
+
+}  // namespace ggml_remote::guest

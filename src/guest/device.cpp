@@ -1,0 +1,180 @@
+#include "guest/log.h"
+#include "guest/remote_device.h"
+#include "protocol/tensor_codec.h"
+
+#include <cstring>
+
+namespace ggml_remote::guest {
+
+using namespace protocol;
+
+namespace {
+
+const char *device_get_name(ggml_backend_dev_t dev) { return RemoteDevice::from(dev)->name().c_str(); }
+
+const char *device_get_description(ggml_backend_dev_t dev) { return RemoteDevice::from(dev)->description().c_str(); }
+
+void device_get_memory(ggml_backend_dev_t dev, size_t *free, size_t *total) {
+    RemoteDevice *device = RemoteDevice::from(dev);
+    DeviceMemory::Reply reply{};
+    if (device->session().call<DeviceMemory>({device->remote_index()}, {}, &reply)) {
+        *free = reply.memory_free;
+        *total = reply.memory_total;
+    } else {
+        *free = device->info().memory_free;
+        *total = device->info().memory_total;
+    }
+}
+
+// Remote devices present themselves as GPUs whatever the host device is: that is
+// what makes llama.cpp offload layers to them and test-backend-ops test them.
+enum ggml_backend_dev_type device_get_type(ggml_backend_dev_t) { return GGML_BACKEND_DEVICE_TYPE_GPU; }
+
+void device_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props *props) {
+    props->name = device_get_name(dev);
+    props->description = device_get_description(dev);
+    device_get_memory(dev, &props->memory_free, &props->memory_total);
+    props->type = device_get_type(dev);
+    // No PCI id: llama.cpp skips a GPU whose id matches one already in use, and
+    // the host's id says nothing about this process.
+    props->device_id = nullptr;
+    props->caps.async = false;
+    props->caps.host_buffer = false;
+    props->caps.buffer_from_host_ptr = false;
+    props->caps.events = false;
+    props->caps.mmap_support = false;
+}
+
+ggml_backend_t device_init_backend(ggml_backend_dev_t dev, const char *) {
+    return create_remote_backend(RemoteDevice::from(dev));
+}
+
+ggml_backend_buffer_type_t device_get_buffer_type(ggml_backend_dev_t dev) {
+    return RemoteDevice::from(dev)->buffer_type();
+}
+
+bool device_supports_op(ggml_backend_dev_t dev, const ggml_tensor *op) {
+    return RemoteDevice::from(dev)->supports_op(op);
+}
+
+bool device_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
+    return buft == RemoteDevice::from(dev)->buffer_type();
+}
+
+// Offloading an op whose weights live in guest memory would ship the weights on
+// every call; never worth it over a socket.
+bool device_offload_op(ggml_backend_dev_t, const ggml_tensor *) { return false; }
+
+const char *buft_get_name(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->name().c_str(); }
+
+size_t buft_get_alignment(ggml_backend_buffer_type_t buft) {
+    return RemoteDevice::from(buft)->info().buffer_alignment;
+}
+
+size_t buft_get_max_size(ggml_backend_buffer_type_t buft) {
+    return RemoteDevice::from(buft)->info().buffer_max_size;
+}
+
+size_t buft_get_alloc_size(ggml_backend_buffer_type_t buft, const ggml_tensor *tensor) {
+    return RemoteDevice::from(buft)->alloc_size(tensor);
+}
+
+bool buft_is_host(ggml_backend_buffer_type_t) { return false; }
+
+std::string op_signature(const ggml_tensor *op) {
+    TensorListEncoder encoder(nullptr);  // shapes, types and params only
+    encoder.add(op);
+    std::vector<uint8_t> bytes = encoder.finish();
+    return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace
+
+Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t remote_index, const std::string &name,
+                            ggml_backend_reg_t reg, std::unique_ptr<RemoteDevice> *out) {
+    std::unique_ptr<RemoteDevice> device(new RemoteDevice());
+    std::vector<uint8_t> strings;
+    Status status = session->call<DeviceInfo>({remote_index}, {}, &device->info_, &strings);
+    if (!status) return status;
+    // name \0 description \0 buffer type name \0
+    std::vector<std::string> parts;
+    std::string current;
+    for (uint8_t c : strings) {
+        if (c == 0) {
+            parts.push_back(current);
+            current.clear();
+        } else {
+            current.push_back(static_cast<char>(c));
+        }
+    }
+    parts.resize(3);
+    device->session_ = std::move(session);
+    device->remote_index_ = remote_index;
+    device->name_ = name;
+    device->description_ = (parts[1].empty() ? parts[0] : parts[1]) + " @ " + device->session_->endpoint();
+    device->buffer_type_name_ = name;
+
+    device->device_.iface.get_name = device_get_name;
+    device->device_.iface.get_description = device_get_description;
+    device->device_.iface.get_memory = device_get_memory;
+    device->device_.iface.get_type = device_get_type;
+    device->device_.iface.get_props = device_get_props;
+    device->device_.iface.init_backend = device_init_backend;
+    device->device_.iface.get_buffer_type = device_get_buffer_type;
+    device->device_.iface.supports_op = device_supports_op;
+    device->device_.iface.supports_buft = device_supports_buft;
+    device->device_.iface.offload_op = device_offload_op;
+    device->device_.reg = reg;
+    device->device_.context = device.get();
+
+    device->buffer_type_.iface.get_name = buft_get_name;
+    device->buffer_type_.iface.alloc_buffer = allocate_remote_buffer;
+    device->buffer_type_.iface.get_alignment = buft_get_alignment;
+    device->buffer_type_.iface.get_max_size = buft_get_max_size;
+    // Without a get_alloc_size of the host's own, ggml's default (ggml_nbytes) is
+    // the same answer with no round trip.
+    device->buffer_type_.iface.get_alloc_size = device->info_.buffer_custom_alloc_size ? buft_get_alloc_size : nullptr;
+    device->buffer_type_.iface.is_host = buft_is_host;
+    device->buffer_type_.device = &device->device_;
+    device->buffer_type_.context = device.get();
+    *out = std::move(device);
+    return Status::success();
+}
+
+bool RemoteDevice::supports_op(const ggml_tensor *op) {
+    const std::string signature = op_signature(op);
+    {
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        auto found = supports_op_cache_.find(signature);
+        if (found != supports_op_cache_.end()) return found->second;
+    }
+    SupportsOp::Reply reply{};
+    Status status = session_->call<SupportsOp>({remote_index_}, ByteView(signature.data(), signature.size()), &reply);
+    if (!status) {
+        if (status.code() != Code::disconnected) {
+            log(GGML_LOG_LEVEL_WARN, "%s: supports_op(%s) failed: %s", name_.c_str(), ggml_op_desc(op),
+                status.message().c_str());
+        }
+        return false;  // not cached: a later call may succeed
+    }
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    supports_op_cache_[signature] = reply.supported != 0;
+    return reply.supported != 0;
+}
+
+size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
+    const std::string signature = op_signature(tensor);
+    {
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        auto found = alloc_size_cache_.find(signature);
+        if (found != alloc_size_cache_.end()) return found->second;
+    }
+    AllocSize::Reply reply{};
+    Status status = session_->call<AllocSize>({remote_index_}, ByteView(signature.data(), signature.size()), &reply);
+    if (!status) return ggml_nbytes(tensor);
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    alloc_size_cache_[signature] = reply.size;
+    return reply.size;
+}
+
+}  // namespace ggml_remote::guest

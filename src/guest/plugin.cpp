@@ -1,0 +1,126 @@
+// The registry: what ggml's loader finds in libggml-remote.so.
+#include "ggml-remote.h"
+#include "guest/log.h"
+#include "guest/remote_device.h"
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ggml_remote::guest {
+
+namespace {
+
+struct Registry {
+    ggml_backend_reg reg{};
+    std::vector<std::shared_ptr<RemoteSession>> sessions;
+    std::vector<std::unique_ptr<RemoteDevice>> devices;
+};
+
+const char *reg_get_name(ggml_backend_reg_t) { return "REMOTE"; }
+
+size_t reg_get_device_count(ggml_backend_reg_t reg) {
+    return static_cast<Registry *>(reg->context)->devices.size();
+}
+
+ggml_backend_dev_t reg_get_device(ggml_backend_reg_t reg, size_t index) {
+    auto *registry = static_cast<Registry *>(reg->context);
+    return index < registry->devices.size() ? registry->devices[index]->ggml_device() : nullptr;
+}
+
+ggml_backend_feature *reg_get_features(ggml_backend_reg_t) {
+    static std::string protocol = std::to_string(protocol::kProtocolVersion);
+    static ggml_backend_feature features[] = {{"REMOTE_PROTOCOL", protocol.c_str()}, {nullptr, nullptr}};
+    return features;
+}
+
+void *reg_get_proc_address(ggml_backend_reg_t, const char *name) {
+    const std::string wanted = name;
+    if (wanted == "ggml_backend_set_n_threads") return reinterpret_cast<void *>(remote_backend_set_n_threads);
+    if (wanted == "ggml_backend_get_features") return reinterpret_cast<void *>(reg_get_features);
+    return nullptr;
+}
+
+int connect_timeout_ms() {
+    const char *text = std::getenv("GGML_REMOTE_CONNECT_TIMEOUT_MS");
+    const int value = text != nullptr ? std::atoi(text) : 0;
+    return value > 0 ? value : 5000;
+}
+
+void connect_servers(Registry *registry) {
+    const char *servers = std::getenv("GGML_REMOTE_SERVERS");
+    if (servers == nullptr || *servers == '\0') {
+        log(GGML_LOG_LEVEL_WARN, "GGML_REMOTE_SERVERS is not set: no remote devices (e.g. "
+                                 "GGML_REMOTE_SERVERS=unix:/run/ggml-remote.sock or tcp://host:50053)");
+        return;
+    }
+    std::vector<Endpoint> endpoints;
+    Status status = parse_endpoint_list(servers, &endpoints);
+    if (!status) {
+        log(GGML_LOG_LEVEL_ERROR, "GGML_REMOTE_SERVERS: %s", status.message().c_str());
+        return;
+    }
+    for (const Endpoint &endpoint : endpoints) {
+        std::unique_ptr<RemoteSession> opened;
+        status = RemoteSession::open(endpoint, connect_timeout_ms(), &opened);
+        if (!status) {
+            log(GGML_LOG_LEVEL_ERROR, "%s; no devices from this server", status.message().c_str());
+            continue;
+        }
+        std::shared_ptr<RemoteSession> session(std::move(opened));
+        size_t added = 0;
+        for (uint32_t i = 0; i < session->device_count(); ++i) {
+            std::unique_ptr<RemoteDevice> device;
+            const std::string name = "REMOTE" + std::to_string(registry->devices.size());
+            status = RemoteDevice::create(session, i, name, &registry->reg, &device);
+            if (!status) {
+                log(GGML_LOG_LEVEL_ERROR, "%s: device %u: %s", endpoint.to_string().c_str(), i, status.message().c_str());
+                continue;
+            }
+            registry->devices.push_back(std::move(device));
+            ++added;
+        }
+        if (added > 0) registry->sessions.push_back(session);
+    }
+}
+
+}  // namespace
+
+ggml_backend_reg_t remote_registry() {
+    static Registry *registry = nullptr;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        int version = 0;
+        if (!loaded_ggml_matches_abi(&version)) {
+            log(GGML_LOG_LEVEL_ERROR,
+                "this ggml's backend API version is %d, but libggml-remote was built for version %d; not loading",
+                version, GGML_REMOTE_BACKEND_API_VERSION);
+            return;
+        }
+        // Lives as long as the process: ggml keeps pointers to the registry and devices.
+        registry = new Registry();
+        registry->reg.api_version = GGML_REMOTE_BACKEND_API_VERSION;
+        registry->reg.iface.get_name = reg_get_name;
+        registry->reg.iface.get_device_count = reg_get_device_count;
+        registry->reg.iface.get_device = reg_get_device;
+        registry->reg.iface.get_proc_address = reg_get_proc_address;
+        registry->reg.context = registry;
+        connect_servers(registry);
+    });
+    return registry != nullptr ? &registry->reg : nullptr;
+}
+
+}  // namespace ggml_remote::guest
+
+extern "C" {
+
+ggml_backend_reg_t ggml_backend_remote_reg(void) { return ggml_remote::guest::remote_registry(); }
+
+// What ggml's loader looks up in a backend plugin.
+__attribute__((visibility("default"))) ggml_backend_reg_t ggml_backend_init(void) {
+    return ggml_remote::guest::remote_registry();
+}
+
+}  // extern "C"

@@ -1,0 +1,73 @@
+// The guest's ggml objects: one ggml device (with its buffer type) per remote
+// device, the buffers allocated on it, and the backend streams.
+#pragma once
+
+#include "abi/ggml_backend_abi_v3.h"
+#include "guest/remote_session.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace ggml_remote::guest {
+
+class RemoteDevice {
+  public:
+    // Asks the server about its device `remote_index` and builds the ggml objects.
+    static Status create(std::shared_ptr<RemoteSession> session, uint32_t remote_index, const std::string &name,
+                         ggml_backend_reg_t reg, std::unique_ptr<RemoteDevice> *device);
+
+    ggml_backend_dev_t ggml_device() { return &device_; }
+    ggml_backend_buffer_type_t buffer_type() { return &buffer_type_; }
+    RemoteSession &session() { return *session_; }
+    uint32_t remote_index() const { return remote_index_; }
+    const std::string &name() const { return name_; }
+    const std::string &description() const { return description_; }
+    const protocol::DeviceInfo::Reply &info() const { return info_; }
+
+    // Answers cached per op signature: the same shapes ask the host once.
+    bool supports_op(const ggml_tensor *op);
+    size_t alloc_size(const ggml_tensor *tensor);
+
+    static RemoteDevice *from(ggml_backend_dev_t device) { return static_cast<RemoteDevice *>(device->context); }
+    static RemoteDevice *from(ggml_backend_buffer_type_t buft) { return static_cast<RemoteDevice *>(buft->context); }
+
+  private:
+    RemoteDevice() = default;
+
+    std::shared_ptr<RemoteSession> session_;
+    uint32_t remote_index_ = 0;
+    std::string name_, description_, buffer_type_name_;
+    protocol::DeviceInfo::Reply info_{};
+    ggml_backend_device device_{};
+    ggml_backend_buffer_type buffer_type_{};
+
+    std::mutex cache_mutex_;
+    std::unordered_map<std::string, bool> supports_op_cache_;
+    std::unordered_map<std::string, size_t> alloc_size_cache_;
+};
+
+// A buffer on a remote device. Its base is a reserved, inaccessible address range
+// of the buffer's size: tensor addresses stay unique and aligned as ggml expects,
+// and any stray access from the guest faults instead of reading garbage.
+struct RemoteBuffer {
+    RemoteDevice *device = nullptr;
+    uint64_t handle = 0;
+    void *base = nullptr;
+    void *reservation = nullptr;
+    size_t reservation_size = 0;
+
+    // The handle and offset of a tensor's data (plus `offset`) in this buffer.
+    protocol::BufferRange range(const ggml_tensor *tensor, size_t offset, size_t size) const;
+};
+
+// Whether a ggml buffer is one of ours (and then its RemoteBuffer).
+RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer);
+
+ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size);
+ggml_backend_t create_remote_backend(RemoteDevice *device);
+// Sets the host's thread count for a backend of ours (ggml_backend_set_n_threads).
+void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads);
+
+}  // namespace ggml_remote::guest

@@ -1,0 +1,92 @@
+#include "guest/remote_session.h"
+
+#include "guest/log.h"
+#include "transport/socket.h"
+
+namespace ggml_remote::guest {
+
+using namespace protocol;
+
+Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *out) {
+    std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string()));
+    UniqueFd fd;
+    Status status = connect_endpoint(endpoint, timeout_ms, &fd);
+    if (!status) return status;
+    session->stream_ = FramedStream(std::move(fd), endpoint.to_string());
+    Hello::Reply reply{};
+    status = session->call<Hello>(Hello::Request{}, {}, &reply);
+    if (!status) {
+        if (status.code() == Code::disconnected) {
+            return error(status.code(), "handshake with " + endpoint.to_string() + " failed: " + status.message() +
+                                            " (is it a ggml-remote-server?)");
+        }
+        return error(status.code(), endpoint.to_string() + " refused the session: " + status.message());
+    }
+    session->device_count_ = reply.device_count;
+    *out = std::move(session);
+    return Status::success();
+}
+
+Status RemoteSession::lost(const Status &cause) {
+    if (!broken_) {
+        broken_ = true;
+        stream_.close();
+        log(GGML_LOG_LEVEL_ERROR, "lost the connection to ggml-remote-server at %s: %s; its devices fail from now on",
+            endpoint_.c_str(), cause.message().c_str());
+    }
+    return cause;
+}
+
+Status RemoteSession::read_reply(CommandId id, void *reply, size_t reply_size, std::vector<uint8_t> *reply_tail,
+                                 void *tail_into, size_t tail_into_size) {
+    FrameHeader header;
+    Status status = stream_.receive_header(&header, ~0ull);
+    if (!status) return lost(status);
+    if (!(header.flags & kFrameReply) || header.command != static_cast<uint16_t>(id)) {
+        return lost(error(Code::error, std::string("protocol error: expected the reply to ") + command_name(id)));
+    }
+    if (header.status != static_cast<int32_t>(Code::ok)) {
+        // The server explains a refusal in the payload.
+        std::string message(header.payload_size < 65536 ? header.payload_size : 65536, '\0');
+        status = stream_.receive(message.data(), message.size());
+        if (status && header.payload_size > message.size()) status = stream_.discard(header.payload_size - message.size());
+        if (!status) return lost(status);
+        return error(static_cast<Code>(header.status), message);
+    }
+    if (header.payload_size < reply_size) {
+        return lost(error(Code::error, std::string("protocol error: short reply to ") + command_name(id)));
+    }
+    if (reply_size > 0) {
+        status = stream_.receive(reply, reply_size);
+        if (!status) return lost(status);
+    }
+    const uint64_t tail_size = header.payload_size - reply_size;
+    if (tail_into != nullptr && tail_size == tail_into_size) {
+        status = stream_.receive(tail_into, tail_size);
+    } else if (reply_tail != nullptr) {
+        reply_tail->resize(tail_size);
+        status = stream_.receive(reply_tail->data(), tail_size);
+    } else {
+        status = stream_.discard(tail_size);
+        if (status && tail_into != nullptr) {
+            status = error(Code::error, std::string("protocol error: unexpected reply size to ") + command_name(id));
+        }
+    }
+    if (!status) return lost(status);
+    return Status::success();
+}
+
+Status RemoteSession::exchange(CommandId id, ByteView fixed, ByteView tail, bool expect_reply, void *reply,
+                               size_t reply_size, std::vector<uint8_t> *reply_tail, void *tail_into,
+                               size_t tail_into_size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
+    FrameHeader header;
+    header.command = static_cast<uint16_t>(id);
+    Status status = stream_.send(header, {fixed, tail});
+    if (!status) return lost(status);
+    if (!expect_reply) return Status::success();
+    return read_reply(id, reply, reply_size, reply_tail, tail_into, tail_into_size);
+}
+
+}  // namespace ggml_remote::guest

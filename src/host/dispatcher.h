@@ -1,0 +1,62 @@
+// Dispatcher: one handler per command, with the decoding done once for all.
+#pragma once
+
+#include "protocol/commands.h"
+
+#include <array>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+namespace ggml_remote::host {
+
+// What a handler hands back besides its fixed Reply: owned bytes, or a view of
+// memory that stays valid until the reply is sent (a host buffer's contents).
+struct ReplyTail {
+    std::vector<uint8_t> owned;
+    protocol::ByteView view;
+
+    protocol::ByteView bytes() const { return view.data != nullptr ? view : protocol::ByteView(owned); }
+};
+
+// Everything the session needs to send one reply.
+struct ReplyFrame {
+    std::vector<uint8_t> fixed;  // the command's Reply struct
+    ReplyTail tail;
+};
+
+class Dispatcher {
+  public:
+    using RawHandler = std::function<Status(protocol::ByteView payload, ReplyFrame *reply)>;
+
+    // handler(const Cmd::Request &, ByteView tail, Cmd::Reply *, ReplyTail *) -> Status
+    template <class Cmd, class Handler>
+    void on(Handler handler) {
+        handlers_[static_cast<size_t>(Cmd::id)] = [handler](protocol::ByteView payload, ReplyFrame *reply) -> Status {
+            typename Cmd::Request request;
+            if (!protocol::read_pod(payload, 0, &request)) {
+                return error(Code::bad_request, std::string(protocol::command_name(Cmd::id)) + ": request of " +
+                                                    std::to_string(payload.size) + " bytes is too short");
+            }
+            typename Cmd::Reply fixed{};
+            Status status = handler(request, payload.subview(sizeof(request)), &fixed, &reply->tail);
+            if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) protocol::append_pod(reply->fixed, fixed);
+            return status;
+        };
+        one_way_[static_cast<size_t>(Cmd::id)] = Cmd::one_way;
+    }
+
+    // Null when the command is unknown.
+    const RawHandler *find(uint16_t command) const {
+        if (command >= handlers_.size() || !handlers_[command]) return nullptr;
+        return &handlers_[command];
+    }
+    bool one_way(uint16_t command) const { return command < one_way_.size() && one_way_[command]; }
+
+  private:
+    static constexpr size_t kCount = static_cast<size_t>(protocol::CommandId::count_);
+    std::array<RawHandler, kCount> handlers_{};
+    std::array<bool, kCount> one_way_{};
+};
+
+}  // namespace ggml_remote::host

@@ -1,0 +1,78 @@
+#include "host/graph_builder.h"
+
+#include <cstring>
+#include <string>
+
+namespace ggml_remote::host {
+
+using protocol::TensorList;
+using protocol::WireTensor;
+
+namespace {
+
+Status bad(size_t index, const WireTensor &t, const std::string &what) {
+    return error(Code::bad_request,
+                 "tensor " + std::to_string(index) + (t.name[0] ? " '" + std::string(t.name) + "'" : "") + ": " + what);
+}
+
+}  // namespace
+
+Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPolicy policy, BuiltTensors *built) {
+    const size_t n_nodes = list.nodes.size();
+    ggml_init_params params{};
+    params.mem_size = list.tensors.size() * ggml_tensor_overhead() +
+                      (n_nodes > 0 ? ggml_graph_overhead_custom(n_nodes, false) : 0) + 1024;
+    params.no_alloc = true;
+    built->context.reset(ggml_init(params));
+    if (!built->context) return error(Code::out_of_memory, "cannot allocate a context for the tensors");
+    built->tensors.assign(list.tensors.size(), nullptr);
+
+    for (size_t i = 0; i < list.tensors.size(); ++i) {
+        const WireTensor &w = list.tensors[i];
+        ggml_tensor *t = ggml_new_tensor(built->context.get(), static_cast<ggml_type>(w.type), GGML_MAX_DIMS, w.ne);
+        if (t == nullptr) return bad(i, w, "cannot create tensor");
+        for (int d = 0; d < GGML_MAX_DIMS; ++d) t->nb[d] = w.nb[d];
+        t->op = static_cast<ggml_op>(w.op);
+        std::memcpy(t->op_params, w.op_params, sizeof(t->op_params));
+        t->flags = w.flags;
+        for (int s = 0; s < GGML_MAX_SRC; ++s) t->src[s] = w.src[s] >= 0 ? built->tensors[w.src[s]] : nullptr;
+        t->view_src = w.view_src >= 0 ? built->tensors[w.view_src] : nullptr;
+        t->view_offs = w.view_offs;
+        std::memcpy(t->name, w.name, sizeof(t->name));
+
+        if (w.buffer == 0) {
+            if (policy == DataPolicy::required) return bad(i, w, "has no buffer");
+        } else {
+            if (policy == DataPolicy::none || !lookup) return bad(i, w, "may not name a buffer here");
+            BufferView view;
+            Status status = lookup(w.buffer, &view);
+            if (!status) return bad(i, w, status.message());
+            uint64_t span = 0, end = 0;
+            if (!protocol::tensor_byte_span(w, &span) || __builtin_add_overflow(w.data_offset, span, &end) ||
+                end > view.size) {
+                return bad(i, w,
+                           "data [" + std::to_string(w.data_offset) + ", +" + std::to_string(span) +
+                               ") lies outside its buffer of " + std::to_string(view.size) + " bytes");
+            }
+            if (w.view_src >= 0) {
+                const WireTensor &source = list.tensors[w.view_src];
+                uint64_t expected = 0;
+                if (source.buffer != w.buffer || __builtin_add_overflow(source.data_offset, w.view_offs, &expected) ||
+                    expected != w.data_offset) {
+                    return bad(i, w, "view does not lie at view_offs inside its view_src");
+                }
+            }
+            t->buffer = view.buffer;
+            t->data = static_cast<uint8_t *>(ggml_backend_buffer_get_base(view.buffer)) + w.data_offset;
+        }
+        built->tensors[i] = t;
+    }
+
+    if (n_nodes > 0) {
+        built->graph = ggml_new_graph_custom(built->context.get(), n_nodes, false);
+        for (int32_t index : list.nodes) ggml_graph_add_node(built->graph, built->tensors[index]);
+    }
+    return Status::success();
+}
+
+}  // namespace ggml_remote::host

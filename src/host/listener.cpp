@@ -1,0 +1,164 @@
+#include "host/listener.h"
+
+#include "transport/socket.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+namespace ggml_remote::host {
+
+namespace {
+
+struct ListeningSocket {
+    Endpoint endpoint;
+    UniqueFd fd;
+};
+
+struct LiveSession {
+    int id;
+    std::string peer;
+};
+
+// Tells a guest that was turned away why, in the form of a handshake reply.
+void refuse(int fd, Code code, const std::string &reason) {
+    protocol::FrameHeader header{static_cast<uint16_t>(protocol::CommandId::hello), protocol::kFrameReply,
+                                 static_cast<int32_t>(code), reason.size()};
+    (void)!::send(fd, &header, sizeof(header), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)!::send(fd, reason.data(), reason.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int session_id, const std::string &peer,
+                   const sigset_t &original_mask) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--worker-fd", std::to_string(client_fd), "--session-id", std::to_string(session_id),
+                             "--peer", peer});
+    std::vector<char *> argv;
+    for (std::string &arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+
+    const pid_t pid = ::fork();
+    if (pid != 0) return pid;
+    // Child: keep only the client's socket across exec, and restore the signals.
+    ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+    const int flags = ::fcntl(client_fd, F_GETFD);
+    ::fcntl(client_fd, F_SETFD, flags & ~FD_CLOEXEC);
+    ::execv("/proc/self/exe", argv.data());
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "ggml-remote-server: cannot start a session worker: %s\n", std::strerror(errno));
+    ::_exit(127);
+}
+
+}  // namespace
+
+int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
+    std::vector<ListeningSocket> sockets;
+    for (const std::string &text : options.listen) {
+        ListeningSocket socket;
+        Status status = parse_endpoint(text, &socket.endpoint);
+        if (status) status = listen_endpoint(&socket.endpoint, &socket.fd);
+        if (!status) {
+            log_line(status.message());
+            return 1;
+        }
+        log_line("listening on " + socket.endpoint.to_string());
+        sockets.push_back(std::move(socket));
+    }
+
+    // SIGCHLD reports finished sessions, SIGINT/SIGTERM stop the server; all
+    // through one signalfd so the loop below is the only place that reacts.
+    sigset_t handled, original;
+    sigemptyset(&handled);
+    sigaddset(&handled, SIGCHLD);
+    sigaddset(&handled, SIGINT);
+    sigaddset(&handled, SIGTERM);
+    sigaddset(&handled, SIGHUP);
+    ::sigprocmask(SIG_BLOCK, &handled, &original);
+    UniqueFd signals(::signalfd(-1, &handled, SFD_CLOEXEC));
+
+    std::map<pid_t, LiveSession> live;
+    int next_session = 1;
+    bool stopping = false;
+    while (!stopping) {
+        std::vector<pollfd> polled;
+        polled.push_back({signals.get(), POLLIN, 0});
+        for (const ListeningSocket &socket : sockets) polled.push_back({socket.fd.get(), POLLIN, 0});
+        if (::poll(polled.data(), polled.size(), -1) < 0) {
+            if (errno == EINTR) continue;
+            log_line(std::string("poll: ") + std::strerror(errno));
+            break;
+        }
+        if (polled[0].revents & POLLIN) {
+            signalfd_siginfo info{};
+            while (::read(signals.get(), &info, sizeof(info)) == sizeof(info)) {
+                if (info.ssi_signo != SIGCHLD) {
+                    stopping = true;
+                    break;
+                }
+                int wait_status = 0;
+                pid_t pid;
+                while ((pid = ::waitpid(-1, &wait_status, WNOHANG)) > 0) {
+                    auto it = live.find(pid);
+                    if (it == live.end()) continue;
+                    if (WIFSIGNALED(wait_status)) {
+                        log_line("session " + std::to_string(it->second.id) + " (" + it->second.peer +
+                                 "): worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
+                                 strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
+                    } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
+                        log_line("session " + std::to_string(it->second.id) + " (" + it->second.peer +
+                                 "): worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
+                    }
+                    live.erase(it);
+                }
+                break;
+            }
+        }
+        for (size_t i = 0; i < sockets.size() && !stopping; ++i) {
+            if (!(polled[i + 1].revents & POLLIN)) continue;
+            UniqueFd client;
+            std::string peer;
+            Status status = accept_connection(sockets[i].fd.get(), sockets[i].endpoint, &client, &peer);
+            if (!status) {
+                log_line(status.message());
+                continue;
+            }
+            if (static_cast<int>(live.size()) >= options.max_sessions) {
+                log_line("refused " + peer + ": " + std::to_string(live.size()) + " sessions already (--max-sessions)");
+                refuse(client.get(), Code::limit_exceeded,
+                       "the server is serving its maximum of " + std::to_string(options.max_sessions) + " sessions");
+                continue;
+            }
+            const int id = next_session++;
+            const pid_t pid = spawn_worker(worker_command, client.get(), id, peer, original);
+            if (pid < 0) {
+                log_line("refused " + peer + ": fork: " + std::strerror(errno));
+                refuse(client.get(), Code::error, "the server could not start a session worker");
+                continue;
+            }
+            live[pid] = {id, peer};
+            log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
+        }
+    }
+
+    log_line("shutting down; ending " + std::to_string(live.size()) + " session(s)");
+    for (const auto &entry : live) ::kill(entry.first, SIGTERM);
+    for (const ListeningSocket &socket : sockets) {
+        if (socket.endpoint.kind == Endpoint::Kind::unix_socket) ::unlink(socket.endpoint.path.c_str());
+    }
+    while (!live.empty()) {
+        const pid_t pid = ::waitpid(-1, nullptr, 0);
+        if (pid < 0) break;
+        live.erase(pid);
+    }
+    return 0;
+}
+
+}  // namespace ggml_remote::host

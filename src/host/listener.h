@@ -1,0 +1,16 @@
+// Listener: accepts guests and hands each to a worker process of its own.
+// It never decodes a guest's messages.
+#pragma once
+
+#include "host/server_options.h"
+
+#include <string>
+#include <vector>
+
+namespace ggml_remote::host {
+
+// Runs until SIGINT or SIGTERM. `worker_command` is the argv (without the
+// per-connection arguments) that starts a worker: the server binary itself.
+int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command);
+
+}  // namespace ggml_remote::host

@@ -1,0 +1,81 @@
+#include "host/server_options.h"
+
+#include <ggml-backend.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <mutex>
+
+namespace ggml_remote::host {
+
+namespace {
+
+bool g_verbose = false;
+
+void filtered_ggml_log(ggml_log_level level, const char *text, void *) {
+    // ggml announces every backend it loads; a server log wants only trouble.
+    if (!g_verbose && (level == GGML_LOG_LEVEL_INFO || level == GGML_LOG_LEVEL_DEBUG || level == GGML_LOG_LEVEL_CONT)) {
+        return;
+    }
+    std::fputs(text, stderr);
+}
+
+}  // namespace
+
+void log_line(const std::string &text) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
+    std::fprintf(stderr, "%s ggml-remote-server: %s\n", stamp, text.c_str());
+    std::fflush(stderr);
+}
+
+void load_host_backends(bool verbose) {
+    static std::once_flag once;
+    std::call_once(once, [verbose] {
+        g_verbose = verbose;
+        ggml_log_set(filtered_ggml_log, nullptr);
+        const char *path = std::getenv("GGML_BACKEND_PATH");
+        if (path != nullptr && std::string(path).find("ggml-remote") != std::string::npos) {
+            unsetenv("GGML_BACKEND_PATH");
+        }
+        ggml_backend_load_all();
+    });
+}
+
+Status select_devices(const ServerOptions &options, std::vector<ggml_backend_dev_t> *devices) {
+    devices->clear();
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t device = ggml_backend_dev_get(i);
+        const std::string reg_name = ggml_backend_reg_name(ggml_backend_dev_backend_reg(device));
+        if (reg_name == "REMOTE" || reg_name == "RPC") continue;  // never forward to another remote
+        // Meta devices wrap others, and accelerators (BLAS) only assist the CPU
+        // backend of their own process.
+        const auto type = ggml_backend_dev_type(device);
+        if (type == GGML_BACKEND_DEVICE_TYPE_META || type == GGML_BACKEND_DEVICE_TYPE_ACCEL) continue;
+        if (!options.devices.empty()) {
+            bool wanted = false;
+            for (const std::string &name : options.devices) wanted |= name == ggml_backend_dev_name(device);
+            if (!wanted) continue;
+        }
+        devices->push_back(device);
+    }
+    for (const std::string &name : options.devices) {
+        bool found = false;
+        for (ggml_backend_dev_t device : *devices) found |= name == ggml_backend_dev_name(device);
+        if (!found) {
+            std::string available;
+            for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+                available += (available.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(ggml_backend_dev_get(i)));
+            }
+            return error(Code::not_found, "no host device named '" + name + "' (available: " + available + ")");
+        }
+    }
+    if (devices->empty()) return error(Code::not_found, "the host has no ggml device to serve");
+    return Status::success();
+}
+
+}  // namespace ggml_remote::host

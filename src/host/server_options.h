@@ -1,0 +1,29 @@
+// The server's options, shared by the listener and its session workers.
+#pragma once
+
+#include "host/session.h"
+
+#include <string>
+#include <vector>
+
+namespace ggml_remote::host {
+
+struct ServerOptions {
+    std::vector<std::string> listen;   // endpoints
+    std::vector<std::string> devices;  // host device names to expose; empty = all
+    SessionLimits limits;
+    int max_sessions = 64;
+    bool verbose = false;
+};
+
+// The host devices a session may use, in the order guests see them.
+Status select_devices(const ServerOptions &options, std::vector<ggml_backend_dev_t> *devices);
+
+// Loads the host's ggml backends once per process, without loading our own plugin
+// (a GGML_BACKEND_PATH that names libggml-remote would make the server its own guest).
+void load_host_backends(bool verbose);
+
+// Server log line on stderr: "ggml-remote-server: <text>" with a time stamp.
+void log_line(const std::string &text);
+
+}  // namespace ggml_remote::host

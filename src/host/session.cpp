@@ -1,0 +1,494 @@
+#include "host/session.h"
+
+#include "abi/ggml_backend_abi_v3.h"
+
+#include <cstring>
+#include <thread>
+
+namespace ggml_remote::host {
+
+using namespace protocol;
+
+namespace {
+
+int hardware_threads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : static_cast<int>(n);
+}
+
+// Tells the guest which optional buffer hooks the host device really has, so that
+// it can skip a message per tensor for the common devices that have none. Reads
+// ggml's internal structs, so only when the loaded ggml has the layout we know.
+void describe_buffer_hooks(ggml_backend_buffer_type_t buft, DeviceInfo::Reply *reply) {
+    reply->buffer_needs_init_tensor = 1;
+    reply->buffer_custom_alloc_size = 1;
+    int version = 0;
+    if (!loaded_ggml_matches_abi(&version)) return;
+    reply->buffer_custom_alloc_size = buft->iface.get_alloc_size != nullptr ? 1 : 0;
+    ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, ggml_backend_buft_get_alignment(buft));
+    if (probe != nullptr) {
+        reply->buffer_needs_init_tensor = probe->iface.init_tensor != nullptr ? 1 : 0;
+        ggml_backend_buffer_free(probe);
+    }
+}
+
+}  // namespace
+
+Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
+    : devices_(std::move(devices)), limits_(limits) {
+    if (limits_.max_threads <= 0) limits_.max_threads = hardware_threads();
+    if (limits_.default_threads <= 0) limits_.default_threads = limits_.max_threads;
+    register_handlers();
+}
+
+Session::~Session() {
+    // Backends first: they may still reference buffers.
+    backends_.clear();
+    buffers_.clear();
+}
+
+Status Session::device_at(uint32_t index, ggml_backend_dev_t *device) const {
+    if (index >= devices_.size()) {
+        return error(Code::not_found, "device " + std::to_string(index) + " does not exist (the server exposes " +
+                                          std::to_string(devices_.size()) + ")");
+    }
+    *device = devices_[index];
+    return Status::success();
+}
+
+Status Session::buffer_at(uint64_t handle, SessionBuffer **buffer) {
+    *buffer = buffers_.find(handle);
+    if (*buffer == nullptr) return error(Code::not_found, "buffer handle " + std::to_string(handle) + " is not valid");
+    return Status::success();
+}
+
+Status Session::backend_at(uint64_t handle, SessionBackend **backend) {
+    *backend = backends_.find(handle);
+    if (*backend == nullptr) return error(Code::not_found, "backend handle " + std::to_string(handle) + " is not valid");
+    return Status::success();
+}
+
+Status Session::range_tensor(const BufferRange &range, ggml_tensor *tensor) {
+    SessionBuffer *buffer = nullptr;
+    Status status = buffer_at(range.buffer, &buffer);
+    if (!status) return status;
+    uint64_t end = 0;
+    if (__builtin_add_overflow(range.offset, range.size, &end) || end > buffer->size) {
+        return error(Code::bad_request, "range [" + std::to_string(range.offset) + ", +" + std::to_string(range.size) +
+                                            ") lies outside buffer " + std::to_string(range.buffer) + " of " +
+                                            std::to_string(buffer->size) + " bytes");
+    }
+    // A plain byte tensor over the range lets ggml's own set/get/memset/copy pick
+    // the right path for host and device memory alike.
+    std::memset(tensor, 0, sizeof(*tensor));
+    tensor->type = GGML_TYPE_I8;
+    tensor->ne[0] = static_cast<int64_t>(range.size);
+    tensor->ne[1] = tensor->ne[2] = tensor->ne[3] = 1;
+    tensor->nb[0] = 1;
+    tensor->nb[1] = tensor->nb[2] = tensor->nb[3] = range.size;
+    tensor->buffer = buffer->buffer.get();
+    tensor->data = static_cast<uint8_t *>(ggml_backend_buffer_get_base(tensor->buffer)) + range.offset;
+    return Status::success();
+}
+
+Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
+    TensorList list;
+    Status status = decode_tensor_list(bytes, limits_.tensor_list, &list);
+    if (!status) return status;
+    BufferLookup lookup = [this](uint64_t handle, BufferView *view) -> Status {
+        SessionBuffer *buffer = nullptr;
+        Status found = buffer_at(handle, &buffer);
+        if (!found) return found;
+        view->buffer = buffer->buffer.get();
+        view->size = buffer->size;
+        return Status::success();
+    };
+    return build_tensors(list, lookup, policy, built);
+}
+
+void Session::set_threads(ggml_backend_t backend, int n_threads) {
+    ggml_backend_dev_t device = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = device != nullptr ? ggml_backend_dev_backend_reg(device) : nullptr;
+    if (reg == nullptr) return;
+    auto set_n_threads = reinterpret_cast<ggml_backend_set_n_threads_t>(
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads"));
+    if (set_n_threads == nullptr) return;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > limits_.max_threads) n_threads = limits_.max_threads;
+    set_n_threads(backend, n_threads);
+}
+
+void Session::register_handlers() {
+    dispatcher_.on<Hello>([this](const Hello::Request &request, ByteView, Hello::Reply *reply, ReplyTail *) {
+        if (request.magic != kHelloMagic) {
+            return error(Code::bad_request, "not a ggml-remote guest (bad handshake magic)");
+        }
+        if (request.protocol_version != kProtocolVersion) {
+            return error(Code::version_mismatch,
+                         "protocol version mismatch: the guest speaks version " +
+                             std::to_string(request.protocol_version) + ", this server speaks version " +
+                             std::to_string(kProtocolVersion) + "; use the same ggml-remote release on both sides");
+        }
+        handshaken_ = true;
+        reply->protocol_version = kProtocolVersion;
+        reply->device_count = static_cast<uint32_t>(devices_.size());
+        reply->capabilities = 0;
+        return Status::success();
+    });
+
+    dispatcher_.on<DeviceInfo>([this](const DeviceInfo::Request &request, ByteView, DeviceInfo::Reply *reply,
+                                      ReplyTail *tail) {
+        ggml_backend_dev_t device = nullptr;
+        Status status = device_at(request.device, &device);
+        if (!status) return status;
+        ggml_backend_dev_props props{};
+        ggml_backend_dev_get_props(device, &props);
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(device);
+        reply->type = props.type;
+        uint32_t caps = 0;
+        if (props.caps.async) caps |= kCapAsync;
+        if (props.caps.host_buffer) caps |= kCapHostBuffer;
+        if (props.caps.buffer_from_host_ptr) caps |= kCapBufferFromHostPtr;
+        if (props.caps.events) caps |= kCapEvents;
+        if (props.caps.mmap_support) caps |= kCapMmap;
+        reply->caps = caps;
+        reply->memory_free = props.memory_free;
+        reply->memory_total = props.memory_total;
+        reply->buffer_alignment = ggml_backend_buft_get_alignment(buft);
+        reply->buffer_max_size = ggml_backend_buft_get_max_size(buft);
+        reply->buffer_is_host = ggml_backend_buft_is_host(buft) ? 1 : 0;
+        describe_buffer_hooks(buft, reply);
+        for (const char *text : {props.name, props.description, ggml_backend_buft_name(buft)}) {
+            const std::string s = text != nullptr ? text : "";
+            tail->owned.insert(tail->owned.end(), s.begin(), s.end());
+            tail->owned.push_back('\0');
+        }
+        return Status::success();
+    });
+
+    dispatcher_.on<DeviceMemory>(
+        [this](const DeviceMemory::Request &request, ByteView, DeviceMemory::Reply *reply, ReplyTail *) {
+            ggml_backend_dev_t device = nullptr;
+            Status status = device_at(request.device, &device);
+            if (!status) return status;
+            size_t free = 0, total = 0;
+            ggml_backend_dev_memory(device, &free, &total);
+            reply->memory_free = free;
+            reply->memory_total = total;
+            return Status::success();
+        });
+
+    dispatcher_.on<SupportsOp>(
+        [this](const SupportsOp::Request &request, ByteView tail, SupportsOp::Reply *reply, ReplyTail *) {
+            ggml_backend_dev_t device = nullptr;
+            Status status = device_at(request.device, &device);
+            if (!status) return status;
+            BuiltTensors built;
+            status = build(tail, DataPolicy::none, &built);
+            if (!status) return status;
+            if (built.tensors.empty()) return error(Code::bad_request, "supports_op: no tensor");
+            reply->supported = ggml_backend_dev_supports_op(device, built.tensors.back()) ? 1 : 0;
+            return Status::success();
+        });
+
+    dispatcher_.on<AllocSize>(
+        [this](const AllocSize::Request &request, ByteView tail, AllocSize::Reply *reply, ReplyTail *) {
+            ggml_backend_dev_t device = nullptr;
+            Status status = device_at(request.device, &device);
+            if (!status) return status;
+            BuiltTensors built;
+            status = build(tail, DataPolicy::none, &built);
+            if (!status) return status;
+            if (built.tensors.empty()) return error(Code::bad_request, "alloc_size: no tensor");
+            reply->size = ggml_backend_buft_get_alloc_size(ggml_backend_dev_buffer_type(device),
+                                                           built.tensors.back());
+            return Status::success();
+        });
+
+    dispatcher_.on<BufferAlloc>(
+        [this](const BufferAlloc::Request &request, ByteView, BufferAlloc::Reply *reply, ReplyTail *) {
+            ggml_backend_dev_t device = nullptr;
+            Status status = device_at(request.device, &device);
+            if (!status) return status;
+            if (buffers_.size() >= limits_.max_buffers) {
+                return error(Code::limit_exceeded,
+                             "this session already has " + std::to_string(buffers_.size()) + " buffers (limit)");
+            }
+            if (limits_.memory_quota != 0 &&
+                (request.size > limits_.memory_quota || memory_in_use_ > limits_.memory_quota - request.size)) {
+                return error(Code::limit_exceeded, "allocating " + std::to_string(request.size) +
+                                                       " bytes would exceed the session's memory quota of " +
+                                                       std::to_string(limits_.memory_quota) + " bytes");
+            }
+            ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(device);
+            if (request.size > ggml_backend_buft_get_max_size(buft)) {
+                return error(Code::bad_request, "buffer of " + std::to_string(request.size) +
+                                                    " bytes is larger than the device's maximum");
+            }
+            ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
+            if (buffer == nullptr) {
+                return error(Code::out_of_memory, "the host device could not allocate " +
+                                                      std::to_string(request.size) + " bytes");
+            }
+            SessionBuffer record;
+            record.buffer.reset(buffer);
+            record.device = request.device;
+            record.size = ggml_backend_buffer_get_size(buffer);
+            memory_in_use_ += record.size;
+            reply->size = record.size;
+            reply->buffer = buffers_.insert(std::move(record));
+            return Status::success();
+        });
+
+    dispatcher_.on<BufferFree>([this](const BufferFree::Request &request, ByteView, Empty *, ReplyTail *) {
+        SessionBuffer *buffer = nullptr;
+        Status status = buffer_at(request.buffer, &buffer);
+        if (!status) return status;
+        memory_in_use_ -= buffer->size;
+        buffers_.erase(request.buffer);
+        return Status::success();
+    });
+
+    dispatcher_.on<BufferClear>([this](const BufferClear::Request &request, ByteView, Empty *, ReplyTail *) {
+        SessionBuffer *buffer = nullptr;
+        Status status = buffer_at(request.buffer, &buffer);
+        if (!status) return status;
+        ggml_backend_buffer_clear(buffer->buffer.get(), request.value);
+        return Status::success();
+    });
+
+    dispatcher_.on<BufferReset>([this](const BufferReset::Request &request, ByteView, Empty *, ReplyTail *) {
+        SessionBuffer *buffer = nullptr;
+        Status status = buffer_at(request.buffer, &buffer);
+        if (!status) return status;
+        ggml_backend_buffer_reset(buffer->buffer.get());
+        return Status::success();
+    });
+
+    dispatcher_.on<InitTensor>([this](const InitTensor::Request &request, ByteView tail, Empty *, ReplyTail *) {
+        SessionBuffer *buffer = nullptr;
+        Status status = buffer_at(request.buffer, &buffer);
+        if (!status) return status;
+        BuiltTensors built;
+        status = build(tail, DataPolicy::required, &built);
+        if (!status) return status;
+        if (built.tensors.empty()) return error(Code::bad_request, "init_tensor: no tensor");
+        ggml_tensor *tensor = built.tensors.back();
+        if (tensor->buffer != buffer->buffer.get()) {
+            return error(Code::bad_request, "init_tensor: the tensor is not in the named buffer");
+        }
+        const ggml_status result = ggml_backend_buffer_init_tensor(tensor->buffer, tensor);
+        if (result != GGML_STATUS_SUCCESS) {
+            return error(Code::error, "init_tensor failed on the host (status " + std::to_string(result) + ")");
+        }
+        return Status::success();
+    });
+
+    dispatcher_.on<SetTensor>([this](const SetTensor::Request &request, ByteView tail, Empty *, ReplyTail *) {
+        ggml_tensor tensor;
+        Status status = range_tensor(request.range, &tensor);
+        if (!status) return status;
+        if (tail.size != request.range.size) {
+            return error(Code::bad_request, "set_tensor: " + std::to_string(tail.size) + " data bytes for a range of " +
+                                                std::to_string(request.range.size));
+        }
+        ggml_backend_tensor_set(&tensor, tail.data, 0, tail.size);
+        return Status::success();
+    });
+
+    dispatcher_.on<SetTensor2d>([this](const SetTensor2d::Request &request, ByteView tail, Empty *, ReplyTail *) {
+        uint64_t total = 0;
+        if (__builtin_mul_overflow(request.n_copies, request.range.size, &total) || total != tail.size) {
+            return error(Code::bad_request, "set_tensor_2d: data size does not match n_copies * size");
+        }
+        for (uint64_t i = 0; i < request.n_copies; ++i) {
+            BufferRange row = request.range;
+            uint64_t step = 0;
+            if (__builtin_mul_overflow(i, request.stride, &step) || __builtin_add_overflow(row.offset, step, &row.offset)) {
+                return error(Code::bad_request, "set_tensor_2d: offset overflow");
+            }
+            ggml_tensor tensor;
+            Status status = range_tensor(row, &tensor);
+            if (!status) return status;
+            ggml_backend_tensor_set(&tensor, tail.data + i * request.range.size, 0, request.range.size);
+        }
+        return Status::success();
+    });
+
+    dispatcher_.on<GetTensor>([this](const GetTensor::Request &request, ByteView, Empty *, ReplyTail *tail) {
+        ggml_tensor tensor;
+        Status status = range_tensor(request.range, &tensor);
+        if (!status) return status;
+        if (ggml_backend_buffer_is_host(tensor.buffer)) {
+            tail->view = ByteView(tensor.data, request.range.size);  // sent straight from the buffer
+        } else {
+            tail->owned.resize(request.range.size);
+            ggml_backend_tensor_get(&tensor, tail->owned.data(), 0, request.range.size);
+        }
+        return Status::success();
+    });
+
+    dispatcher_.on<GetTensor2d>([this](const GetTensor2d::Request &request, ByteView, Empty *, ReplyTail *tail) {
+        uint64_t total = 0;
+        if (__builtin_mul_overflow(request.n_copies, request.range.size, &total) ||
+            total > limits_.max_message_size) {
+            return error(Code::bad_request, "get_tensor_2d: reply would exceed the message size limit");
+        }
+        tail->owned.resize(total);
+        for (uint64_t i = 0; i < request.n_copies; ++i) {
+            BufferRange row = request.range;
+            uint64_t step = 0;
+            if (__builtin_mul_overflow(i, request.stride, &step) || __builtin_add_overflow(row.offset, step, &row.offset)) {
+                return error(Code::bad_request, "get_tensor_2d: offset overflow");
+            }
+            ggml_tensor tensor;
+            Status status = range_tensor(row, &tensor);
+            if (!status) return status;
+            ggml_backend_tensor_get(&tensor, tail->owned.data() + i * request.range.size, 0, request.range.size);
+        }
+        return Status::success();
+    });
+
+    dispatcher_.on<MemsetTensor>([this](const MemsetTensor::Request &request, ByteView, Empty *, ReplyTail *) {
+        ggml_tensor tensor;
+        Status status = range_tensor(request.range, &tensor);
+        if (!status) return status;
+        ggml_backend_tensor_memset(&tensor, request.value, 0, request.range.size);
+        return Status::success();
+    });
+
+    dispatcher_.on<CopyTensor>([this](const CopyTensor::Request &request, ByteView, CopyTensor::Reply *reply,
+                                      ReplyTail *) {
+        if (request.src.size != request.dst.size) {
+            return error(Code::bad_request, "copy_tensor: source of " + std::to_string(request.src.size) +
+                                                " bytes and destination of " + std::to_string(request.dst.size) +
+                                                " bytes differ");
+        }
+        ggml_tensor src, dst;
+        Status status = range_tensor(request.src, &src);
+        if (!status) return status;
+        status = range_tensor(request.dst, &dst);
+        if (!status) return status;
+        if (request.src.buffer == request.dst.buffer && request.src.offset < request.dst.offset + request.dst.size &&
+            request.dst.offset < request.src.offset + request.src.size) {
+            return error(Code::bad_request, "copy_tensor: source and destination overlap");
+        }
+        ggml_backend_tensor_copy(&src, &dst);
+        reply->copied = 1;
+        return Status::success();
+    });
+
+    dispatcher_.on<BackendInit>(
+        [this](const BackendInit::Request &request, ByteView, BackendInit::Reply *reply, ReplyTail *) {
+            ggml_backend_dev_t device = nullptr;
+            Status status = device_at(request.device, &device);
+            if (!status) return status;
+            ggml_backend_t backend = ggml_backend_dev_init(device, nullptr);
+            if (backend == nullptr) {
+                return error(Code::error, std::string("cannot initialise a backend on host device ") +
+                                              ggml_backend_dev_name(device));
+            }
+            set_threads(backend, limits_.default_threads);
+            SessionBackend record;
+            record.backend.reset(backend);
+            record.device = request.device;
+            reply->backend = backends_.insert(std::move(record));
+            return Status::success();
+        });
+
+    dispatcher_.on<BackendFree>([this](const BackendFree::Request &request, ByteView, Empty *, ReplyTail *) {
+        if (!backends_.erase(request.backend)) {
+            return error(Code::not_found, "backend handle " + std::to_string(request.backend) + " is not valid");
+        }
+        return Status::success();
+    });
+
+    dispatcher_.on<SetNThreads>([this](const SetNThreads::Request &request, ByteView, Empty *, ReplyTail *) {
+        SessionBackend *backend = nullptr;
+        Status status = backend_at(request.backend, &backend);
+        if (!status) return status;
+        set_threads(backend->backend.get(), request.n_threads);
+        return Status::success();
+    });
+
+    dispatcher_.on<GraphCompute>(
+        [this](const GraphCompute::Request &request, ByteView tail, GraphCompute::Reply *reply, ReplyTail *) {
+            SessionBackend *backend = nullptr;
+            Status status = backend_at(request.backend, &backend);
+            if (!status) return status;
+            BuiltTensors built;
+            status = build(tail, DataPolicy::required, &built);
+            if (!status) return status;
+            if (built.graph == nullptr) {
+                reply->ggml_status = GGML_STATUS_SUCCESS;  // an empty graph computes nothing
+                return Status::success();
+            }
+            for (ggml_tensor *tensor : built.tensors) {
+                if (!ggml_backend_supports_buft(backend->backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
+                    return error(Code::bad_request, std::string("tensor '") + tensor->name +
+                                                        "' is in a buffer this backend cannot compute with");
+                }
+            }
+            reply->ggml_status = ggml_backend_graph_compute(backend->backend.get(), built.graph);
+            ++counters_.graph_computes;
+            return Status::success();
+        });
+
+}
+
+Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply) {
+    const Dispatcher::RawHandler *handler = dispatcher_.find(command);
+    if (handler == nullptr) return error(Code::bad_request, "unknown command " + std::to_string(command));
+    if (!handshaken_ && command != static_cast<uint16_t>(CommandId::hello)) {
+        return error(Code::bad_request, "the first message must be the handshake");
+    }
+    ++counters_.commands;
+    return (*handler)(payload, reply);
+}
+
+Status Session::serve(FramedStream &stream) {
+    std::vector<uint8_t> payload;
+    Status deferred;  // the first failure of a one-way command, told with the next reply
+    for (;;) {
+        FrameHeader header;
+        Status status = stream.receive_header(&header, limits_.max_message_size);
+        if (!status) {
+            if (status.code() == Code::disconnected) return Status::success();
+            FrameHeader reply{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
+            const std::string &message = status.message();
+            (void)stream.send(reply, {ByteView(message.data(), message.size())});
+            return status;
+        }
+        payload.resize(header.payload_size);
+        status = stream.receive(payload.data(), payload.size());
+        if (!status) return Status::success();  // the guest went away mid-message
+        counters_.bytes_received += sizeof(header) + payload.size();
+
+        ReplyFrame reply;
+        status = handle(header.command, ByteView(payload), &reply);
+        const bool known = dispatcher_.find(header.command) != nullptr;
+        if (known && dispatcher_.one_way(header.command)) {
+            if (!status && deferred.ok()) {
+                deferred = error(status.code(), std::string(command_name(static_cast<CommandId>(header.command))) +
+                                                    ": " + status.message());
+            }
+            continue;
+        }
+        if (status.ok() && !deferred.ok()) status = deferred, deferred = Status::success();
+        FrameHeader out{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
+        Status sent;
+        if (status.ok()) {
+            const ByteView tail = reply.tail.bytes();
+            sent = stream.send(out, {ByteView(reply.fixed), tail});
+            counters_.bytes_sent += sizeof(out) + reply.fixed.size() + tail.size;
+        } else {
+            sent = stream.send(out, {ByteView(status.message().data(), status.message().size())});
+        }
+        if (!sent) return Status::success();
+        // A guest that cannot get the handshake or the command set right is not
+        // given a second chance.
+        if (!status.ok() && (!handshaken_ || !known)) return status;
+    }
+}
+
+}  // namespace ggml_remote::host

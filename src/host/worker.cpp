@@ -1,0 +1,62 @@
+#include "host/worker.h"
+
+#include "transport/connection.h"
+
+#include <sys/resource.h>
+#include <sys/time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace ggml_remote::host {
+
+namespace {
+
+std::string human_bytes(uint64_t bytes) {
+    char text[32];
+    if (bytes >= (1ull << 30)) std::snprintf(text, sizeof(text), "%.2f GiB", bytes / double(1ull << 30));
+    else if (bytes >= (1ull << 20)) std::snprintf(text, sizeof(text), "%.2f MiB", bytes / double(1ull << 20));
+    else if (bytes >= 1024) std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
+    else std::snprintf(text, sizeof(text), "%llu B", static_cast<unsigned long long>(bytes));
+    return text;
+}
+
+}  // namespace
+
+int run_worker(int client_fd, int session_id, const std::string &peer, const ServerOptions &options) {
+    const auto started = std::chrono::steady_clock::now();
+    const std::string label = "session " + std::to_string(session_id) + " (" + peer + ")";
+    FramedStream stream(UniqueFd(client_fd), peer);
+
+    load_host_backends(options.verbose);
+    std::vector<ggml_backend_dev_t> devices;
+    Status status = select_devices(options, &devices);
+    if (!status) {
+        log_line(label + ": " + status.message());
+        return 1;
+    }
+
+    Status outcome;
+    SessionCounters counters;
+    {
+        Session session(devices, options.limits);
+        outcome = session.serve(stream);
+        counters = session.counters();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    char totals[256];
+    std::snprintf(totals, sizeof(totals), "%.1f s, %llu commands, %llu graph computes, %s in, %s out", seconds,
+                  static_cast<unsigned long long>(counters.commands),
+                  static_cast<unsigned long long>(counters.graph_computes),
+                  human_bytes(counters.bytes_received).c_str(), human_bytes(counters.bytes_sent).c_str());
+    if (outcome.ok()) {
+        log_line(label + ": disconnected after " + totals);
+        return 0;
+    }
+    log_line(label + ": closed by the server: " + outcome.message() + " (after " + totals + ")");
+    return 2;
+}
+
+}  // namespace ggml_remote::host

@@ -1,0 +1,302 @@
+// The command table: every call the guest can make, described once.
+//
+// Each command is a struct with its id, whether the host replies (one-way
+// commands report a failure with the next reply instead), its fixed Request and
+// Reply layouts, and a comment on the variable tail that follows them. The guest
+// calls `session.call<Cmd>(request, tail)`; the host registers
+// `dispatcher.on<Cmd>(handler)`. No host pointer ever crosses the wire: devices,
+// buffers and backends are handles into per-session tables, and tensors are
+// described by buffer handle + offset (see tensor_codec.h).
+#pragma once
+
+#include "protocol/wire.h"
+
+#include <cstdint>
+
+namespace ggml_remote::protocol {
+
+enum class CommandId : uint16_t {
+    hello = 1,
+    device_info,
+    device_memory,
+    supports_op,
+    alloc_size,
+    buffer_alloc,
+    buffer_free,
+    buffer_clear,
+    buffer_reset,
+    init_tensor,
+    set_tensor,
+    set_tensor_2d,
+    get_tensor,
+    get_tensor_2d,
+    memset_tensor,
+    copy_tensor,
+    backend_init,
+    backend_free,
+    set_n_threads,
+    graph_compute,
+    count_,  // not a command: one past the last id
+};
+
+const char *command_name(CommandId id);
+
+// Device capability bits (DeviceInfo::Reply::caps).
+enum DeviceCaps : uint32_t {
+    kCapAsync = 1 << 0,
+    kCapHostBuffer = 1 << 1,
+    kCapBufferFromHostPtr = 1 << 2,
+    kCapEvents = 1 << 3,
+    kCapMmap = 1 << 4,
+};
+
+#pragma pack(push, 1)
+
+struct Empty {};
+
+// Handshake. The first message of every session.
+struct Hello {
+    static constexpr CommandId id = CommandId::hello;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t magic = kHelloMagic;
+        uint32_t protocol_version = kProtocolVersion;
+        uint64_t capabilities = 0;  // reserved for optional features; 0 today
+    };
+    struct Reply {
+        uint32_t protocol_version;
+        uint32_t device_count;
+        uint64_t capabilities;
+    };
+};
+
+// Reply tail: three NUL-terminated strings: name, description, buffer type name.
+struct DeviceInfo {
+    static constexpr CommandId id = CommandId::device_info;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+    };
+    struct Reply {
+        uint32_t type;  // ggml_backend_dev_type of the host device
+        uint32_t caps;  // DeviceCaps
+        uint64_t memory_free;
+        uint64_t memory_total;
+        uint64_t buffer_alignment;
+        uint64_t buffer_max_size;
+        uint8_t buffer_is_host;
+        // Whether the host's buffers implement init_tensor, and its buffer type a
+        // get_alloc_size of its own; when not, the guest skips those round trips.
+        uint8_t buffer_needs_init_tensor;
+        uint8_t buffer_custom_alloc_size;
+    };
+};
+
+struct DeviceMemory {
+    static constexpr CommandId id = CommandId::device_memory;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+    };
+    struct Reply {
+        uint64_t memory_free;
+        uint64_t memory_total;
+    };
+};
+
+// Request tail: an encoded tensor list whose last tensor is the op.
+struct SupportsOp {
+    static constexpr CommandId id = CommandId::supports_op;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+    };
+    struct Reply {
+        uint8_t supported;
+    };
+};
+
+// Request tail: an encoded tensor list whose last tensor is the one to size.
+struct AllocSize {
+    static constexpr CommandId id = CommandId::alloc_size;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+    };
+    struct Reply {
+        uint64_t size;
+    };
+};
+
+struct BufferAlloc {
+    static constexpr CommandId id = CommandId::buffer_alloc;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+        uint64_t size;
+    };
+    struct Reply {
+        uint64_t buffer;  // handle
+        uint64_t size;
+    };
+};
+
+struct BufferFree {
+    static constexpr CommandId id = CommandId::buffer_free;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t buffer;
+    };
+    using Reply = Empty;
+};
+
+struct BufferClear {
+    static constexpr CommandId id = CommandId::buffer_clear;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t buffer;
+        uint8_t value;
+    };
+    using Reply = Empty;
+};
+
+struct BufferReset {
+    static constexpr CommandId id = CommandId::buffer_reset;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t buffer;
+    };
+    using Reply = Empty;
+};
+
+// Request tail: an encoded tensor list whose last tensor is the one to initialise.
+struct InitTensor {
+    static constexpr CommandId id = CommandId::init_tensor;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t buffer;
+    };
+    using Reply = Empty;
+};
+
+// A byte range inside one buffer, relative to the buffer's start.
+struct BufferRange {
+    uint64_t buffer;
+    uint64_t offset;
+    uint64_t size;
+};
+
+// Request tail: `range.size` bytes.
+struct SetTensor {
+    static constexpr CommandId id = CommandId::set_tensor;
+    static constexpr bool one_way = true;
+    struct Request {
+        BufferRange range;
+    };
+    using Reply = Empty;
+};
+
+// n_copies rows of range.size bytes, the i-th at range.offset + i * stride;
+// request tail: the rows packed back to back.
+struct SetTensor2d {
+    static constexpr CommandId id = CommandId::set_tensor_2d;
+    static constexpr bool one_way = true;
+    struct Request {
+        BufferRange range;
+        uint64_t n_copies;
+        uint64_t stride;
+    };
+    using Reply = Empty;
+};
+
+// Reply tail: `range.size` bytes.
+struct GetTensor {
+    static constexpr CommandId id = CommandId::get_tensor;
+    static constexpr bool one_way = false;
+    struct Request {
+        BufferRange range;
+    };
+    using Reply = Empty;
+};
+
+// Reply tail: the n_copies rows packed back to back.
+struct GetTensor2d {
+    static constexpr CommandId id = CommandId::get_tensor_2d;
+    static constexpr bool one_way = false;
+    struct Request {
+        BufferRange range;
+        uint64_t n_copies;
+        uint64_t stride;
+    };
+    using Reply = Empty;
+};
+
+struct MemsetTensor {
+    static constexpr CommandId id = CommandId::memset_tensor;
+    static constexpr bool one_way = true;
+    struct Request {
+        BufferRange range;
+        uint8_t value;
+    };
+    using Reply = Empty;
+};
+
+// Copies src.size bytes between two buffers of the same session (dst.size must match).
+struct CopyTensor {
+    static constexpr CommandId id = CommandId::copy_tensor;
+    static constexpr bool one_way = false;
+    struct Request {
+        BufferRange src;
+        BufferRange dst;
+    };
+    struct Reply {
+        uint8_t copied;
+    };
+};
+
+struct BackendInit {
+    static constexpr CommandId id = CommandId::backend_init;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+    };
+    struct Reply {
+        uint64_t backend;  // handle
+    };
+};
+
+struct BackendFree {
+    static constexpr CommandId id = CommandId::backend_free;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t backend;
+    };
+    using Reply = Empty;
+};
+
+struct SetNThreads {
+    static constexpr CommandId id = CommandId::set_n_threads;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t backend;
+        int32_t n_threads;
+    };
+    using Reply = Empty;
+};
+
+// Request tail: an encoded graph (tensor list + node indexes).
+struct GraphCompute {
+    static constexpr CommandId id = CommandId::graph_compute;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint64_t backend;
+    };
+    struct Reply {
+        int32_t ggml_status;  // enum ggml_status of the host's compute
+    };
+};
+
+
+#pragma pack(pop)
+
+}  // namespace ggml_remote::protocol

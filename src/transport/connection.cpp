@@ -1,0 +1,92 @@
+#include "transport/connection.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ggml_remote {
+
+using protocol::ByteView;
+using protocol::FrameHeader;
+
+Status FramedStream::failure(const char *what, int err) {
+    std::string reason = err == 0 ? "connection closed by peer" : std::strerror(err);
+    return error(Code::disconnected, std::string(what) + " " + peer_ + ": " + reason);
+}
+
+Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts) {
+    if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
+    header.payload_size = 0;
+    iovec iov[8];
+    size_t count = 0;
+    iov[count++] = {&header, sizeof(header)};
+    for (const ByteView &part : parts) {
+        header.payload_size += part.size;
+        if (part.size == 0) continue;
+        if (count == sizeof(iov) / sizeof(iov[0])) return error(Code::error, "send: too many frame parts");
+        iov[count++] = {const_cast<uint8_t *>(part.data), part.size};
+    }
+    iovec *next = iov;
+    while (count > 0) {
+        msghdr message{};
+        message.msg_iov = next;
+        message.msg_iovlen = count;
+        const ssize_t sent = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL);
+        if (sent < 0) {
+            if (errno == EINTR) continue;
+            return failure("send to", errno);
+        }
+        size_t left = static_cast<size_t>(sent);
+        while (count > 0 && left >= next->iov_len) {
+            left -= next->iov_len;
+            ++next;
+            --count;
+        }
+        if (count > 0) {
+            next->iov_base = static_cast<uint8_t *>(next->iov_base) + left;
+            next->iov_len -= left;
+        }
+    }
+    return Status::success();
+}
+
+Status FramedStream::receive(void *data, size_t size) {
+    if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
+    auto *out = static_cast<uint8_t *>(data);
+    while (size > 0) {
+        const ssize_t got = ::recv(fd_.get(), out, size, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return failure("receive from", errno);
+        }
+        if (got == 0) return failure("receive from", 0);
+        out += got;
+        size -= static_cast<size_t>(got);
+    }
+    return Status::success();
+}
+
+Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
+    Status status = receive(header, sizeof(*header));
+    if (!status) return status;
+    if (header->payload_size > max_payload) {
+        return error(Code::limit_exceeded, "message of " + std::to_string(header->payload_size) +
+                                               " bytes exceeds the limit of " + std::to_string(max_payload));
+    }
+    return Status::success();
+}
+
+Status FramedStream::discard(uint64_t size) {
+    uint8_t scratch[64 * 1024];
+    while (size > 0) {
+        const size_t n = size < sizeof(scratch) ? static_cast<size_t>(size) : sizeof(scratch);
+        Status status = receive(scratch, n);
+        if (!status) return status;
+        size -= n;
+    }
+    return Status::success();
+}
+
+}  // namespace ggml_remote

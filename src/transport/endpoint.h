@@ -1,0 +1,28 @@
+// Endpoints: where a server listens and a guest connects.
+// Written "unix:/path/to.sock" or "tcp://host:port" (IPv6 hosts in brackets).
+#pragma once
+
+#include "protocol/status.h"
+
+#include <string>
+#include <vector>
+
+namespace ggml_remote {
+
+struct Endpoint {
+    enum class Kind { unix_socket, tcp };
+    Kind kind = Kind::unix_socket;
+    std::string path;  // unix
+    std::string host;  // tcp
+    int port = 0;      // tcp
+
+    std::string to_string() const;
+    bool is_loopback() const;
+};
+
+// Parses one endpoint; the error names the accepted forms.
+Status parse_endpoint(const std::string &text, Endpoint *endpoint);
+// Parses a comma-separated list (GGML_REMOTE_SERVERS); empty items are skipped.
+Status parse_endpoint_list(const std::string &text, std::vector<Endpoint> *endpoints);
+
+}  // namespace ggml_remote

@@ -1,0 +1,194 @@
+#include "transport/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ggml_remote {
+
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+sockaddr_un unix_address(const std::string &path) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    return address;
+}
+
+// Waits for a non-blocking connect to finish.
+int finish_connect(int fd, int timeout_ms) {
+    pollfd p{fd, POLLOUT, 0};
+    int ready;
+    do {
+        ready = ::poll(&p, 1, timeout_ms);
+    } while (ready < 0 && errno == EINTR);
+    if (ready == 0) return ETIMEDOUT;
+    if (ready < 0) return errno;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    return err;
+}
+
+Status connect_unix(const Endpoint &endpoint, UniqueFd *out) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return error(Code::disconnected, "socket: " + errno_text(errno));
+    sockaddr_un address = unix_address(endpoint.path);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0) {
+        const int err = errno;
+        return error(Code::disconnected, "connect " + endpoint.to_string() + ": " + errno_text(err) +
+                                             " (is ggml-remote-server running and listening there?)");
+    }
+    *out = std::move(fd);
+    return Status::success();
+}
+
+Status connect_tcp(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo *found = nullptr;
+    const std::string port = std::to_string(endpoint.port);
+    const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
+    if (rc != 0) {
+        return error(Code::disconnected, "connect " + endpoint.to_string() + ": cannot resolve host: " + gai_strerror(rc));
+    }
+    int last_error = ECONNREFUSED;
+    for (addrinfo *a = found; a != nullptr; a = a->ai_next) {
+        UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+        if (!fd.valid()) {
+            last_error = errno;
+            continue;
+        }
+        int err = 0;
+        if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+            err = errno == EINPROGRESS ? finish_connect(fd.get(), timeout_ms) : errno;
+        }
+        if (err != 0) {
+            last_error = err;
+            continue;
+        }
+        const int flags = ::fcntl(fd.get(), F_GETFL);
+        ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+        tune_stream_socket(fd.get());
+        ::freeaddrinfo(found);
+        *out = std::move(fd);
+        return Status::success();
+    }
+    ::freeaddrinfo(found);
+    return error(Code::disconnected, "connect " + endpoint.to_string() + ": " + errno_text(last_error) +
+                                         " (is ggml-remote-server running and listening there?)");
+}
+
+}  // namespace
+
+void tune_stream_socket(int fd) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on unix sockets
+    if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) == 0) {
+        // A peer that vanished without a FIN (cable, VM killed) is noticed within a minute.
+        int idle = 30, interval = 5, count = 6;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+    }
+}
+
+Status connect_endpoint(const Endpoint &endpoint, int timeout_ms, UniqueFd *fd) {
+    if (endpoint.kind == Endpoint::Kind::unix_socket) return connect_unix(endpoint, fd);
+    return connect_tcp(endpoint, timeout_ms, fd);
+}
+
+Status listen_endpoint(Endpoint *endpoint, UniqueFd *out) {
+    if (endpoint->kind == Endpoint::Kind::unix_socket) {
+        struct stat st {};
+        if (::lstat(endpoint->path.c_str(), &st) == 0) {
+            if (!S_ISSOCK(st.st_mode)) {
+                return error(Code::error, "listen " + endpoint->to_string() + ": the path exists and is not a socket");
+            }
+            UniqueFd probe;
+            if (connect_unix(*endpoint, &probe).ok()) {
+                return error(Code::error,
+                             "listen " + endpoint->to_string() + ": another server is already listening there");
+            }
+            ::unlink(endpoint->path.c_str());  // stale socket of a server that exited
+        }
+        UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        if (!fd.valid()) return error(Code::error, "socket: " + errno_text(errno));
+        sockaddr_un address = unix_address(endpoint->path);
+        if (::bind(fd.get(), reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0 ||
+            ::listen(fd.get(), 64) != 0) {
+            return error(Code::error, "listen " + endpoint->to_string() + ": " + errno_text(errno));
+        }
+        *out = std::move(fd);
+        return Status::success();
+    }
+
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo *found = nullptr;
+    const std::string port = std::to_string(endpoint->port);
+    const int rc = ::getaddrinfo(endpoint->host.c_str(), port.c_str(), &hints, &found);
+    if (rc != 0) return error(Code::error, "listen " + endpoint->to_string() + ": " + gai_strerror(rc));
+    std::string failure = "no address";
+    for (addrinfo *a = found; a != nullptr; a = a->ai_next) {
+        UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+        if (!fd.valid()) continue;
+        int one = 1;
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 64) != 0) {
+            failure = errno_text(errno);
+            continue;
+        }
+        sockaddr_storage bound{};
+        socklen_t len = sizeof(bound);
+        if (::getsockname(fd.get(), reinterpret_cast<sockaddr *>(&bound), &len) == 0) {
+            endpoint->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port
+                                                               : reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
+        }
+        ::freeaddrinfo(found);
+        *out = std::move(fd);
+        return Status::success();
+    }
+    ::freeaddrinfo(found);
+    return error(Code::error, "listen " + endpoint->to_string() + ": " + failure);
+}
+
+Status accept_connection(int listen_fd, const Endpoint &endpoint, UniqueFd *out, std::string *peer) {
+    sockaddr_storage address{};
+    socklen_t len = sizeof(address);
+    UniqueFd fd(::accept4(listen_fd, reinterpret_cast<sockaddr *>(&address), &len, SOCK_CLOEXEC));
+    if (!fd.valid()) return error(Code::error, "accept on " + endpoint.to_string() + ": " + errno_text(errno));
+    if (endpoint.kind == Endpoint::Kind::unix_socket) {
+        ucred cred{};
+        socklen_t cred_len = sizeof(cred);
+        if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0) {
+            *peer = endpoint.to_string() + " pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+        } else {
+            *peer = endpoint.to_string();
+        }
+    } else {
+        char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "?";
+        ::getnameinfo(reinterpret_cast<sockaddr *>(&address), len, host, sizeof(host), service, sizeof(service),
+                      NI_NUMERICHOST | NI_NUMERICSERV);
+        *peer = std::string("tcp://") + host + ":" + service;
+    }
+    tune_stream_socket(fd.get());
+    *out = std::move(fd);
+    return Status::success();
+}
+
+}  // namespace ggml_remote

@@ -1,0 +1,25 @@
+// Stream sockets for the two socket transports: unix and TCP.
+#pragma once
+
+#include "protocol/status.h"
+#include "transport/endpoint.h"
+#include "transport/unique_fd.h"
+
+#include <string>
+
+namespace ggml_remote {
+
+// Connects to an endpoint. The error says what failed and hints at the cause.
+Status connect_endpoint(const Endpoint &endpoint, int timeout_ms, UniqueFd *fd);
+
+// Listens on an endpoint. A stale unix socket file (nobody listening) is replaced;
+// a live one is an error. For tcp port 0, the chosen port is written back.
+Status listen_endpoint(Endpoint *endpoint, UniqueFd *fd);
+
+// Accepts one connection; `peer` describes the other side for log lines.
+Status accept_connection(int listen_fd, const Endpoint &endpoint, UniqueFd *fd, std::string *peer);
+
+// Per-connection socket options: no Nagle delay, keep-alive probes on TCP.
+void tune_stream_socket(int fd);
+
+}  // namespace ggml_remote

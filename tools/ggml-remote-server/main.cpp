@@ -1,0 +1,188 @@
+// ggml-remote-server: serves the host's ggml devices to ggml-remote guests.
+#include "host/listener.h"
+#include "host/server_options.h"
+#include "host/worker.h"
+#include "protocol/wire.h"
+#include "transport/endpoint.h"
+
+#include <ggml-backend.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace ggml_remote;
+
+namespace {
+
+constexpr const char *kDefaultEndpoint = "tcp://127.0.0.1:50053";
+
+void print_usage(const char *program) {
+    std::printf(
+        "usage: %s [options]\n"
+        "\n"
+        "Serves this machine's ggml devices (CPU, GPUs) to applications that load the\n"
+        "libggml-remote.so backend plugin (GGML_REMOTE_SERVERS=<endpoint>).\n"
+        "Each guest is served by a worker process of its own.\n"
+        "\n"
+        "options:\n"
+        "  -h,    --help                 show this help and exit\n"
+        "         --version              show the version and protocol version and exit\n"
+        "  -l,    --listen ENDPOINT      where to listen; repeatable (default: %s)\n"
+        "                                ENDPOINT is unix:/path/to.sock or tcp://host:port\n"
+        "         --insecure             allow plain TCP on a non-loopback address (anyone who\n"
+        "                                can reach it can use the host's devices)\n"
+        "  -d,    --device NAME          expose only this host device; repeatable (default: all)\n"
+        "         --list-devices         print the host devices and exit\n"
+        "  -t,    --threads N            threads of each CPU backend (default: all cores)\n"
+        "         --max-sessions N       guests served at once (default: 64)\n"
+        "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
+        "         --max-buffers N        buffers per session (default: 65536)\n"
+        "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
+        "  -v,    --verbose              also log ggml's informational messages\n"
+        "\n"
+        "example:\n"
+        "  %s --listen unix:/tmp/ggml-remote.sock --listen tcp://127.0.0.1:50053\n"
+        "  GGML_BACKEND_PATH=/usr/lib/ggml-remote/libggml-remote.so \\\n"
+        "  GGML_REMOTE_SERVERS=unix:/tmp/ggml-remote.sock llama-cli -m model.gguf -ngl 99\n",
+        program, kDefaultEndpoint, program);
+}
+
+[[noreturn]] void fail(const std::string &message) {
+    std::fprintf(stderr, "ggml-remote-server: %s (see --help)\n", message.c_str());
+    std::exit(2);
+}
+
+uint64_t parse_size(const std::string &flag, const std::string &text) {
+    char *end = nullptr;
+    errno = 0;
+    const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || end == text.c_str() || errno != 0 || text[0] == '-') fail(flag + ": not a size: " + text);
+    uint64_t multiplier = 1;
+    const std::string suffix = end;
+    if (suffix == "K" || suffix == "k") multiplier = 1ull << 10;
+    else if (suffix == "M" || suffix == "m") multiplier = 1ull << 20;
+    else if (suffix == "G" || suffix == "g") multiplier = 1ull << 30;
+    else if (suffix == "T" || suffix == "t") multiplier = 1ull << 40;
+    else if (!suffix.empty()) fail(flag + ": unknown size suffix '" + suffix + "' (use K, M, G or T)");
+    uint64_t result = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(value), multiplier, &result)) fail(flag + ": too large: " + text);
+    return result;
+}
+
+int parse_int(const std::string &flag, const std::string &text, int min) {
+    char *end = nullptr;
+    const long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < min || value > 1 << 30) {
+        fail(flag + ": expected a whole number >= " + std::to_string(min) + ", got '" + text + "'");
+    }
+    return static_cast<int>(value);
+}
+
+int list_devices() {
+    host::load_host_backends(false);
+    host::ServerOptions all;
+    std::vector<ggml_backend_dev_t> devices;
+    Status status = host::select_devices(all, &devices);
+    if (!status) {
+        std::fprintf(stderr, "ggml-remote-server: %s\n", status.message().c_str());
+        return 1;
+    }
+    std::printf("host devices:\n");
+    for (ggml_backend_dev_t device : devices) {
+        size_t free = 0, total = 0;
+        ggml_backend_dev_memory(device, &free, &total);
+        std::printf("  %s: %s (%zu MiB, %zu MiB free)\n", ggml_backend_dev_name(device),
+                    ggml_backend_dev_description(device), total >> 20, free >> 20);
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    host::ServerOptions options;
+    bool insecure = false;
+    int worker_fd = -1, session_id = 0;
+    std::string peer;
+    // Everything but the worker-only flags is passed on to the workers.
+    std::vector<std::string> worker_command{argv[0]};
+
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) fail(arg + " needs a value");
+            return argv[++i];
+        };
+        const int first = i;
+        if (arg == "-h" || arg == "--help") {
+            print_usage(argv[0]);
+            return 0;
+        } else if (arg == "--version") {
+            std::printf("ggml-remote-server 0.1.0 (protocol version %u)\n", protocol::kProtocolVersion);
+            return 0;
+        } else if (arg == "--list-devices") {
+            return list_devices();
+        } else if (arg == "-l" || arg == "--listen") {
+            options.listen.push_back(value());
+            continue;
+        } else if (arg == "--insecure") {
+            insecure = true;
+            continue;
+        } else if (arg == "-d" || arg == "--device") {
+            options.devices.push_back(value());
+        } else if (arg == "-t" || arg == "--threads") {
+            options.limits.default_threads = parse_int(arg, value(), 1);
+        } else if (arg == "--max-sessions") {
+            options.max_sessions = parse_int(arg, value(), 1);
+            continue;
+        } else if (arg == "--memory-quota") {
+            options.limits.memory_quota = parse_size(arg, value());
+        } else if (arg == "--max-buffers") {
+            options.limits.max_buffers = static_cast<uint32_t>(parse_int(arg, value(), 1));
+        } else if (arg == "--max-message-size") {
+            options.limits.max_message_size = parse_size(arg, value());
+        } else if (arg == "-v" || arg == "--verbose") {
+            options.verbose = true;
+        } else if (arg == "--worker-fd") {
+            worker_fd = parse_int(arg, value(), 0);
+            continue;
+        } else if (arg == "--session-id") {
+            session_id = parse_int(arg, value(), 0);
+            continue;
+        } else if (arg == "--peer") {
+            peer = value();
+            continue;
+        } else {
+            fail("unknown argument: " + arg);
+        }
+        // Forward the flag (and its value, if it took one) to the workers.
+        for (int j = first; j <= i; ++j) worker_command.push_back(argv[j]);
+    }
+
+    if (worker_fd >= 0) return host::run_worker(worker_fd, session_id, peer, options);
+
+    if (options.listen.empty()) options.listen.push_back(kDefaultEndpoint);
+    for (const std::string &text : options.listen) {
+        Endpoint endpoint;
+        Status status = parse_endpoint(text, &endpoint);
+        if (!status) fail(status.message());
+        if (!endpoint.is_loopback() && !insecure) {
+            fail("refusing to listen on " + endpoint.to_string() +
+                 " without authentication: TLS is not available yet; pass --insecure to accept anyone who can "
+                 "reach that address");
+        }
+    }
+    // Fail early on a --device that does not exist, and say what is served.
+    host::load_host_backends(options.verbose);
+    std::vector<ggml_backend_dev_t> devices;
+    Status status = host::select_devices(options, &devices);
+    if (!status) fail(status.message());
+    for (ggml_backend_dev_t device : devices) {
+        host::log_line(std::string("serving ") + ggml_backend_dev_name(device) + ": " +
+                       ggml_backend_dev_description(device));
+    }
+    return host::run_listener(options, worker_command);
+}
