@@ -1,0 +1,31 @@
+# ggml-remote: `make demo` and `make test` are all a new user needs.
+# Everything runs inside a Debian sid root (scripts/make-sysroot) unless this
+# machine already has ggml >= 0.27.
+BUILD ?= build
+RUN := scripts/in-sysroot
+CTEST_ARGS ?=
+
+.PHONY: all build test unit demo conformance bench sysroot clean
+
+all: build
+
+sysroot:
+	scripts/make-sysroot
+
+build:
+	$(RUN) sh -c 'cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $$(command -v ninja >/dev/null && echo -G Ninja) >/dev/null && cmake --build $(BUILD) -j2'
+
+test: build
+	$(RUN) ctest --test-dir $(BUILD) --output-on-failure $(CTEST_ARGS)
+
+unit: build
+	$(RUN) ctest --test-dir $(BUILD) --output-on-failure -L unit
+
+demo: build
+	$(RUN) scripts/demo.sh $(BUILD)
+
+conformance: build
+	$(RUN) scripts/conformance.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

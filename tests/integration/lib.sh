@@ -1,0 +1,69 @@
+# Shared helpers for integration tests (sourced). Every server a test starts is
+# stopped when the test exits, whatever happens.
+set -euo pipefail
+
+BUILD=${GGML_REMOTE_BUILD:?run through ctest (GGML_REMOTE_BUILD names the build tree)}
+SERVER_BIN=$BUILD/bin/ggml-remote-server
+PLUGIN=$BUILD/lib/libggml-remote.so
+MODEL_TOOL=$BUILD/bin/ggml-remote-synthetic-model
+MODELS=$BUILD/models
+TEST_BACKEND_OPS=/usr/libexec/x86_64-linux-gnu/ggml/test-backend-ops
+WORK=$(mktemp -d /tmp/ggml-remote-test.XXXXXX)
+SERVER_PIDS=()
+
+cleanup() {
+    local pid
+    for pid in "${SERVER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${SERVER_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+note() { echo "-- $*"; }
+
+# model PRESET [TYPE] -> prints the path of a synthetic model, writing it once.
+model() {
+    local preset=$1 type=${2:-f16}
+    local path=$MODELS/$preset-$type.gguf
+    mkdir -p "$MODELS"
+    if [ ! -s "$path" ]; then
+        "$MODEL_TOOL" --preset "$preset" --type "$type" -o "$path.tmp.$$" >/dev/null
+        mv "$path.tmp.$$" "$path"
+    fi
+    echo "$path"
+}
+
+# start_server NAME [SERVER ARGS...]: starts a server listening on a fresh unix
+# socket and a free loopback TCP port. Sets ${NAME}_UNIX, ${NAME}_TCP, ${NAME}_PID, ${NAME}_LOG.
+start_server() {
+    local name=$1; shift
+    local sock=$WORK/$name.sock log=$WORK/$name.log
+    "$SERVER_BIN" --listen "unix:$sock" --listen tcp://127.0.0.1:0 "$@" >"$log" 2>&1 &
+    local pid=$!
+    SERVER_PIDS+=("$pid")
+    local port="" i
+    for i in $(seq 100); do
+        port=$(sed -n 's|.*listening on tcp://127.0.0.1:\([0-9]*\).*|\1|p' "$log" | head -n1)
+        [ -n "$port" ] && [ -S "$sock" ] && break
+        kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; fail "server $name exited at start-up"; }
+        sleep 0.1
+    done
+    [ -n "$port" ] || { cat "$log" >&2; fail "server $name did not start listening"; }
+    printf -v "${name}_UNIX" '%s' "unix:$sock"
+    printf -v "${name}_TCP" '%s' "tcp://127.0.0.1:$port"
+    printf -v "${name}_PID" '%s' "$pid"
+    printf -v "${name}_LOG" '%s' "$log"
+}
+
+# remote ENDPOINT CMD...: runs CMD as a guest of the server at ENDPOINT.
+remote() {
+    local endpoint=$1; shift
+    GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS=$endpoint "$@"
+}
+
+# generate MODEL N [EXTRA ARGS]: greedy generation, deterministic, text on stdout.
+generate() {
+    local model=$1 n=$2; shift 2
+    llama-simple -m "$model" -n "$n" "$@" "Hello world" 2>>"$WORK/generate.err"
+}
