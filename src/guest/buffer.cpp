@@ -1,3 +1,4 @@
+#include "guest/file_mapping.h"
 #include "guest/log.h"
 #include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
@@ -25,7 +26,7 @@ void report(const RemoteBuffer *buffer, const char *what, const Status &status) 
 void buffer_free(ggml_backend_buffer_t buffer) {
     RemoteBuffer *remote = context_of(buffer);
     (void)remote->device->session().post<BufferFree>({remote->handle});
-    ::munmap(remote->reservation, remote->reservation_size);
+    if (remote->reservation != nullptr) ::munmap(remote->reservation, remote->reservation_size);
     delete remote;
 }
 
@@ -180,23 +181,75 @@ void buffer_reset(ggml_backend_buffer_t buffer) {
     if (!status) report(remote, "reset", status);
 }
 
-ggml_backend_buffer_i remote_buffer_interface(bool needs_init_tensor) {
+// Shared buffers: the bytes are right here, mapped from the same memory file as
+// the host's; reading and writing them needs no message.
+void shared_memset_tensor(ggml_backend_buffer_t, ggml_tensor *tensor, uint8_t value, size_t offset, size_t size) {
+    std::memset(static_cast<uint8_t *>(tensor->data) + offset, value, size);
+}
+
+void shared_set_tensor(ggml_backend_buffer_t, ggml_tensor *tensor, const void *data, size_t offset, size_t size) {
+    std::memcpy(static_cast<uint8_t *>(tensor->data) + offset, data, size);
+}
+
+void shared_get_tensor(ggml_backend_buffer_t, const ggml_tensor *tensor, void *data, size_t offset, size_t size) {
+    std::memcpy(data, static_cast<const uint8_t *>(tensor->data) + offset, size);
+}
+
+void shared_clear(ggml_backend_buffer_t buffer, uint8_t value) {
+    std::memset(context_of(buffer)->base, value, buffer->size);
+}
+
+// File buffers hold the guest's read-only model mapping: reads in place, no writes.
+void file_refuse_write(ggml_backend_buffer_t buffer, const char *what) {
+    log(GGML_LOG_LEVEL_ERROR, "%s: %s on a read-only model-file buffer is refused",
+        context_of(buffer)->device->name().c_str(), what);
+}
+
+void file_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *, uint8_t, size_t, size_t) {
+    file_refuse_write(buffer, "memset_tensor");
+}
+
+void file_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *, const void *, size_t, size_t) {
+    file_refuse_write(buffer, "set_tensor");
+}
+
+void file_clear(ggml_backend_buffer_t buffer, uint8_t) { file_refuse_write(buffer, "clear"); }
+
+ggml_backend_buffer_i buffer_interface(RemoteBuffer::Kind kind, bool needs_init_tensor) {
     ggml_backend_buffer_i iface{};
     iface.free_buffer = buffer_free;
     iface.get_base = buffer_get_base;
     // ggml calls init_tensor for every tensor and view it places; only forward it
     // when the host's buffers do something in it.
     iface.init_tensor = needs_init_tensor ? buffer_init_tensor : nullptr;
-    iface.memset_tensor = buffer_memset_tensor;
-    iface.set_tensor = buffer_set_tensor;
-    iface.get_tensor = buffer_get_tensor;
-    iface.set_tensor_2d = buffer_set_tensor_2d;
-    iface.get_tensor_2d = buffer_get_tensor_2d;
-    iface.cpy_tensor = buffer_cpy_tensor;
-    iface.clear = buffer_clear;
     iface.reset = buffer_reset;
+    switch (kind) {
+        case RemoteBuffer::Kind::remote:
+            iface.memset_tensor = buffer_memset_tensor;
+            iface.set_tensor = buffer_set_tensor;
+            iface.get_tensor = buffer_get_tensor;
+            iface.set_tensor_2d = buffer_set_tensor_2d;
+            iface.get_tensor_2d = buffer_get_tensor_2d;
+            iface.cpy_tensor = buffer_cpy_tensor;
+            iface.clear = buffer_clear;
+            break;
+        case RemoteBuffer::Kind::shared:
+            // ggml copies between host buffers itself, so no cpy_tensor or 2-D hooks.
+            iface.memset_tensor = shared_memset_tensor;
+            iface.set_tensor = shared_set_tensor;
+            iface.get_tensor = shared_get_tensor;
+            iface.clear = shared_clear;
+            break;
+        case RemoteBuffer::Kind::file:
+            iface.memset_tensor = file_memset_tensor;
+            iface.set_tensor = file_set_tensor;
+            iface.get_tensor = shared_get_tensor;
+            iface.clear = file_clear;
+            break;
+    }
     return iface;
 }
+
 
 }  // namespace
 
@@ -217,7 +270,9 @@ RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer) {
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size) {
     RemoteDevice *device = RemoteDevice::from(buft);
     BufferAlloc::Reply reply{};
-    Status status = device->session().call<BufferAlloc>({device->remote_index(), size}, {}, &reply);
+    UniqueFd memory_file;
+    Status status = device->session().call<BufferAlloc>({device->remote_index(), size}, {}, &reply, nullptr, nullptr, 0,
+                                                        -1, &memory_file);
     if (!status) {
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_ERROR, "%s: cannot allocate %zu bytes: %s", device->name().c_str(), size,
@@ -225,11 +280,30 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
         }
         return nullptr;
     }
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    const size_t alignment = std::max<size_t>(device->info().buffer_alignment, 1);
     auto remote = std::make_unique<RemoteBuffer>();
     remote->device = device;
     remote->handle = reply.buffer;
+    if (reply.shared) {
+        if (!memory_file.valid()) {
+            status = error(Code::error, "the server sent no memory file");
+        } else {
+            status = Mapping::map(memory_file.get(), 0, reply.size, true, &remote->mapping);
+        }
+        if (!status) {
+            log(GGML_LOG_LEVEL_ERROR, "%s: cannot map a shared buffer: %s", device->name().c_str(),
+                status.message().c_str());
+            (void)device->session().post<BufferFree>({reply.buffer});
+            return nullptr;
+        }
+        remote->kind = RemoteBuffer::Kind::shared;
+        remote->base = remote->mapping.data();
+        ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
+            buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), reply.size);
+        remote.release();
+        return buffer;
+    }
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t alignment = std::max<size_t>(device->info().buffer_alignment, 1);
     remote->reservation_size = ((reply.size + alignment + page - 1) / page) * page;
     remote->reservation =
         ::mmap(nullptr, remote->reservation_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -241,8 +315,48 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     }
     const auto start = reinterpret_cast<uintptr_t>(remote->reservation);
     remote->base = reinterpret_cast<void *>((start + alignment - 1) / alignment * alignment);
-    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(buft, remote_buffer_interface(device->info().buffer_needs_init_tensor),
-                                                            remote.get(), reply.size);
+    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
+        buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), reply.size);
+    remote.release();
+    return buffer;
+}
+
+ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
+                                                  size_t max_tensor_size) {
+    RemoteDevice *device = RemoteDevice::from(dev);
+    if (!device->shares_memory() || size == 0) return nullptr;
+    auto remote = std::make_unique<RemoteBuffer>();
+    remote->kind = RemoteBuffer::Kind::file;
+    remote->device = device;
+    remote->base = ptr;
+
+    UniqueFd file;
+    uint64_t file_offset = 0;
+    Status status = open_mapped_file(ptr, size, &file, &file_offset);
+    if (status) {
+        BufferFromFile::Reply reply{};
+        status = device->session().call<BufferFromFile>({device->remote_index(), file_offset, size, max_tensor_size},
+                                                        {}, &reply, nullptr, nullptr, 0, file.get());
+        remote->handle = reply.buffer;
+    }
+    if (!status) {
+        // Not a file the host can map (or it refused): give the host a copy instead.
+        log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of host memory (%s)", device->name().c_str(), size,
+            status.message().c_str());
+        ggml_backend_buffer_t staging = allocate_remote_buffer(device->buffer_type(), size);
+        if (staging == nullptr) return nullptr;
+        RemoteBuffer *copy = context_of(staging);
+        std::memcpy(copy->base, ptr, size);
+        // Keep the host's buffer, drop this side's mapping of it.
+        remote->handle = copy->handle;
+        copy->handle = 0;
+        staging->iface.free_buffer = nullptr;
+        delete copy;
+        ggml_backend_buffer_free(staging);
+    }
+    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
+        device->buffer_type(), buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(),
+        size);
     remote.release();
     return buffer;
 }

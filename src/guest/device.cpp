@@ -40,7 +40,8 @@ void device_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props *props) {
     props->device_id = nullptr;
     props->caps.async = false;
     props->caps.host_buffer = false;
-    props->caps.buffer_from_host_ptr = false;
+    // Over shared memory, llama.cpp's mmap'd weights become buffers the host maps too.
+    props->caps.buffer_from_host_ptr = RemoteDevice::from(dev)->shares_memory();
     props->caps.events = false;
     props->caps.mmap_support = false;
 }
@@ -79,7 +80,8 @@ size_t buft_get_alloc_size(ggml_backend_buffer_type_t buft, const ggml_tensor *t
     return RemoteDevice::from(buft)->alloc_size(tensor);
 }
 
-bool buft_is_host(ggml_backend_buffer_type_t) { return false; }
+// Shared-memory buffers are host memory here too: ggml reads and writes them in place.
+bool buft_is_host(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->shares_memory(); }
 
 std::string op_signature(const ggml_tensor *op) {
     TensorListEncoder encoder(nullptr);  // shapes, types and params only
@@ -121,6 +123,7 @@ Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t rem
     device->device_.iface.get_props = device_get_props;
     device->device_.iface.init_backend = device_init_backend;
     device->device_.iface.get_buffer_type = device_get_buffer_type;
+    device->device_.iface.buffer_from_host_ptr = remote_buffer_from_host_ptr;
     device->device_.iface.supports_op = device_supports_op;
     device->device_.iface.supports_buft = device_supports_buft;
     device->device_.iface.offload_op = device_offload_op;

@@ -4,6 +4,7 @@
 
 #include "abi/ggml_backend_abi_v3.h"
 #include "guest/remote_session.h"
+#include "transport/shared_memory.h"
 
 #include <memory>
 #include <mutex>
@@ -25,6 +26,8 @@ class RemoteDevice {
     const std::string &name() const { return name_; }
     const std::string &description() const { return description_; }
     const protocol::DeviceInfo::Reply &info() const { return info_; }
+    // In this session the device's buffers are shared memory, mapped here too.
+    bool shares_memory() const { return info_.shared_buffers != 0; }
 
     // Answers cached per op signature: the same shapes ask the host once.
     bool supports_op(const ggml_tensor *op);
@@ -48,15 +51,24 @@ class RemoteDevice {
     std::unordered_map<std::string, size_t> alloc_size_cache_;
 };
 
-// A buffer on a remote device. Its base is a reserved, inaccessible address range
-// of the buffer's size: tensor addresses stay unique and aligned as ggml expects,
-// and any stray access from the guest faults instead of reading garbage.
+// A buffer on a remote device, in one of three forms:
+// - remote: the memory is on the host only. The base is a reserved, inaccessible
+//   address range of the buffer's size, so tensor addresses stay unique and aligned
+//   as ggml expects and a stray access from the guest faults instead of reading
+//   garbage; data moves in messages.
+// - shared: a memory file mapped by both sides; tensors are read and written in
+//   place with no message, and the host computes in the same pages.
+// - file: the guest's own read-only mapping of model weights, which the host maps
+//   from the same file (or holds a copy of).
 struct RemoteBuffer {
+    enum class Kind { remote, shared, file };
+    Kind kind = Kind::remote;
     RemoteDevice *device = nullptr;
     uint64_t handle = 0;
     void *base = nullptr;
-    void *reservation = nullptr;
+    void *reservation = nullptr;  // remote: the reserved address range
     size_t reservation_size = 0;
+    Mapping mapping;              // shared: this side's mapping of the memory file
 
     // The handle and offset of a tensor's data (plus `offset`) in this buffer.
     protocol::BufferRange range(const ggml_tensor *tensor, size_t offset, size_t size) const;
@@ -66,6 +78,10 @@ struct RemoteBuffer {
 RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer);
 
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size);
+// ggml's buffer_from_host_ptr for shared-memory devices: `ptr` is normally a mapped
+// model file, which the host then maps too.
+ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
+                                                  size_t max_tensor_size);
 ggml_backend_t create_remote_backend(RemoteDevice *device);
 // Sets the host's thread count for a backend of ours (ggml_backend_set_n_threads).
 void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads);

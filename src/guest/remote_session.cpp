@@ -13,8 +13,10 @@ Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique
     Status status = connect_endpoint(endpoint, timeout_ms, &fd);
     if (!status) return status;
     session->stream_ = FramedStream(std::move(fd), endpoint.to_string());
+    Hello::Request hello;
+    if (endpoint.kind == Endpoint::Kind::shared_memory) hello.capabilities |= kSessionSharedMemory;
     Hello::Reply reply{};
-    status = session->call<Hello>(Hello::Request{}, {}, &reply);
+    status = session->call<Hello>(hello, {}, &reply);
     if (!status) {
         if (status.code() == Code::disconnected) {
             return error(status.code(), "handshake with " + endpoint.to_string() + " failed: " + status.message() +
@@ -23,6 +25,11 @@ Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique
         return error(status.code(), endpoint.to_string() + " refused the session: " + status.message());
     }
     session->device_count_ = reply.device_count;
+    session->shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
+    if ((hello.capabilities & kSessionSharedMemory) && !session->shared_memory_) {
+        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket",
+            endpoint.to_string().c_str());
+    }
     *out = std::move(session);
     return Status::success();
 }
@@ -37,11 +44,14 @@ Status RemoteSession::lost(const Status &cause) {
     return cause;
 }
 
-Status RemoteSession::read_reply(CommandId id, void *reply, size_t reply_size, std::vector<uint8_t> *reply_tail,
-                                 void *tail_into, size_t tail_into_size) {
+Status RemoteSession::read_reply(CommandId id, Exchange &x) {
     FrameHeader header;
     Status status = stream_.receive_header(&header, ~0ull);
     if (!status) return lost(status);
+    if (x.received_fd != nullptr && !stream_.received_fds().empty()) {
+        *x.received_fd = std::move(stream_.received_fds().front());
+    }
+    stream_.received_fds().clear();
     if (!(header.flags & kFrameReply) || header.command != static_cast<uint16_t>(id)) {
         return lost(error(Code::error, std::string("protocol error: expected the reply to ") + command_name(id)));
     }
@@ -53,22 +63,22 @@ Status RemoteSession::read_reply(CommandId id, void *reply, size_t reply_size, s
         if (!status) return lost(status);
         return error(static_cast<Code>(header.status), message);
     }
-    if (header.payload_size < reply_size) {
+    if (header.payload_size < x.reply_size) {
         return lost(error(Code::error, std::string("protocol error: short reply to ") + command_name(id)));
     }
-    if (reply_size > 0) {
-        status = stream_.receive(reply, reply_size);
+    if (x.reply_size > 0) {
+        status = stream_.receive(x.reply, x.reply_size);
         if (!status) return lost(status);
     }
-    const uint64_t tail_size = header.payload_size - reply_size;
-    if (tail_into != nullptr && tail_size == tail_into_size) {
-        status = stream_.receive(tail_into, tail_size);
-    } else if (reply_tail != nullptr) {
-        reply_tail->resize(tail_size);
-        status = stream_.receive(reply_tail->data(), tail_size);
+    const uint64_t tail_size = header.payload_size - x.reply_size;
+    if (x.tail_into != nullptr && tail_size == x.tail_into_size) {
+        status = stream_.receive(x.tail_into, tail_size);
+    } else if (x.reply_tail != nullptr) {
+        x.reply_tail->resize(tail_size);
+        status = stream_.receive(x.reply_tail->data(), tail_size);
     } else {
         status = stream_.discard(tail_size);
-        if (status && tail_into != nullptr) {
+        if (status && x.tail_into != nullptr) {
             status = error(Code::error, std::string("protocol error: unexpected reply size to ") + command_name(id));
         }
     }
@@ -76,17 +86,15 @@ Status RemoteSession::read_reply(CommandId id, void *reply, size_t reply_size, s
     return Status::success();
 }
 
-Status RemoteSession::exchange(CommandId id, ByteView fixed, ByteView tail, bool expect_reply, void *reply,
-                               size_t reply_size, std::vector<uint8_t> *reply_tail, void *tail_into,
-                               size_t tail_into_size) {
+Status RemoteSession::run(CommandId id, Exchange &x) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
     FrameHeader header;
     header.command = static_cast<uint16_t>(id);
-    Status status = stream_.send(header, {fixed, tail});
+    Status status = stream_.send(header, {x.fixed, x.tail}, &x.send_fd, x.send_fd >= 0 ? 1 : 0);
     if (!status) return lost(status);
-    if (!expect_reply) return Status::success();
-    return read_reply(id, reply, reply_size, reply_tail, tail_into, tail_into_size);
+    if (!x.expect_reply) return Status::success();
+    return read_reply(id, x);
 }
 
 }  // namespace ggml_remote::guest

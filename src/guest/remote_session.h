@@ -20,41 +20,56 @@ class RemoteSession {
     static Status open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *session);
 
     // A command with a reply. The reply's tail goes to `tail_into` when its size is
-    // exactly `tail_into_size` (no copy), else into `tail`.
+    // exactly `tail_into_size` (no copy), else into `tail`. `send_fd` goes along with
+    // the request; a descriptor that comes with the reply lands in `received_fd`.
     template <class Cmd>
     Status call(const typename Cmd::Request &request, protocol::ByteView request_tail = {},
                 typename Cmd::Reply *reply = nullptr, std::vector<uint8_t> *tail = nullptr, void *tail_into = nullptr,
-                size_t tail_into_size = 0) {
+                size_t tail_into_size = 0, int send_fd = -1, UniqueFd *received_fd = nullptr) {
         static_assert(!Cmd::one_way, "use post() for one-way commands");
         constexpr size_t reply_size = std::is_empty<typename Cmd::Reply>::value ? 0 : sizeof(typename Cmd::Reply);
-        return exchange(Cmd::id, protocol::ByteView(&request, sizeof(request)), request_tail, true, reply, reply_size,
-                        tail, tail_into, tail_into_size);
+        Exchange exchange{protocol::ByteView(&request, sizeof(request)), request_tail, send_fd, true, reply, reply_size,
+                          tail, tail_into, tail_into_size, received_fd};
+        return run(Cmd::id, exchange);
     }
 
     // A one-way command: no reply; a failure is reported with the next reply.
     template <class Cmd>
     Status post(const typename Cmd::Request &request, protocol::ByteView request_tail = {}) {
         static_assert(Cmd::one_way, "use call() for commands with a reply");
-        return exchange(Cmd::id, protocol::ByteView(&request, sizeof(request)), request_tail, false, nullptr, 0,
-                        nullptr, nullptr, 0);
+        Exchange exchange{protocol::ByteView(&request, sizeof(request)), request_tail};
+        return run(Cmd::id, exchange);
     }
 
     const std::string &endpoint() const { return endpoint_; }
     uint32_t device_count() const { return device_count_; }
+    // Whether the server granted shared-memory buffers (shm: endpoints).
+    bool shared_memory() const { return shared_memory_; }
 
   private:
     explicit RemoteSession(std::string endpoint) : endpoint_(std::move(endpoint)) {}
-    Status exchange(protocol::CommandId id, protocol::ByteView fixed, protocol::ByteView tail, bool expect_reply,
-                    void *reply, size_t reply_size, std::vector<uint8_t> *reply_tail, void *tail_into,
-                    size_t tail_into_size);
-    Status read_reply(protocol::CommandId id, void *reply, size_t reply_size, std::vector<uint8_t> *reply_tail,
-                      void *tail_into, size_t tail_into_size);
+    // One request and, unless one-way, its reply.
+    struct Exchange {
+        protocol::ByteView fixed;
+        protocol::ByteView tail;
+        int send_fd = -1;
+        bool expect_reply = false;
+        void *reply = nullptr;
+        size_t reply_size = 0;
+        std::vector<uint8_t> *reply_tail = nullptr;
+        void *tail_into = nullptr;
+        size_t tail_into_size = 0;
+        UniqueFd *received_fd = nullptr;
+    };
+    Status run(protocol::CommandId id, Exchange &exchange);
+    Status read_reply(protocol::CommandId id, Exchange &exchange);
     Status lost(const Status &cause);
 
     std::mutex mutex_;  // one call at a time: replies come back in order
     FramedStream stream_;
     std::string endpoint_;
     uint32_t device_count_ = 0;
+    bool shared_memory_ = false;
     bool broken_ = false;  // the connection failed; every later call fails at once
 };
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "protocol/commands.h"
+#include "transport/unique_fd.h"
 
 #include <array>
 #include <functional>
@@ -15,6 +16,7 @@ namespace ggml_remote::host {
 struct ReplyTail {
     std::vector<uint8_t> owned;
     protocol::ByteView view;
+    UniqueFd fd;  // a descriptor to pass along (unix sockets), closed once sent
 
     protocol::ByteView bytes() const { return view.data != nullptr ? view : protocol::ByteView(owned); }
 };

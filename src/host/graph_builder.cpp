@@ -15,6 +15,12 @@ Status bad(size_t index, const WireTensor &t, const std::string &what) {
                  "tensor " + std::to_string(index) + (t.name[0] ? " '" + std::string(t.name) + "'" : "") + ": " + what);
 }
 
+// Ops whose result is only another look at their source: they write nothing.
+bool is_view_op(int32_t op) {
+    return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||
+           op == GGML_OP_TRANSPOSE;
+}
+
 }  // namespace
 
 Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPolicy policy, BuiltTensors *built) {
@@ -26,6 +32,8 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
     built->context.reset(ggml_init(params));
     if (!built->context) return error(Code::out_of_memory, "cannot allocate a context for the tensors");
     built->tensors.assign(list.tensors.size(), nullptr);
+    std::vector<bool> is_node(list.tensors.size(), false);
+    for (int32_t index : list.nodes) is_node[index] = true;
 
     for (size_t i = 0; i < list.tensors.size(); ++i) {
         const WireTensor &w = list.tensors[i];
@@ -53,6 +61,9 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
                 return bad(i, w,
                            "data [" + std::to_string(w.data_offset) + ", +" + std::to_string(span) +
                                ") lies outside its buffer of " + std::to_string(view.size) + " bytes");
+            }
+            if (!view.writable && is_node[i] && !is_view_op(w.op)) {
+                return bad(i, w, "would write into a read-only buffer");
             }
             if (w.view_src >= 0) {
                 const WireTensor &source = list.tensors[w.view_src];

@@ -22,6 +22,7 @@ using ContextPtr = std::unique_ptr<ggml_context, ContextDeleter>;
 struct BufferView {
     ggml_backend_buffer_t buffer = nullptr;
     uint64_t size = 0;
+    bool writable = true;  // false for a guest's mapped model file
 };
 using BufferLookup = std::function<Status(uint64_t handle, BufferView *view)>;
 
@@ -38,7 +39,8 @@ enum class DataPolicy {
 };
 
 // Builds the tensors, checking each data range against its buffer's bounds and each
-// view against its source. With nodes, also builds the graph.
+// view against its source. With nodes, also builds the graph; a node that writes
+// its result into a read-only buffer is refused.
 Status build_tensors(const protocol::TensorList &list, const BufferLookup &lookup, DataPolicy policy,
                      BuiltTensors *built);
 

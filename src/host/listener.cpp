@@ -151,7 +151,7 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
     log_line("shutting down; ending " + std::to_string(live.size()) + " session(s)");
     for (const auto &entry : live) ::kill(entry.first, SIGTERM);
     for (const ListeningSocket &socket : sockets) {
-        if (socket.endpoint.kind == Endpoint::Kind::unix_socket) ::unlink(socket.endpoint.path.c_str());
+        if (socket.endpoint.uses_unix_socket()) ::unlink(socket.endpoint.path.c_str());
     }
     while (!live.empty()) {
         const pid_t pid = ::waitpid(-1, nullptr, 0);

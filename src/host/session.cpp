@@ -2,6 +2,7 @@
 
 #include "abi/ggml_backend_abi_v3.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -68,10 +69,13 @@ Status Session::backend_at(uint64_t handle, SessionBackend **backend) {
     return Status::success();
 }
 
-Status Session::range_tensor(const BufferRange &range, ggml_tensor *tensor) {
+Status Session::range_tensor(const BufferRange &range, bool write, ggml_tensor *tensor) {
     SessionBuffer *buffer = nullptr;
     Status status = buffer_at(range.buffer, &buffer);
     if (!status) return status;
+    if (write && !buffer->writable) {
+        return error(Code::bad_request, "buffer " + std::to_string(range.buffer) + " is read-only");
+    }
     uint64_t end = 0;
     if (__builtin_add_overflow(range.offset, range.size, &end) || end > buffer->size) {
         return error(Code::bad_request, "range [" + std::to_string(range.offset) + ", +" + std::to_string(range.size) +
@@ -101,6 +105,7 @@ Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
         if (!found) return found;
         view->buffer = buffer->buffer.get();
         view->size = buffer->size;
+        view->writable = buffer->writable;
         return Status::success();
     };
     return build_tensors(list, lookup, policy, built);
@@ -130,9 +135,10 @@ void Session::register_handlers() {
                              std::to_string(kProtocolVersion) + "; use the same ggml-remote release on both sides");
         }
         handshaken_ = true;
+        shared_memory_ = shared_memory_allowed_ && (request.capabilities & kSessionSharedMemory) != 0;
         reply->protocol_version = kProtocolVersion;
         reply->device_count = static_cast<uint32_t>(devices_.size());
-        reply->capabilities = 0;
+        reply->capabilities = shared_memory_ ? uint64_t(kSessionSharedMemory) : 0;
         return Status::success();
     });
 
@@ -158,6 +164,7 @@ void Session::register_handlers() {
         reply->buffer_max_size = ggml_backend_buft_get_max_size(buft);
         reply->buffer_is_host = ggml_backend_buft_is_host(buft) ? 1 : 0;
         describe_buffer_hooks(buft, reply);
+        reply->shared_buffers = shared_memory_ && device_shares_memory(device) ? 1 : 0;
         for (const char *text : {props.name, props.description, ggml_backend_buft_name(buft)}) {
             const std::string s = text != nullptr ? text : "";
             tail->owned.insert(tail->owned.end(), s.begin(), s.end());
@@ -206,7 +213,7 @@ void Session::register_handlers() {
         });
 
     dispatcher_.on<BufferAlloc>(
-        [this](const BufferAlloc::Request &request, ByteView, BufferAlloc::Reply *reply, ReplyTail *) {
+        [this](const BufferAlloc::Request &request, ByteView, BufferAlloc::Reply *reply, ReplyTail *tail) {
             ggml_backend_dev_t device = nullptr;
             Status status = device_at(request.device, &device);
             if (!status) return status;
@@ -225,20 +232,59 @@ void Session::register_handlers() {
                 return error(Code::bad_request, "buffer of " + std::to_string(request.size) +
                                                     " bytes is larger than the device's maximum");
             }
-            ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
-            if (buffer == nullptr) {
-                return error(Code::out_of_memory, "the host device could not allocate " +
-                                                      std::to_string(request.size) + " bytes");
-            }
             SessionBuffer record;
-            record.buffer.reset(buffer);
+            if (shared_memory_ && device_shares_memory(device)) {
+                status = allocate_shared(device, request.size, &record, &tail->fd);
+                if (!status) return status;
+                reply->shared = 1;
+            } else {
+                ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
+                if (buffer == nullptr) {
+                    return error(Code::out_of_memory, "the host device could not allocate " +
+                                                          std::to_string(request.size) + " bytes");
+                }
+                record.buffer.reset(buffer);
+            }
             record.device = request.device;
-            record.size = ggml_backend_buffer_get_size(buffer);
+            record.size = ggml_backend_buffer_get_size(record.buffer.get());
             memory_in_use_ += record.size;
             reply->size = record.size;
             reply->buffer = buffers_.insert(std::move(record));
             return Status::success();
         });
+
+    dispatcher_.on<BufferFromFile>([this](const BufferFromFile::Request &request, ByteView,
+                                          BufferFromFile::Reply *reply, ReplyTail *) {
+        ggml_backend_dev_t device = nullptr;
+        Status status = device_at(request.device, &device);
+        if (!status) return status;
+        if (!shared_memory_ || !device_shares_memory(device)) {
+            return error(Code::unsupported, "buffer_from_file needs a shared-memory session on a host-memory device");
+        }
+        if (fds_ == nullptr || fds_->size() != 1) {
+            return error(Code::bad_request, "buffer_from_file needs exactly one file descriptor");
+        }
+        if (buffers_.size() >= limits_.max_buffers) {
+            return error(Code::limit_exceeded,
+                         "this session already has " + std::to_string(buffers_.size()) + " buffers (limit)");
+        }
+        UniqueFd file = std::move(fds_->front());
+        fds_->clear();
+        SessionBuffer record;
+        // Read-only and shared: the host reads the very pages of the guest's file.
+        status = Mapping::map(file.get(), request.file_offset, request.size, false, &record.mapping);
+        if (!status) return error(status.code(), "cannot map the guest's file: " + status.message());
+        ggml_backend_buffer_t buffer = ggml_backend_dev_buffer_from_host_ptr(
+            device, record.mapping.data(), record.mapping.size(),
+            std::min<uint64_t>(request.max_tensor_size, request.size));
+        if (buffer == nullptr) return error(Code::error, "the host device cannot wrap the mapped file");
+        record.buffer.reset(buffer);
+        record.device = request.device;
+        record.size = request.size;
+        record.writable = false;
+        reply->buffer = buffers_.insert(std::move(record));
+        return Status::success();
+    });
 
     dispatcher_.on<BufferFree>([this](const BufferFree::Request &request, ByteView, Empty *, ReplyTail *) {
         SessionBuffer *buffer = nullptr;
@@ -253,6 +299,7 @@ void Session::register_handlers() {
         SessionBuffer *buffer = nullptr;
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
+        if (!buffer->writable) return error(Code::bad_request, "cannot clear a read-only buffer");
         ggml_backend_buffer_clear(buffer->buffer.get(), request.value);
         return Status::success();
     });
@@ -286,7 +333,7 @@ void Session::register_handlers() {
 
     dispatcher_.on<SetTensor>([this](const SetTensor::Request &request, ByteView tail, Empty *, ReplyTail *) {
         ggml_tensor tensor;
-        Status status = range_tensor(request.range, &tensor);
+        Status status = range_tensor(request.range, true, &tensor);
         if (!status) return status;
         if (tail.size != request.range.size) {
             return error(Code::bad_request, "set_tensor: " + std::to_string(tail.size) + " data bytes for a range of " +
@@ -308,7 +355,7 @@ void Session::register_handlers() {
                 return error(Code::bad_request, "set_tensor_2d: offset overflow");
             }
             ggml_tensor tensor;
-            Status status = range_tensor(row, &tensor);
+            Status status = range_tensor(row, true, &tensor);
             if (!status) return status;
             ggml_backend_tensor_set(&tensor, tail.data + i * request.range.size, 0, request.range.size);
         }
@@ -317,7 +364,7 @@ void Session::register_handlers() {
 
     dispatcher_.on<GetTensor>([this](const GetTensor::Request &request, ByteView, Empty *, ReplyTail *tail) {
         ggml_tensor tensor;
-        Status status = range_tensor(request.range, &tensor);
+        Status status = range_tensor(request.range, false, &tensor);
         if (!status) return status;
         if (ggml_backend_buffer_is_host(tensor.buffer)) {
             tail->view = ByteView(tensor.data, request.range.size);  // sent straight from the buffer
@@ -342,7 +389,7 @@ void Session::register_handlers() {
                 return error(Code::bad_request, "get_tensor_2d: offset overflow");
             }
             ggml_tensor tensor;
-            Status status = range_tensor(row, &tensor);
+            Status status = range_tensor(row, false, &tensor);
             if (!status) return status;
             ggml_backend_tensor_get(&tensor, tail->owned.data() + i * request.range.size, 0, request.range.size);
         }
@@ -351,7 +398,7 @@ void Session::register_handlers() {
 
     dispatcher_.on<MemsetTensor>([this](const MemsetTensor::Request &request, ByteView, Empty *, ReplyTail *) {
         ggml_tensor tensor;
-        Status status = range_tensor(request.range, &tensor);
+        Status status = range_tensor(request.range, true, &tensor);
         if (!status) return status;
         ggml_backend_tensor_memset(&tensor, request.value, 0, request.range.size);
         return Status::success();
@@ -365,9 +412,9 @@ void Session::register_handlers() {
                                                 " bytes differ");
         }
         ggml_tensor src, dst;
-        Status status = range_tensor(request.src, &src);
+        Status status = range_tensor(request.src, false, &src);
         if (!status) return status;
-        status = range_tensor(request.dst, &dst);
+        status = range_tensor(request.dst, true, &dst);
         if (!status) return status;
         if (request.src.buffer == request.dst.buffer && request.src.offset < request.dst.offset + request.dst.size &&
             request.dst.offset < request.src.offset + request.src.size) {
@@ -436,7 +483,27 @@ void Session::register_handlers() {
 
 }
 
-Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply) {
+bool Session::device_shares_memory(ggml_backend_dev_t device) const {
+    ggml_backend_dev_props props{};
+    ggml_backend_dev_get_props(device, &props);
+    return props.caps.buffer_from_host_ptr && ggml_backend_buft_is_host(ggml_backend_dev_buffer_type(device));
+}
+
+Status Session::allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd) {
+    Status status = create_shared_memory(size, "ggml-remote-buffer", fd);
+    if (!status) return status;
+    status = Mapping::map(fd->get(), 0, size, true, &record->mapping);
+    if (!status) return status;
+    // The device computes in place in the shared pages.
+    ggml_backend_buffer_t buffer =
+        ggml_backend_dev_buffer_from_host_ptr(device, record->mapping.data(), record->mapping.size(), size);
+    if (buffer == nullptr) return error(Code::error, "the host device cannot use shared memory");
+    record->buffer.reset(buffer);
+    return Status::success();
+}
+
+Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply, std::vector<UniqueFd> *fds) {
+    fds_ = fds;
     const Dispatcher::RawHandler *handler = dispatcher_.find(command);
     if (handler == nullptr) return error(Code::bad_request, "unknown command " + std::to_string(command));
     if (!handshaken_ && command != static_cast<uint16_t>(CommandId::hello)) {
@@ -465,7 +532,10 @@ Status Session::serve(FramedStream &stream) {
         counters_.bytes_received += sizeof(header) + payload.size();
 
         ReplyFrame reply;
-        status = handle(header.command, ByteView(payload), &reply);
+        std::vector<UniqueFd> fds = std::move(stream.received_fds());
+        stream.received_fds().clear();
+        status = handle(header.command, ByteView(payload), &reply, &fds);
+        fds.clear();  // whatever a handler did not take is closed
         const bool known = dispatcher_.find(header.command) != nullptr;
         if (known && dispatcher_.one_way(header.command)) {
             if (!status && deferred.ok()) {
@@ -479,7 +549,8 @@ Status Session::serve(FramedStream &stream) {
         Status sent;
         if (status.ok()) {
             const ByteView tail = reply.tail.bytes();
-            sent = stream.send(out, {ByteView(reply.fixed), tail});
+            const int fd = reply.tail.fd.get();
+            sent = stream.send(out, {ByteView(reply.fixed), tail}, &fd, reply.tail.fd.valid() ? 1 : 0);
             counters_.bytes_sent += sizeof(out) + reply.fixed.size() + tail.size;
         } else {
             sent = stream.send(out, {ByteView(status.message().data(), status.message().size())});

@@ -8,6 +8,7 @@
 #include "protocol/commands.h"
 #include "protocol/tensor_codec.h"
 #include "transport/connection.h"
+#include "transport/shared_memory.h"
 
 #include <ggml-backend.h>
 
@@ -41,13 +42,18 @@ class Session {
     Session(const Session &) = delete;
     Session &operator=(const Session &) = delete;
 
+    // Lets the guest ask for shared-memory buffers: only when it is on a unix socket.
+    void allow_shared_memory() { shared_memory_allowed_ = true; }
+
     // Serves the guest until it disconnects (success) or breaks the protocol
     // (the returned status says how). The session's objects stay until destruction.
     Status serve(FramedStream &stream);
 
     // Handles one decoded frame; `reply` is filled for commands that reply.
     // Exposed for in-process tests and fuzzing.
-    Status handle(uint16_t command, protocol::ByteView payload, ReplyFrame *reply);
+    // `fds` are the descriptors that came with the frame; handlers take what they expect.
+    Status handle(uint16_t command, protocol::ByteView payload, ReplyFrame *reply,
+                  std::vector<UniqueFd> *fds = nullptr);
 
     const SessionCounters &counters() const { return counters_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
@@ -61,9 +67,11 @@ class Session {
         void operator()(ggml_backend *backend) const { ggml_backend_free(backend); }
     };
     struct SessionBuffer {
+        Mapping mapping;  // shared memory or a mapped file; outlives the buffer over it
         std::unique_ptr<ggml_backend_buffer, BufferDeleter> buffer;
         uint32_t device = 0;
         uint64_t size = 0;
+        bool writable = true;
     };
     struct SessionBackend {
         std::unique_ptr<ggml_backend, BackendDeleter> backend;
@@ -75,7 +83,10 @@ class Session {
     Status buffer_at(uint64_t handle, SessionBuffer **buffer);
     Status backend_at(uint64_t handle, SessionBackend **backend);
     // Checks a byte range against its buffer and returns a 1-D tensor over it.
-    Status range_tensor(const protocol::BufferRange &range, ggml_tensor *tensor);
+    Status range_tensor(const protocol::BufferRange &range, bool write, ggml_tensor *tensor);
+    // Whether buffers of this device can live in shared memory.
+    bool device_shares_memory(ggml_backend_dev_t device) const;
+    Status allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd);
     Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
     void set_threads(ggml_backend_t backend, int n_threads);
 
@@ -86,6 +97,9 @@ class Session {
     HandleTable<SessionBackend> backends_;
     uint64_t memory_in_use_ = 0;
     bool handshaken_ = false;
+    bool shared_memory_allowed_ = false;
+    bool shared_memory_ = false;  // granted in the handshake
+    std::vector<UniqueFd> *fds_ = nullptr;  // descriptors of the frame being handled
     SessionCounters counters_;
 };
 

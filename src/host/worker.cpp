@@ -2,8 +2,7 @@
 
 #include "transport/connection.h"
 
-#include <sys/resource.h>
-#include <sys/time.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -41,6 +40,11 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     SessionCounters counters;
     {
         Session session(devices, options.limits);
+        int domain = 0;
+        socklen_t length = sizeof(domain);
+        if (::getsockopt(client_fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && domain == AF_UNIX) {
+            session.allow_shared_memory();  // a guest on this machine: memory files can be passed
+        }
         outcome = session.serve(stream);
         counters = session.counters();
     }

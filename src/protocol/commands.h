@@ -36,6 +36,7 @@ enum class CommandId : uint16_t {
     backend_free,
     set_n_threads,
     graph_compute,
+    buffer_from_file,
     count_,  // not a command: one past the last id
 };
 
@@ -50,6 +51,13 @@ enum DeviceCaps : uint32_t {
     kCapMmap = 1 << 4,
 };
 
+// Session capability bits (Hello): asked for by the guest, granted by the host.
+enum SessionCaps : uint64_t {
+    // Buffers in host memory are memory files mapped by both sides, and model
+    // files are mapped instead of copied (unix sockets only).
+    kSessionSharedMemory = 1 << 0,
+};
+
 #pragma pack(push, 1)
 
 struct Empty {};
@@ -61,12 +69,12 @@ struct Hello {
     struct Request {
         uint32_t magic = kHelloMagic;
         uint32_t protocol_version = kProtocolVersion;
-        uint64_t capabilities = 0;  // reserved for optional features; 0 today
+        uint64_t capabilities = 0;  // SessionCaps wanted
     };
     struct Reply {
         uint32_t protocol_version;
         uint32_t device_count;
-        uint64_t capabilities;
+        uint64_t capabilities;  // SessionCaps granted
     };
 };
 
@@ -89,6 +97,9 @@ struct DeviceInfo {
         // get_alloc_size of its own; when not, the guest skips those round trips.
         uint8_t buffer_needs_init_tensor;
         uint8_t buffer_custom_alloc_size;
+        // In this session, the device's buffers are shared memory (BufferAlloc
+        // passes a memory file) and model files can be mapped (BufferFromFile).
+        uint8_t shared_buffers;
     };
 };
 
@@ -138,6 +149,24 @@ struct BufferAlloc {
     struct Reply {
         uint64_t buffer;  // handle
         uint64_t size;
+        uint8_t shared;   // 1: the buffer's memory file comes with the reply
+    };
+};
+
+// A read-only buffer over [file_offset, +size) of a file whose descriptor comes
+// with the request: the guest's memory-mapped model weights, mapped by the host
+// too instead of copied. Only where DeviceInfo says shared_buffers.
+struct BufferFromFile {
+    static constexpr CommandId id = CommandId::buffer_from_file;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+        uint64_t file_offset;
+        uint64_t size;
+        uint64_t max_tensor_size;
+    };
+    struct Reply {
+        uint64_t buffer;  // handle
     };
 };
 

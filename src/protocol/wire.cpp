@@ -24,6 +24,7 @@ const char *command_name(CommandId id) {
         case CommandId::backend_free: return "backend_free";
         case CommandId::set_n_threads: return "set_n_threads";
         case CommandId::graph_compute: return "graph_compute";
+        case CommandId::buffer_from_file: return "buffer_from_file";
         case CommandId::count_: break;
     }
     return "unknown";

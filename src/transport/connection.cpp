@@ -17,6 +17,12 @@ Status FramedStream::failure(const char *what, int err) {
 }
 
 Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts) {
+    return send(header, parts, nullptr, 0);
+}
+
+Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts, const int *fds,
+                          size_t fd_count) {
+    if (fd_count > kMaxFdsPerFrame) return error(Code::error, "send: too many descriptors in one frame");
     if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
     header.payload_size = 0;
     iovec iov[8];
@@ -29,15 +35,29 @@ Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> pa
         iov[count++] = {const_cast<uint8_t *>(part.data), part.size};
     }
     iovec *next = iov;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
+    bool fds_pending = fd_count > 0;
     while (count > 0) {
         msghdr message{};
         message.msg_iov = next;
         message.msg_iovlen = count;
+        if (fds_pending) {
+            // The descriptors ride on the first bytes of the frame.
+            std::memset(control, 0, sizeof(control));
+            message.msg_control = control;
+            message.msg_controllen = CMSG_SPACE(sizeof(int) * fd_count);
+            cmsghdr *cmsg = CMSG_FIRSTHDR(&message);
+            cmsg->cmsg_level = SOL_SOCKET;
+            cmsg->cmsg_type = SCM_RIGHTS;
+            cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fd_count);
+            std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * fd_count);
+        }
         const ssize_t sent = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL);
         if (sent < 0) {
             if (errno == EINTR) continue;
             return failure("send to", errno);
         }
+        fds_pending = false;
         size_t left = static_cast<size_t>(sent);
         while (count > 0 && left >= next->iov_len) {
             left -= next->iov_len;
@@ -69,7 +89,35 @@ Status FramedStream::receive(void *data, size_t size) {
 }
 
 Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
-    Status status = receive(header, sizeof(*header));
+    if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
+    received_fds_.clear();
+    // The first read takes any descriptors that came with the frame.
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
+    iovec iov{header, sizeof(*header)};
+    msghdr message{};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    ssize_t got;
+    do {
+        got = ::recvmsg(fd_.get(), &message, MSG_CMSG_CLOEXEC);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) return failure("receive from", errno);
+    if (got == 0) return failure("receive from", 0);
+    for (cmsghdr *cmsg = CMSG_FIRSTHDR(&message); cmsg != nullptr; cmsg = CMSG_NXTHDR(&message, cmsg)) {
+        if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+        const size_t n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+            received_fds_.emplace_back(fd);
+        }
+    }
+    if (message.msg_flags & MSG_CTRUNC) {
+        return error(Code::bad_request, "receive from " + peer_ + ": too many descriptors with one message");
+    }
+    Status status = receive(reinterpret_cast<uint8_t *>(header) + got, sizeof(*header) - static_cast<size_t>(got));
     if (!status) return status;
     if (header->payload_size > max_payload) {
         return error(Code::limit_exceeded, "message of " + std::to_string(header->payload_size) +

@@ -11,6 +11,9 @@
 
 namespace ggml_remote {
 
+// At most this many descriptors travel with one frame.
+constexpr size_t kMaxFdsPerFrame = 4;
+
 class FramedStream {
   public:
     FramedStream() = default;
@@ -19,13 +22,20 @@ class FramedStream {
     // Sends one frame whose payload is the concatenation of `parts`; the header's
     // payload_size is filled in. Never raises SIGPIPE.
     Status send(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts);
+    // The same, passing file descriptors along (unix sockets only; SCM_RIGHTS).
+    Status send(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts, const int *fds,
+                size_t fd_count);
 
     // Reads a frame header; a payload larger than max_payload is refused unread.
+    // Descriptors that came with the frame wait in received_fds() until taken.
     Status receive_header(protocol::FrameHeader *header, uint64_t max_payload);
     // Reads exactly `size` payload bytes.
     Status receive(void *data, size_t size);
     // Reads and throws away `size` bytes (the payload of a refused frame).
     Status discard(uint64_t size);
+
+    // Descriptors that arrived with the last frame header; the caller takes them.
+    std::vector<UniqueFd> &received_fds() { return received_fds_; }
 
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }
@@ -37,6 +47,7 @@ class FramedStream {
 
     UniqueFd fd_;
     std::string peer_;
+    std::vector<UniqueFd> received_fds_;
 };
 
 }  // namespace ggml_remote

@@ -10,27 +10,29 @@ namespace {
 
 Status bad_endpoint(const std::string &text, const std::string &why) {
     return error(Code::bad_request, "invalid endpoint '" + text + "': " + why +
-                                        " (expected unix:/path/to.sock or tcp://host:port)");
+                                        " (expected unix:/path/to.sock, shm:/path/to.sock or tcp://host:port)");
 }
 
 }  // namespace
 
 std::string Endpoint::to_string() const {
     if (kind == Kind::unix_socket) return "unix:" + path;
+    if (kind == Kind::shared_memory) return "shm:" + path;
     const bool v6 = host.find(':') != std::string::npos;
     return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 bool Endpoint::is_loopback() const {
-    if (kind == Kind::unix_socket) return true;
+    if (uses_unix_socket()) return true;
     return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 Status parse_endpoint(const std::string &text, Endpoint *endpoint) {
     Endpoint result;
-    if (text.rfind("unix:", 0) == 0) {
-        result.kind = Endpoint::Kind::unix_socket;
-        result.path = text.substr(5);
+    const bool shm = text.rfind("shm:", 0) == 0;
+    if (text.rfind("unix:", 0) == 0 || shm) {
+        result.kind = shm ? Endpoint::Kind::shared_memory : Endpoint::Kind::unix_socket;
+        result.path = text.substr(shm ? 4 : 5);
         if (result.path.empty()) return bad_endpoint(text, "empty socket path");
         if (result.path.size() >= sizeof(sockaddr_un{}.sun_path)) return bad_endpoint(text, "socket path too long");
     } else if (text.rfind("tcp://", 0) == 0) {

@@ -1,5 +1,7 @@
 // Endpoints: where a server listens and a guest connects.
-// Written "unix:/path/to.sock" or "tcp://host:port" (IPv6 hosts in brackets).
+// Written "unix:/path/to.sock", "shm:/path/to.sock" or "tcp://host:port" (IPv6
+// hosts in brackets). shm: is a unix socket over which the guest also asks for
+// shared-memory buffers; a server's unix socket serves both.
 #pragma once
 
 #include "protocol/status.h"
@@ -10,13 +12,14 @@
 namespace ggml_remote {
 
 struct Endpoint {
-    enum class Kind { unix_socket, tcp };
+    enum class Kind { unix_socket, shared_memory, tcp };
     Kind kind = Kind::unix_socket;
-    std::string path;  // unix
+    std::string path;  // unix, shared_memory
     std::string host;  // tcp
     int port = 0;      // tcp
 
     std::string to_string() const;
+    bool uses_unix_socket() const { return kind != Kind::tcp; }
     bool is_loopback() const;
 };
 

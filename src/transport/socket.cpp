@@ -106,12 +106,12 @@ void tune_stream_socket(int fd) {
 }
 
 Status connect_endpoint(const Endpoint &endpoint, int timeout_ms, UniqueFd *fd) {
-    if (endpoint.kind == Endpoint::Kind::unix_socket) return connect_unix(endpoint, fd);
+    if (endpoint.uses_unix_socket()) return connect_unix(endpoint, fd);
     return connect_tcp(endpoint, timeout_ms, fd);
 }
 
 Status listen_endpoint(Endpoint *endpoint, UniqueFd *out) {
-    if (endpoint->kind == Endpoint::Kind::unix_socket) {
+    if (endpoint->uses_unix_socket()) {
         struct stat st {};
         if (::lstat(endpoint->path.c_str(), &st) == 0) {
             if (!S_ISSOCK(st.st_mode)) {
@@ -172,7 +172,7 @@ Status accept_connection(int listen_fd, const Endpoint &endpoint, UniqueFd *out,
     socklen_t len = sizeof(address);
     UniqueFd fd(::accept4(listen_fd, reinterpret_cast<sockaddr *>(&address), &len, SOCK_CLOEXEC));
     if (!fd.valid()) return error(Code::error, "accept on " + endpoint.to_string() + ": " + errno_text(errno));
-    if (endpoint.kind == Endpoint::Kind::unix_socket) {
+    if (endpoint.uses_unix_socket()) {
         ucred cred{};
         socklen_t cred_len = sizeof(cred);
         if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0) {

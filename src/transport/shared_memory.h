@@ -1,0 +1,41 @@
+// Shared memory between guest and host: anonymous memory files passed over the
+// unix socket, and mappings of them (or of a guest's model file) on each side.
+#pragma once
+
+#include "protocol/status.h"
+#include "transport/unique_fd.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ggml_remote {
+
+// Creates a memory file of `size` bytes whose size is sealed: the other side can
+// neither shrink it (which would make our accesses fault) nor grow it.
+Status create_shared_memory(size_t size, const char *name, UniqueFd *fd);
+
+// A mapping of [offset, offset + size) of a file; unmapped on destruction.
+class Mapping {
+  public:
+    Mapping() = default;
+    Mapping(Mapping &&other) noexcept;
+    Mapping &operator=(Mapping &&other) noexcept;
+    Mapping(const Mapping &) = delete;
+    Mapping &operator=(const Mapping &) = delete;
+    ~Mapping();
+
+    // Maps a range of `fd`, which need not be page-aligned. A read-only mapping
+    // also checks that the range lies inside the file.
+    static Status map(int fd, uint64_t offset, size_t size, bool writable, Mapping *mapping);
+
+    void *data() const { return data_; }
+    size_t size() const { return size_; }
+
+  private:
+    void *base_ = nullptr;  // page-aligned start of the kernel mapping
+    size_t length_ = 0;     // its length
+    void *data_ = nullptr;  // the requested offset inside it
+    size_t size_ = 0;
+};
+
+}  // namespace ggml_remote
