@@ -21,6 +21,9 @@ test: build
 unit: build
 	$(RUN) ctest --test-dir $(BUILD) --output-on-failure -L unit
 
+bench: build
+	$(RUN) scripts/bench.sh $(BUILD)
+
 demo: build
 	$(RUN) scripts/demo.sh $(BUILD)
 

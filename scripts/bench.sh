@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# make bench: llama.cpp on the same synthetic models, locally and through every
+# remote transport (ours over shm, unix and TCP; ggml-rpc with and without its
+# cache), in one run, interleaved and repeated. Prints a table and writes
+# BUILD/bench/results.json.
+#   BENCH_MODELS="tiny small mid"  BENCH_REPS=3  BENCH_PP=64  BENCH_TG=32  BENCH_THREADS=2
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+models=${BENCH_MODELS:-tiny small mid}
+reps=${BENCH_REPS:-3}
+pp=${BENCH_PP:-64}
+tg=${BENCH_TG:-32}
+threads=${BENCH_THREADS:-2}
+rpc_server=/usr/libexec/x86_64-linux-gnu/llama/bin/ggml-rpc-server
+out=$build/bench
+mkdir -p "$out" "$build/models"
+raw=$out/raw.jsonl
+: >"$raw"
+work=$(mktemp -d /tmp/ggml-remote-bench.XXXXXX)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() {  # wait_for CHECK-COMMAND...
+    for _ in $(seq 100); do "$@" 2>/dev/null && return 0; sleep 0.1; done
+    echo "bench: timed out waiting for: $*" >&2; return 1
+}
+
+# Servers: ours (unix socket for unix: and shm:, plus TCP) and ggml-rpc twice.
+port=$(free_port)
+"$build/bin/ggml-remote-server" --listen "unix:$work/remote.sock" --listen "tcp://127.0.0.1:$port" \
+    --threads "$threads" >"$work/remote.log" 2>&1 &
+pids+=($!)
+rpc_port=$(free_port)
+"$rpc_server" -H 127.0.0.1 -p "$rpc_port" -t "$threads" >"$work/rpc.log" 2>&1 &
+pids+=($!)
+rpc_cache_port=$(free_port)
+mkdir -p "$work/rpc-cache"
+XDG_CACHE_HOME=$work/rpc-cache "$rpc_server" -H 127.0.0.1 -p "$rpc_cache_port" -t "$threads" -c >"$work/rpc-cache.log" 2>&1 &
+pids+=($!)
+wait_for test -S "$work/remote.sock"
+wait_for bash -c "exec 3<>/dev/tcp/127.0.0.1/$rpc_port"
+wait_for bash -c "exec 3<>/dev/tcp/127.0.0.1/$rpc_cache_port"
+
+plugin=(env GGML_BACKEND_PATH="$build/lib/libggml-remote.so")
+transports=(local shm unix tcp rpc rpc-cache)
+run_variant() {  # run_variant TRANSPORT TOOL ARGS...: the tool, set up for that transport
+    local transport=$1; shift
+    case $transport in
+        local) "$@" ;;
+        shm) "${plugin[@]}" GGML_REMOTE_SERVERS="shm:$work/remote.sock" "$@" -ngl 99 ;;
+        unix) "${plugin[@]}" GGML_REMOTE_SERVERS="unix:$work/remote.sock" "$@" -ngl 99 ;;
+        tcp) "${plugin[@]}" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$port" "$@" -ngl 99 ;;
+        rpc) "$@" --rpc "127.0.0.1:$rpc_port" -ngl 99 ;;
+        rpc-cache) "$@" --rpc "127.0.0.1:$rpc_cache_port" -ngl 99 ;;
+    esac
+}
+run_load() {  # run_load TRANSPORT MODEL: one model load, prints llama.cpp's load time in ms
+    # llama-completion loses its last log lines at exit unless it runs one thread.
+    local log=$work/load.log
+    run_variant "$1" llama-completion -m "$2" -n 1 -p Hi -no-cnv --no-warmup -t 1 </dev/null >/dev/null 2>"$log" || true
+    sed -n 's/.*load time = *\([0-9.]*\) ms.*/\1/p' "$log" | head -n1
+}
+
+for name in $models; do
+    model=$build/models/$name-f16.gguf
+    if [ ! -s "$model" ]; then
+        echo "bench: writing the $name model" >&2
+        "$build/bin/ggml-remote-synthetic-model" --preset "$name" --type f16 -o "$model.tmp" >/dev/null
+        mv "$model.tmp" "$model"
+    fi
+    for rep in $(seq "$reps"); do
+        for transport in "${transports[@]}"; do
+            echo "bench: $name $transport (round $rep of $reps)" >&2
+            json=$work/bench.json
+            if ! run_variant "$transport" llama-bench -m "$model" -p "$pp" -n "$tg" -r 1 -t "$threads" -o json \
+                >"$json" 2>"$work/bench.err"; then
+                echo "bench: llama-bench failed for $name $transport:" >&2; tail -5 "$work/bench.err" >&2
+                continue
+            fi
+            load_ms=$(run_load "$transport" "$model")
+            python3 "$here/bench_report.py" record "$name" "$transport" "$rep" "${load_ms:-nan}" <"$json" >>"$raw"
+        done
+    done
+done
+python3 "$here/bench_report.py" report "$out/results.json" <"$raw"
