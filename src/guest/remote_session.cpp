@@ -86,12 +86,50 @@ Status RemoteSession::read_reply(CommandId id, Exchange &x) {
     return Status::success();
 }
 
+namespace {
+
+// Frames up to this size are copied into the queue; larger ones (tensor data) go
+// out directly after it.
+constexpr size_t kQueuedFrameLimit = 256 * 1024;
+// A queue this full is sent without waiting for a call.
+constexpr size_t kQueueFlushSize = 1024 * 1024;
+
+}  // namespace
+
+void RemoteSession::queue(CommandId id, const Exchange &x) {
+    FrameHeader header;
+    header.command = static_cast<uint16_t>(id);
+    header.payload_size = x.fixed.size + x.tail.size;
+    append_pod(queued_, header);
+    queued_.insert(queued_.end(), x.fixed.data, x.fixed.data + x.fixed.size);
+    if (x.tail.size > 0) queued_.insert(queued_.end(), x.tail.data, x.tail.data + x.tail.size);
+}
+
+Status RemoteSession::flush_queue() {
+    if (queued_.empty()) return Status::success();
+    Status status = stream_.send_frames(ByteView(queued_));
+    queued_.clear();
+    return status;
+}
+
 Status RemoteSession::run(CommandId id, Exchange &x) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
-    FrameHeader header;
-    header.command = static_cast<uint16_t>(id);
-    Status status = stream_.send(header, {x.fixed, x.tail}, &x.send_fd, x.send_fd >= 0 ? 1 : 0);
+    Status status;
+    const bool small = x.send_fd < 0 && x.fixed.size + x.tail.size <= kQueuedFrameLimit;
+    if (small) {
+        queue(id, x);
+        if (!x.expect_reply && queued_.size() < kQueueFlushSize) return Status::success();
+        status = flush_queue();
+    } else {
+        // Descriptors must ride on their own frame's first byte: the queue goes first.
+        status = flush_queue();
+        if (status) {
+            FrameHeader header;
+            header.command = static_cast<uint16_t>(id);
+            status = stream_.send(header, {x.fixed, x.tail}, &x.send_fd, x.send_fd >= 0 ? 1 : 0);
+        }
+    }
     if (!status) return lost(status);
     if (!x.expect_reply) return Status::success();
     return read_reply(id, x);

@@ -63,6 +63,8 @@ class RemoteSession {
     };
     Status run(protocol::CommandId id, Exchange &exchange);
     Status read_reply(protocol::CommandId id, Exchange &exchange);
+    void queue(protocol::CommandId id, const Exchange &exchange);
+    Status flush_queue();
     Status lost(const Status &cause);
 
     std::mutex mutex_;  // one call at a time: replies come back in order
@@ -71,6 +73,9 @@ class RemoteSession {
     uint32_t device_count_ = 0;
     bool shared_memory_ = false;
     bool broken_ = false;  // the connection failed; every later call fails at once
+    // One-way commands wait here and leave with the next call, in one system call:
+    // the inputs of a token and its compute then cost no extra trips.
+    std::vector<uint8_t> queued_;
 };
 
 }  // namespace ggml_remote::guest

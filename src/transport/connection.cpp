@@ -23,7 +23,6 @@ Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> pa
 Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts, const int *fds,
                           size_t fd_count) {
     if (fd_count > kMaxFdsPerFrame) return error(Code::error, "send: too many descriptors in one frame");
-    if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
     header.payload_size = 0;
     iovec iov[8];
     size_t count = 0;
@@ -34,7 +33,16 @@ Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> pa
         if (count == sizeof(iov) / sizeof(iov[0])) return error(Code::error, "send: too many frame parts");
         iov[count++] = {const_cast<uint8_t *>(part.data), part.size};
     }
-    iovec *next = iov;
+    return write_all(iov, count, fds, fd_count);
+}
+
+Status FramedStream::send_frames(ByteView frames) {
+    iovec iov{const_cast<uint8_t *>(frames.data), frames.size};
+    return write_all(&iov, frames.size > 0 ? 1 : 0, nullptr, 0);
+}
+
+Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t fd_count) {
+    if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
     bool fds_pending = fd_count > 0;
     while (count > 0) {

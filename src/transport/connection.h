@@ -5,6 +5,8 @@
 #include "protocol/wire.h"
 #include "transport/unique_fd.h"
 
+#include <sys/uio.h>
+
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -26,6 +28,9 @@ class FramedStream {
     Status send(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts, const int *fds,
                 size_t fd_count);
 
+    // Sends frames that were already laid out (header + payload, back to back).
+    Status send_frames(protocol::ByteView frames);
+
     // Reads a frame header; a payload larger than max_payload is refused unread.
     // Descriptors that came with the frame wait in received_fds() until taken.
     Status receive_header(protocol::FrameHeader *header, uint64_t max_payload);
@@ -44,6 +49,7 @@ class FramedStream {
 
   private:
     Status failure(const char *what, int err);
+    Status write_all(struct iovec *iov, size_t count, const int *fds, size_t fd_count);
 
     UniqueFd fd_;
     std::string peer_;
