@@ -47,9 +47,7 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
             encoder.error().c_str());
         return GGML_STATUS_FAILED;
     }
-    std::vector<uint8_t> bytes = encoder.finish();
-    GraphCompute::Reply reply{};
-    Status status = session.call<GraphCompute>({remote->handle}, ByteView(bytes), &reply);
+    Status status = session.compute_graph(remote->handle, encoder.finish());
     if (!status) {
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: %s", remote->device->name().c_str(),
@@ -57,7 +55,20 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
         }
         return GGML_STATUS_FAILED;
     }
-    return static_cast<ggml_status>(reply.ggml_status);
+    // The host computes while we return; its status, if not success, comes back
+    // as the error of the next reply (the read of the results).
+    return GGML_STATUS_SUCCESS;
+}
+
+// Remote buffers are read through the session, after everything sent before, so
+// only shared memory, which the guest reads directly, needs an explicit wait.
+void backend_synchronize(ggml_backend_t backend) {
+    RemoteBackend *remote = context_of(backend);
+    if (!remote->device->shares_memory()) return;
+    Status status = remote->device->session().synchronize(remote->handle);
+    if (!status && status.code() != Code::disconnected) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: %s", remote->device->name().c_str(), status.message().c_str());
+    }
 }
 
 }  // namespace
@@ -74,8 +85,7 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
     backend->guid = remote_guid();
     backend->iface.get_name = backend_get_name;
     backend->iface.free = backend_free;
-    // Commands on one connection run in order and graph_compute replies when the
-    // host has finished, so there is nothing to synchronize and no async stream yet.
+    backend->iface.synchronize = backend_synchronize;
     backend->iface.graph_compute = backend_graph_compute;
     backend->device = device->ggml_device();
     backend->context = remote;

@@ -25,7 +25,7 @@ void report(const RemoteBuffer *buffer, const char *what, const Status &status) 
 
 void buffer_free(ggml_backend_buffer_t buffer) {
     RemoteBuffer *remote = context_of(buffer);
-    (void)remote->device->session().post<BufferFree>({remote->handle});
+    (void)remote->device->session().free_buffer(remote->handle);
     if (remote->reservation != nullptr) ::munmap(remote->reservation, remote->reservation_size);
     delete remote;
 }
@@ -292,7 +292,7 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
         if (!status) {
             log(GGML_LOG_LEVEL_ERROR, "%s: cannot map a shared buffer: %s", device->name().c_str(),
                 status.message().c_str());
-            (void)device->session().post<BufferFree>({reply.buffer});
+            (void)device->session().free_buffer(reply.buffer);
             return nullptr;
         }
         remote->kind = RemoteBuffer::Kind::shared;
@@ -310,7 +310,7 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     if (remote->reservation == MAP_FAILED) {
         log(GGML_LOG_LEVEL_ERROR, "%s: cannot reserve %zu bytes of address space", device->name().c_str(),
             remote->reservation_size);
-        (void)device->session().post<BufferFree>({reply.buffer});
+        (void)device->session().free_buffer(reply.buffer);
         return nullptr;
     }
     const auto start = reinterpret_cast<uintptr_t>(remote->reservation);

@@ -3,6 +3,7 @@
 #include "guest/log.h"
 #include "guest/remote_device.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -86,6 +87,23 @@ void connect_servers(Registry *registry) {
     }
 }
 
+Registry *g_registry = nullptr;
+
+// GGML_REMOTE_STATS=1: one line per server at exit, straight to stderr (the
+// application's log callback may be gone by then).
+void print_stats() {
+    if (g_registry == nullptr) return;
+    for (const auto &session : g_registry->sessions) {
+        const RemoteSession::Counters c = session->counters();
+        std::fprintf(stderr,
+                     "ggml-remote: %s: %llu commands, %llu round trips, %llu bytes sent, %llu bytes received, "
+                     "%llu graphs sent, %llu graphs replayed\n",
+                     session->endpoint().c_str(), (unsigned long long)c.commands, (unsigned long long)c.round_trips,
+                     (unsigned long long)c.bytes_sent, (unsigned long long)c.bytes_received,
+                     (unsigned long long)c.graphs_sent, (unsigned long long)c.graphs_replayed);
+    }
+}
+
 }  // namespace
 
 ggml_backend_reg_t remote_registry() {
@@ -108,6 +126,9 @@ ggml_backend_reg_t remote_registry() {
         registry->reg.iface.get_proc_address = reg_get_proc_address;
         registry->reg.context = registry;
         connect_servers(registry);
+        g_registry = registry;
+        const char *stats = std::getenv("GGML_REMOTE_STATS");
+        if (stats != nullptr && *stats != '\0' && *stats != '0') std::atexit(print_stats);
     });
     return registry != nullptr ? &registry->reg : nullptr;
 }

@@ -48,6 +48,8 @@ Status RemoteSession::read_reply(CommandId id, Exchange &x) {
     FrameHeader header;
     Status status = stream_.receive_header(&header, ~0ull);
     if (!status) return lost(status);
+    compute_outstanding_ = false;  // the host answers in order: all earlier work is done
+    counters_.bytes_received += sizeof(header) + header.payload_size;
     if (x.received_fd != nullptr && !stream_.received_fds().empty()) {
         *x.received_fd = std::move(stream_.received_fds().front());
     }
@@ -114,12 +116,56 @@ Status RemoteSession::flush_queue() {
 
 Status RemoteSession::run(CommandId id, Exchange &x) {
     std::lock_guard<std::mutex> lock(mutex_);
+    return run_locked(id, x);
+}
+
+Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t> &graph) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const GraphCache::Choice choice = graphs_.choose(graph);
+    ++(choice.mode == kGraphReplay ? counters_.graphs_replayed : counters_.graphs_sent);
+    GraphCompute::Request request{backend, choice.slot, choice.mode};
+    Exchange x;
+    x.fixed = ByteView(&request, sizeof(request));
+    if (choice.mode != kGraphReplay) x.tail = ByteView(graph);
+    x.send_now = true;  // the host can start while we wait for nothing
+    compute_outstanding_ = true;
+    return run_locked(CommandId::graph_compute, x);
+}
+
+Status RemoteSession::synchronize(uint64_t backend) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!compute_outstanding_) return Status::success();
+    Synchronize::Request request{backend};
+    Exchange x;
+    x.fixed = ByteView(&request, sizeof(request));
+    x.expect_reply = true;
+    return run_locked(CommandId::synchronize, x);
+}
+
+Status RemoteSession::free_buffer(uint64_t buffer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    graphs_.clear();  // in the same order as the host sees the free
+    BufferFree::Request request{buffer};
+    Exchange x;
+    x.fixed = ByteView(&request, sizeof(request));
+    return run_locked(CommandId::buffer_free, x);
+}
+
+RemoteSession::Counters RemoteSession::counters() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counters_;
+}
+
+Status RemoteSession::run_locked(CommandId id, Exchange &x) {
     if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
+    ++counters_.commands;
+    counters_.bytes_sent += sizeof(FrameHeader) + x.fixed.size + x.tail.size;
+    if (x.expect_reply) ++counters_.round_trips;
     Status status;
     const bool small = x.send_fd < 0 && x.fixed.size + x.tail.size <= kQueuedFrameLimit;
     if (small) {
         queue(id, x);
-        if (!x.expect_reply && queued_.size() < kQueueFlushSize) return Status::success();
+        if (!x.expect_reply && !x.send_now && queued_.size() < kQueueFlushSize) return Status::success();
         status = flush_queue();
     } else {
         // Descriptors must ride on their own frame's first byte: the queue goes first.

@@ -2,6 +2,7 @@
 // to make a call on it.
 #pragma once
 
+#include "guest/graph_cache.h"
 #include "protocol/commands.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
@@ -41,6 +42,27 @@ class RemoteSession {
         return run(Cmd::id, exchange);
     }
 
+    // Computes an encoded graph on a host backend: sent once, then named by its
+    // slot while the host keeps it. Returns at once; a failure on the host comes
+    // back with the next reply.
+    Status compute_graph(uint64_t backend, const std::vector<uint8_t> &graph);
+    // Waits for the host to finish the computes sent so far; a round trip only when
+    // one is outstanding (no reply has come since it was sent).
+    Status synchronize(uint64_t backend);
+    // Frees a host buffer; the host then forgets its kept graphs, and so do we.
+    Status free_buffer(uint64_t buffer);
+
+    // Traffic so far (GGML_REMOTE_STATS=1 prints it at exit).
+    struct Counters {
+        uint64_t commands = 0;
+        uint64_t round_trips = 0;
+        uint64_t bytes_sent = 0;
+        uint64_t bytes_received = 0;
+        uint64_t graphs_sent = 0;
+        uint64_t graphs_replayed = 0;
+    };
+    Counters counters();
+
     const std::string &endpoint() const { return endpoint_; }
     uint32_t device_count() const { return device_count_; }
     // Whether the server granted shared-memory buffers (shm: endpoints).
@@ -60,8 +82,10 @@ class RemoteSession {
         void *tail_into = nullptr;
         size_t tail_into_size = 0;
         UniqueFd *received_fd = nullptr;
+        bool send_now = false;  // a one-way command that should not wait in the queue
     };
-    Status run(protocol::CommandId id, Exchange &exchange);
+    Status run(protocol::CommandId id, Exchange &exchange);  // takes the lock
+    Status run_locked(protocol::CommandId id, Exchange &exchange);
     Status read_reply(protocol::CommandId id, Exchange &exchange);
     void queue(protocol::CommandId id, const Exchange &exchange);
     Status flush_queue();
@@ -76,6 +100,9 @@ class RemoteSession {
     // One-way commands wait here and leave with the next call, in one system call:
     // the inputs of a token and its compute then cost no extra trips.
     std::vector<uint8_t> queued_;
+    GraphCache graphs_;
+    bool compute_outstanding_ = false;
+    Counters counters_;
 };
 
 }  // namespace ggml_remote::guest

@@ -43,6 +43,7 @@ Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
 }
 
 Session::~Session() {
+    for (auto &slot : graph_slots_) slot.reset();
     // Backends first: they may still reference buffers.
     backends_.clear();
     buffers_.clear();
@@ -286,11 +287,21 @@ void Session::register_handlers() {
         return Status::success();
     });
 
+    dispatcher_.on<Synchronize>([this](const Synchronize::Request &request, ByteView, Empty *, ReplyTail *) {
+        SessionBackend *backend = nullptr;
+        Status status = backend_at(request.backend, &backend);
+        if (!status) return status;
+        ggml_backend_synchronize(backend->backend.get());
+        return Status::success();
+    });
+
     dispatcher_.on<BufferFree>([this](const BufferFree::Request &request, ByteView, Empty *, ReplyTail *) {
         SessionBuffer *buffer = nullptr;
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
         memory_in_use_ -= buffer->size;
+        // Kept graphs may point into the buffer; the guest forgets them too.
+        for (auto &slot : graph_slots_) slot.reset();
         buffers_.erase(request.buffer);
         return Status::success();
     });
@@ -458,28 +469,49 @@ void Session::register_handlers() {
         return Status::success();
     });
 
-    dispatcher_.on<GraphCompute>(
-        [this](const GraphCompute::Request &request, ByteView tail, GraphCompute::Reply *reply, ReplyTail *) {
-            SessionBackend *backend = nullptr;
-            Status status = backend_at(request.backend, &backend);
-            if (!status) return status;
-            BuiltTensors built;
-            status = build(tail, DataPolicy::required, &built);
-            if (!status) return status;
-            if (built.graph == nullptr) {
-                reply->ggml_status = GGML_STATUS_SUCCESS;  // an empty graph computes nothing
-                return Status::success();
-            }
-            for (ggml_tensor *tensor : built.tensors) {
-                if (!ggml_backend_supports_buft(backend->backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
-                    return error(Code::bad_request, std::string("tensor '") + tensor->name +
-                                                        "' is in a buffer this backend cannot compute with");
+    dispatcher_.on<GraphCompute>([this](const GraphCompute::Request &request, ByteView tail, Empty *,
+                                        ReplyTail *) {
+        SessionBackend *backend = nullptr;
+        Status status = backend_at(request.backend, &backend);
+        if (!status) return status;
+        if (request.mode != kGraphRunOnce && request.slot >= kGraphSlots) {
+            return error(Code::bad_request, "graph slot " + std::to_string(request.slot) + " does not exist");
+        }
+        BuiltTensors once;
+        BuiltTensors *graph = &once;
+        switch (request.mode) {
+            case kGraphRunOnce:
+            case kGraphStore:
+                status = build(tail, DataPolicy::required, &once);
+                if (!status) return status;
+                if (request.mode == kGraphStore) {
+                    graph_slots_[request.slot] = std::make_unique<BuiltTensors>(std::move(once));
+                    graph = graph_slots_[request.slot].get();
                 }
+                break;
+            case kGraphReplay:
+                graph = graph_slots_[request.slot].get();
+                if (graph == nullptr) {
+                    return error(Code::bad_request, "graph slot " + std::to_string(request.slot) + " is empty");
+                }
+                break;
+            default:
+                return error(Code::bad_request, "unknown graph mode " + std::to_string(request.mode));
+        }
+        if (graph->graph == nullptr) return Status::success();  // an empty graph computes nothing
+        for (ggml_tensor *tensor : graph->tensors) {
+            if (!ggml_backend_supports_buft(backend->backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
+                return error(Code::bad_request, std::string("tensor '") + tensor->name +
+                                                    "' is in a buffer this backend cannot compute with");
             }
-            reply->ggml_status = ggml_backend_graph_compute(backend->backend.get(), built.graph);
-            ++counters_.graph_computes;
-            return Status::success();
-        });
+        }
+        const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
+        ++counters_.graph_computes;
+        if (result != GGML_STATUS_SUCCESS) {
+            return error(Code::error, std::string("graph compute failed on the host: ") + ggml_status_to_string(result));
+        }
+        return Status::success();
+    });
 
 }
 

@@ -12,6 +12,7 @@
 
 #include <ggml-backend.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,7 @@ class Session {
     Dispatcher dispatcher_;
     HandleTable<SessionBuffer> buffers_;
     HandleTable<SessionBackend> backends_;
+    std::array<std::unique_ptr<BuiltTensors>, protocol::kGraphSlots> graph_slots_;
     uint64_t memory_in_use_ = 0;
     bool handshaken_ = false;
     bool shared_memory_allowed_ = false;

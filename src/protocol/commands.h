@@ -37,6 +37,7 @@ enum class CommandId : uint16_t {
     set_n_threads,
     graph_compute,
     buffer_from_file,
+    synchronize,
     count_,  // not a command: one past the last id
 };
 
@@ -313,18 +314,43 @@ struct SetNThreads {
     using Reply = Empty;
 };
 
-// Request tail: an encoded graph (tensor list + node indexes).
+// Graphs the host keeps, decoded and validated, per session: a graph that comes
+// again (every token of llama.cpp's decode) is named by its slot, not sent again.
+// The guest decides what each slot holds, with the same rules on both sides: a
+// slot is filled only by kGraphStore, and freeing any buffer empties every slot.
+constexpr uint32_t kGraphSlots = 8;
+
+enum GraphMode : uint8_t {
+    kGraphRunOnce = 0,  // tail: the graph; compute it and forget it
+    kGraphStore = 1,    // tail: the graph; keep it in `slot`, then compute it
+    kGraphReplay = 2,   // no tail: compute the graph kept in `slot`
+};
+
+// Computes a graph on a backend. One-way: the host's compute status, if not
+// success, comes back as the error of the next reply. Request tail: an encoded
+// graph (tensor list + node indexes), unless replayed.
 struct GraphCompute {
     static constexpr CommandId id = CommandId::graph_compute;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t backend;
+        uint32_t slot;
+        uint8_t mode;  // GraphMode
+    };
+    using Reply = Empty;
+};
+
+// Waits until everything sent before it is done. The host works through a
+// session's commands in order, so the reply is the wait; a guest needs it only to
+// read shared memory that a compute writes.
+struct Synchronize {
+    static constexpr CommandId id = CommandId::synchronize;
     static constexpr bool one_way = false;
     struct Request {
         uint64_t backend;
     };
-    struct Reply {
-        int32_t ggml_status;  // enum ggml_status of the host's compute
-    };
+    using Reply = Empty;
 };
-
 
 #pragma pack(pop)
 

@@ -25,6 +25,7 @@ const char *command_name(CommandId id) {
         case CommandId::set_n_threads: return "set_n_threads";
         case CommandId::graph_compute: return "graph_compute";
         case CommandId::buffer_from_file: return "buffer_from_file";
+        case CommandId::synchronize: return "synchronize";
         case CommandId::count_: break;
     }
     return "unknown";

@@ -1,0 +1,55 @@
+#include "guest/graph_cache.h"
+
+#include <cstring>
+
+namespace ggml_remote::guest {
+
+namespace {
+
+// A fast 64-bit hash over 8-byte words; the bytes are compared in full on a match.
+uint64_t hash_bytes(const std::vector<uint8_t> &bytes) {
+    uint64_t hash = 0x9e3779b97f4a7c15ull ^ bytes.size();
+    size_t i = 0;
+    for (; i + 8 <= bytes.size(); i += 8) {
+        uint64_t word;
+        std::memcpy(&word, bytes.data() + i, 8);
+        hash = (hash ^ word) * 0xff51afd7ed558ccdull;
+        hash ^= hash >> 32;
+    }
+    for (; i < bytes.size(); ++i) hash = (hash ^ bytes[i]) * 0x100000001b3ull;
+    return hash;
+}
+
+}  // namespace
+
+GraphCache::Choice GraphCache::choose(const std::vector<uint8_t> &graph) {
+    const uint64_t hash = hash_bytes(graph);
+    ++clock_;
+    uint32_t oldest = 0;
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+        Slot &slot = slots_[i];
+        if (slot.filled && slot.hash == hash && slot.bytes == graph) {
+            slot.last_used = clock_;
+            ++hits_;
+            return {i, protocol::kGraphReplay};
+        }
+        const Slot &current = slots_[oldest];
+        if (!slot.filled || (current.filled && slot.last_used < current.last_used)) oldest = i;
+    }
+    Slot &slot = slots_[oldest];
+    slot.filled = true;
+    slot.hash = hash;
+    slot.last_used = clock_;
+    slot.bytes = graph;
+    ++misses_;
+    return {oldest, protocol::kGraphStore};
+}
+
+void GraphCache::clear() {
+    for (Slot &slot : slots_) {
+        slot.filled = false;
+        slot.bytes.clear();
+    }
+}
+
+}  // namespace ggml_remote::guest

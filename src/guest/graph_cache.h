@@ -1,0 +1,41 @@
+// GraphCache: the guest's half of the host's graph slots (see GraphCompute).
+#pragma once
+
+#include "protocol/commands.h"
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace ggml_remote::guest {
+
+class GraphCache {
+  public:
+    struct Choice {
+        uint32_t slot;
+        protocol::GraphMode mode;  // kGraphReplay on a hit, kGraphStore on a miss
+    };
+
+    // Picks the slot for an encoded graph: the one holding the same bytes, or the
+    // least recently used one, which from then on holds these bytes.
+    Choice choose(const std::vector<uint8_t> &graph);
+    // Every slot empty, as on the host after a buffer is freed.
+    void clear();
+
+    uint64_t hits() const { return hits_; }
+    uint64_t misses() const { return misses_; }
+
+  private:
+    struct Slot {
+        bool filled = false;
+        uint64_t hash = 0;
+        uint64_t last_used = 0;
+        std::vector<uint8_t> bytes;
+    };
+    std::array<Slot, protocol::kGraphSlots> slots_;
+    uint64_t clock_ = 0;
+    uint64_t hits_ = 0;
+    uint64_t misses_ = 0;
+};
+
+}  // namespace ggml_remote::guest
