@@ -248,7 +248,8 @@ void Session::register_handlers() {
             }
             record.device = request.device;
             record.size = ggml_backend_buffer_get_size(record.buffer.get());
-            memory_in_use_ += record.size;
+            record.charged = record.size;
+            memory_in_use_ += record.charged;
             reply->size = record.size;
             reply->buffer = buffers_.insert(std::move(record));
             return Status::success();
@@ -275,6 +276,12 @@ void Session::register_handlers() {
         // Read-only and shared: the host reads the very pages of the guest's file.
         status = Mapping::map(file.get(), request.file_offset, request.size, false, &record.mapping);
         if (!status) return error(status.code(), "cannot map the guest's file: " + status.message());
+        const size_t alignment = ggml_backend_buft_get_alignment(ggml_backend_dev_buffer_type(device));
+        if (reinterpret_cast<uintptr_t>(record.mapping.data()) % alignment != 0) {
+            return error(Code::bad_request, "file offset " + std::to_string(request.file_offset) +
+                                                " is not aligned to the device's " + std::to_string(alignment) +
+                                                " bytes");
+        }
         ggml_backend_buffer_t buffer = ggml_backend_dev_buffer_from_host_ptr(
             device, record.mapping.data(), record.mapping.size(),
             std::min<uint64_t>(request.max_tensor_size, request.size));
@@ -299,7 +306,7 @@ void Session::register_handlers() {
         SessionBuffer *buffer = nullptr;
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
-        memory_in_use_ -= buffer->size;
+        memory_in_use_ -= buffer->charged;
         // Kept graphs may point into the buffer; the guest forgets them too.
         for (auto &slot : graph_slots_) slot.reset();
         buffers_.erase(request.buffer);
@@ -482,6 +489,8 @@ void Session::register_handlers() {
         switch (request.mode) {
             case kGraphRunOnce:
             case kGraphStore:
+                // A store that fails leaves the slot empty, never holding an older graph.
+                if (request.mode == kGraphStore) graph_slots_[request.slot].reset();
                 status = build(tail, DataPolicy::required, &once);
                 if (!status) return status;
                 if (request.mode == kGraphStore) {
@@ -566,17 +575,24 @@ Status Session::serve(FramedStream &stream) {
         ReplyFrame reply;
         std::vector<UniqueFd> fds = std::move(stream.received_fds());
         stream.received_fds().clear();
-        status = handle(header.command, ByteView(payload), &reply, &fds);
-        fds.clear();  // whatever a handler did not take is closed
         const bool known = dispatcher_.find(header.command) != nullptr;
-        if (known && dispatcher_.one_way(header.command)) {
+        const bool one_way = known && dispatcher_.one_way(header.command);
+        if (!one_way && !deferred.ok()) {
+            // An earlier one-way command failed: this call is answered with that
+            // failure and not carried out, so nothing it would create is lost.
+            status = deferred;
+            deferred = Status::success();
+        } else {
+            status = handle(header.command, ByteView(payload), &reply, &fds);
+        }
+        fds.clear();  // whatever a handler did not take is closed
+        if (one_way) {
             if (!status && deferred.ok()) {
                 deferred = error(status.code(), std::string(command_name(static_cast<CommandId>(header.command))) +
                                                     ": " + status.message());
             }
             continue;
         }
-        if (status.ok() && !deferred.ok()) status = deferred, deferred = Status::success();
         FrameHeader out{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
         Status sent;
         if (status.ok()) {

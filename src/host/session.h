@@ -72,6 +72,7 @@ class Session {
         std::unique_ptr<ggml_backend_buffer, BufferDeleter> buffer;
         uint32_t device = 0;
         uint64_t size = 0;
+        uint64_t charged = 0;  // bytes counted against the session's memory quota
         bool writable = true;
     };
     struct SessionBackend {

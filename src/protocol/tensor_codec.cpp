@@ -105,6 +105,7 @@ std::vector<uint8_t> TensorListEncoder::finish() {
 
 bool tensor_byte_span(const WireTensor &t, uint64_t *span) {
     const auto type = static_cast<ggml_type>(t.type);
+    if (t.type < 0 || t.type >= GGML_TYPE_COUNT || ggml_blck_size(type) <= 0) return false;
     const uint64_t block = static_cast<uint64_t>(ggml_blck_size(type));
     const uint64_t type_size = ggml_type_size(type);
     for (int i = 0; i < GGML_MAX_DIMS; ++i) {
@@ -125,7 +126,11 @@ bool tensor_byte_span(const WireTensor &t, uint64_t *span) {
     }
     uint64_t exact = 0;
     if (__builtin_add_overflow(last, type_size, &exact)) return false;
-    // ggml_nbytes' formula, which some kernels and copies use: the first row in full.
+    if (block == 1) {
+        *span = exact;  // the same as ggml_nbytes
+        return true;
+    }
+    // For block types, ggml_nbytes (which copies use) counts the first row in full.
     uint64_t row = 0, nbytes = 0;
     if (__builtin_mul_overflow(static_cast<uint64_t>(t.ne[0]) / block, t.nb[0], &row) ||
         __builtin_add_overflow(last - (static_cast<uint64_t>(t.ne[0]) / block - 1) * t.nb[0], row, &nbytes)) {

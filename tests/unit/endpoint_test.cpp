@@ -1,0 +1,196 @@
+// Endpoints: "unix:/path" and "tcp://host:port", one at a time or as a list.
+#include "transport/endpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ggml_remote {
+namespace {
+
+using ::testing::HasSubstr;
+
+Endpoint parse_ok(const std::string &text) {
+    Endpoint endpoint;
+    Status status = parse_endpoint(text, &endpoint);
+    EXPECT_TRUE(status.ok()) << text << ": " << status.message();
+    return endpoint;
+}
+
+Status parse_error(const std::string &text) {
+    Endpoint endpoint;
+    return parse_endpoint(text, &endpoint);
+}
+
+TEST(Endpoint, UnixFormKeepsThePathVerbatim) {
+    const Endpoint endpoint = parse_ok("unix:/run/ggml-remote/server.sock");
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::unix_socket);
+    EXPECT_EQ(endpoint.path, "/run/ggml-remote/server.sock");
+    EXPECT_EQ(endpoint.host, "");
+    EXPECT_EQ(endpoint.port, 0);
+}
+
+TEST(Endpoint, ShmFormIsAUnixSocketThatAsksForSharedMemory) {
+    const Endpoint endpoint = parse_ok("shm:/run/ggml-remote/server.sock");
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::shared_memory);
+    EXPECT_EQ(endpoint.path, "/run/ggml-remote/server.sock");
+    EXPECT_TRUE(endpoint.uses_unix_socket());
+    EXPECT_TRUE(parse_ok("unix:/x.sock").uses_unix_socket());
+    EXPECT_FALSE(parse_ok("tcp://h:1").uses_unix_socket());
+}
+
+TEST(Endpoint, EmptyShmPathIsRefused) {
+    Status status = parse_error("shm:");
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("empty socket path"));
+}
+
+TEST(Endpoint, TcpFormSplitsHostAndPort) {
+    const Endpoint endpoint = parse_ok("tcp://gpu-box.lan:50052");
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::tcp);
+    EXPECT_EQ(endpoint.host, "gpu-box.lan");
+    EXPECT_EQ(endpoint.port, 50052);
+    EXPECT_EQ(endpoint.path, "");
+}
+
+TEST(Endpoint, TcpPortZeroAndMaximumAreAccepted) {
+    EXPECT_EQ(parse_ok("tcp://127.0.0.1:0").port, 0);
+    EXPECT_EQ(parse_ok("tcp://127.0.0.1:65535").port, 65535);
+}
+
+TEST(Endpoint, BracketedIpv6HostLosesItsBrackets) {
+    const Endpoint endpoint = parse_ok("tcp://[fe80::1:2]:8080");
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::tcp);
+    EXPECT_EQ(endpoint.host, "fe80::1:2");
+    EXPECT_EQ(endpoint.port, 8080);
+}
+
+TEST(Endpoint, UnknownSchemeIsRefusedNamingTheAcceptedForms) {
+    for (const char *text : {"http://host:80", "udp://host:1", "/run/x.sock", "", "UNIX:/x", "tcp:/host:1", "shm"}) {
+        Status status = parse_error(text);
+        EXPECT_EQ(status.code(), Code::bad_request) << text;
+        EXPECT_THAT(status.message(), HasSubstr("unix:/path/to.sock")) << text;
+        EXPECT_THAT(status.message(), HasSubstr("tcp://host:port")) << text;
+    }
+}
+
+TEST(Endpoint, ErrorQuotesTheOffendingText) { EXPECT_THAT(parse_error("ftp://x").message(), HasSubstr("'ftp://x'")); }
+
+TEST(Endpoint, EmptyUnixPathIsRefused) {
+    Status status = parse_error("unix:");
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("empty socket path"));
+    EXPECT_THAT(status.message(), HasSubstr("tcp://host:port"));
+}
+
+TEST(Endpoint, UnixPathLongerThanSunPathIsRefused) {
+    Status status = parse_error("unix:/" + std::string(200, 'x'));
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("too long"));
+}
+
+TEST(Endpoint, BadTcpPortsAreRefused) {
+    for (const char *text : {"tcp://host", "tcp://host:", "tcp://host:65536", "tcp://host:-1", "tcp://host:80x",
+                             "tcp://host:http", "tcp://host:99999999999999999999999"}) {
+        Status status = parse_error(text);
+        EXPECT_EQ(status.code(), Code::bad_request) << text;
+        EXPECT_THAT(status.message(), HasSubstr("unix:/path/to.sock")) << text;
+        EXPECT_THAT(status.message(), HasSubstr("tcp://host:port")) << text;
+    }
+}
+
+TEST(Endpoint, EmptyTcpHostIsRefused) {
+    EXPECT_EQ(parse_error("tcp://:80").code(), Code::bad_request);
+    EXPECT_EQ(parse_error("tcp://[]:80").code(), Code::bad_request);
+}
+
+TEST(Endpoint, MalformedBracketedHostIsRefused) {
+    for (const char *text : {"tcp://[::1", "tcp://[::1]", "tcp://[::1]80", "tcp://[::1]:"}) {
+        EXPECT_EQ(parse_error(text).code(), Code::bad_request) << text;
+    }
+}
+
+TEST(Endpoint, FailedParseLeavesTheOutputUntouched) {
+    Endpoint endpoint;
+    endpoint.path = "/keep";
+    EXPECT_FALSE(parse_endpoint("tcp://host:nope", &endpoint).ok());
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::unix_socket);
+    EXPECT_EQ(endpoint.path, "/keep");
+}
+
+TEST(Endpoint, ToStringRoundTripsEveryForm) {
+    for (const char *text : {"unix:/tmp/a.sock", "shm:/tmp/b.sock", "tcp://localhost:1", "tcp://10.1.2.3:65535",
+                             "tcp://[::1]:50052", "tcp://[2001:db8::7]:9"}) {
+        const Endpoint endpoint = parse_ok(text);
+        EXPECT_EQ(endpoint.to_string(), text);
+        const Endpoint again = parse_ok(endpoint.to_string());
+        EXPECT_EQ(again.kind, endpoint.kind);
+        EXPECT_EQ(again.path, endpoint.path);
+        EXPECT_EQ(again.host, endpoint.host);
+        EXPECT_EQ(again.port, endpoint.port);
+    }
+}
+
+TEST(Endpoint, ToStringBracketsIpv6Hosts) {
+    Endpoint endpoint;
+    endpoint.kind = Endpoint::Kind::tcp;
+    endpoint.host = "::1";
+    endpoint.port = 7;
+    EXPECT_EQ(endpoint.to_string(), "tcp://[::1]:7");
+}
+
+TEST(Endpoint, LoopbackMeansUnixSocketsAndLocalTcpHosts) {
+    EXPECT_TRUE(parse_ok("unix:/tmp/x.sock").is_loopback());
+    EXPECT_TRUE(parse_ok("shm:/tmp/x.sock").is_loopback());
+    EXPECT_TRUE(parse_ok("tcp://localhost:1").is_loopback());
+    EXPECT_TRUE(parse_ok("tcp://127.0.0.1:1").is_loopback());
+    EXPECT_TRUE(parse_ok("tcp://127.8.9.10:1").is_loopback());
+    EXPECT_TRUE(parse_ok("tcp://[::1]:1").is_loopback());
+}
+
+TEST(Endpoint, RemoteAndWildcardTcpHostsAreNotLoopback) {
+    EXPECT_FALSE(parse_ok("tcp://10.0.0.1:1").is_loopback());
+    EXPECT_FALSE(parse_ok("tcp://0.0.0.0:1").is_loopback());
+    EXPECT_FALSE(parse_ok("tcp://[::]:1").is_loopback());
+    EXPECT_FALSE(parse_ok("tcp://[fe80::1]:1").is_loopback());
+    EXPECT_FALSE(parse_ok("tcp://gpu-box:1").is_loopback());
+    EXPECT_FALSE(parse_ok("tcp://1270.0.0.1:1").is_loopback());
+}
+
+TEST(EndpointList, ParsesCommaSeparatedItemsInOrder) {
+    std::vector<Endpoint> endpoints;
+    ASSERT_TRUE(parse_endpoint_list("unix:/a.sock,tcp://h:1,tcp://[::1]:2", &endpoints).ok());
+    ASSERT_EQ(endpoints.size(), 3u);
+    EXPECT_EQ(endpoints[0].path, "/a.sock");
+    EXPECT_EQ(endpoints[1].host, "h");
+    EXPECT_EQ(endpoints[1].port, 1);
+    EXPECT_EQ(endpoints[2].host, "::1");
+    EXPECT_EQ(endpoints[2].port, 2);
+}
+
+TEST(EndpointList, TrimsSpacesAndSkipsEmptyItems) {
+    std::vector<Endpoint> endpoints;
+    ASSERT_TRUE(parse_endpoint_list(" , unix:/a.sock ,, ,  tcp://h:1  ,", &endpoints).ok());
+    ASSERT_EQ(endpoints.size(), 2u);
+    EXPECT_EQ(endpoints[0].to_string(), "unix:/a.sock");
+    EXPECT_EQ(endpoints[1].to_string(), "tcp://h:1");
+}
+
+TEST(EndpointList, EmptyTextIsAnEmptyList) {
+    std::vector<Endpoint> endpoints;
+    EXPECT_TRUE(parse_endpoint_list("", &endpoints).ok());
+    EXPECT_TRUE(parse_endpoint_list(",,  ,", &endpoints).ok());
+    EXPECT_TRUE(endpoints.empty());
+}
+
+TEST(EndpointList, OneBadItemFailsTheListWithItsReason) {
+    std::vector<Endpoint> endpoints;
+    Status status = parse_endpoint_list("unix:/a.sock, tcp://h:notaport", &endpoints);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("'tcp://h:notaport'"));
+}
+
+}  // namespace
+}  // namespace ggml_remote

@@ -1,0 +1,274 @@
+// FramedStream: frames (header + payload) over a connected stream socket.
+#include "transport/connection.h"
+#include "transport/shared_memory.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ggml_remote {
+namespace {
+
+using protocol::ByteView;
+using protocol::FrameHeader;
+using ::testing::HasSubstr;
+
+// Two connected streams, as a guest and its host would hold them.
+struct StreamPair {
+    StreamPair() {
+        int fds[2] = {-1, -1};
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+        guest = FramedStream(UniqueFd(fds[0]), "host-peer");
+        host = FramedStream(UniqueFd(fds[1]), "guest-peer");
+    }
+    FramedStream guest;
+    FramedStream host;
+};
+
+ByteView text(const std::string &s) { return ByteView(s.data(), s.size()); }
+
+std::string receive_text(FramedStream &stream, size_t size) {
+    std::string out(size, '\0');
+    Status status = stream.receive(out.data(), out.size());
+    EXPECT_TRUE(status.ok()) << status.message();
+    return out;
+}
+
+TEST(FramedStream, FrameCarriesHeaderFieldsAndTheConcatenatedParts) {
+    StreamPair pair;
+    FrameHeader header;
+    header.command = 11;
+    header.flags = protocol::kFrameReply;
+    header.status = static_cast<int32_t>(Code::not_found);
+    const std::string first = "head", third = "tail!";
+    ASSERT_TRUE(pair.guest.send(header, {text(first), ByteView(), text(third)}).ok());
+
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.command, 11);
+    EXPECT_EQ(received.flags, protocol::kFrameReply);
+    EXPECT_EQ(received.status, static_cast<int32_t>(Code::not_found));
+    EXPECT_EQ(received.payload_size, 9u);
+    EXPECT_EQ(receive_text(pair.host, 9), "headtail!");
+}
+
+TEST(FramedStream, SenderComputesThePayloadSizeItself) {
+    StreamPair pair;
+    FrameHeader header;
+    header.payload_size = 123456;  // stale value from the caller: ignored
+    const std::string body = "abc";
+    ASSERT_TRUE(pair.guest.send(header, {text(body)}).ok());
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.payload_size, 3u);
+}
+
+TEST(FramedStream, FrameWithoutPartsHasAnEmptyPayload) {
+    StreamPair pair;
+    FrameHeader header;
+    header.command = 1;
+    ASSERT_TRUE(pair.guest.send(header, {}).ok());
+    const std::string next = "x";
+    ASSERT_TRUE(pair.guest.send(header, {text(next)}).ok());
+
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.payload_size, 0u);
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.payload_size, 1u);
+    EXPECT_EQ(receive_text(pair.host, 1), "x");
+}
+
+TEST(FramedStream, FramesArriveInOrderBackToBack) {
+    StreamPair pair;
+    for (uint16_t command = 1; command <= 3; ++command) {
+        FrameHeader header;
+        header.command = command;
+        const std::string body(command, static_cast<char>('a' + command));
+        ASSERT_TRUE(pair.guest.send(header, {text(body)}).ok());
+    }
+    for (uint16_t command = 1; command <= 3; ++command) {
+        FrameHeader received;
+        ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+        EXPECT_EQ(received.command, command);
+        EXPECT_EQ(receive_text(pair.host, received.payload_size),
+                  std::string(command, static_cast<char>('a' + command)));
+    }
+}
+
+TEST(FramedStream, LargeFrameLargerThanTheSocketBufferArrivesIntact) {
+    StreamPair pair;
+    std::vector<uint8_t> big(3u << 20);
+    std::iota(big.begin(), big.end(), uint8_t(0));
+    const std::string prefix = "prefix";
+    std::vector<uint8_t> received;
+    Status receiver_status;
+    std::thread receiver([&] {
+        FrameHeader header;
+        receiver_status = pair.host.receive_header(&header, 16u << 20);
+        if (!receiver_status) return;
+        received.resize(header.payload_size);
+        receiver_status = pair.host.receive(received.data(), received.size());
+    });
+    Status sent = pair.guest.send(FrameHeader{}, {text(prefix), ByteView(big), text(prefix)});
+    receiver.join();
+    ASSERT_TRUE(sent.ok()) << sent.message();
+    ASSERT_TRUE(receiver_status.ok()) << receiver_status.message();
+    ASSERT_EQ(received.size(), big.size() + 2 * prefix.size());
+    EXPECT_EQ(std::string(received.begin(), received.begin() + 6), prefix);
+    EXPECT_TRUE(std::equal(big.begin(), big.end(), received.begin() + 6));
+    EXPECT_EQ(std::string(received.end() - 6, received.end()), prefix);
+}
+
+TEST(FramedStream, TooManyPartsAreRefusedWithoutSending) {
+    StreamPair pair;
+    const std::string byte = "b";
+    Status status = pair.guest.send(FrameHeader{}, {text(byte), text(byte), text(byte), text(byte), text(byte),
+                                                    text(byte), text(byte), text(byte)});
+    EXPECT_EQ(status.code(), Code::error);
+    EXPECT_THAT(status.message(), HasSubstr("too many frame parts"));
+}
+
+TEST(FramedStream, PayloadOverTheLimitIsRefusedUnread) {
+    StreamPair pair;
+    const std::string body(100, 'p');
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {text(body)}).ok());
+    FrameHeader received;
+    Status status = pair.host.receive_header(&received, 99);
+    EXPECT_EQ(status.code(), Code::limit_exceeded);
+    EXPECT_THAT(status.message(), HasSubstr("100 bytes"));
+    EXPECT_THAT(status.message(), HasSubstr("limit of 99"));
+    EXPECT_EQ(received.payload_size, 100u);
+}
+
+TEST(FramedStream, PayloadExactlyAtTheLimitIsAccepted) {
+    StreamPair pair;
+    const std::string body(100, 'p');
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {text(body)}).ok());
+    FrameHeader received;
+    EXPECT_TRUE(pair.host.receive_header(&received, 100).ok());
+}
+
+TEST(FramedStream, DiscardSkipsARefusedPayloadSoTheNextFrameCanBeRead) {
+    StreamPair pair;
+    const std::string refused(200000, 'r'), accepted = "ok";
+    std::thread sender([&] {
+        (void)pair.guest.send(FrameHeader{}, {text(refused)});
+        FrameHeader second;
+        second.command = 2;
+        (void)pair.guest.send(second, {text(accepted)});
+    });
+    FrameHeader received;
+    EXPECT_EQ(pair.host.receive_header(&received, 1000).code(), Code::limit_exceeded);
+    EXPECT_TRUE(pair.host.discard(received.payload_size).ok());
+    ASSERT_TRUE(pair.host.receive_header(&received, 1000).ok());
+    EXPECT_EQ(received.command, 2);
+    EXPECT_EQ(receive_text(pair.host, received.payload_size), "ok");
+    sender.join();
+}
+
+TEST(FramedStream, PeerClosedBeforeAHeaderIsDisconnected) {
+    StreamPair pair;
+    pair.guest.close();
+    FrameHeader received;
+    Status status = pair.host.receive_header(&received, 1024);
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_THAT(status.message(), HasSubstr("guest-peer"));
+    EXPECT_THAT(status.message(), HasSubstr("closed by peer"));
+}
+
+TEST(FramedStream, PeerClosedInsideAPayloadIsDisconnected) {
+    StreamPair pair;
+    FrameHeader header;
+    header.payload_size = 10;  // promise 10 bytes, deliver 3 by hand
+    ASSERT_EQ(::send(pair.guest.fd(), &header, sizeof(header), 0), static_cast<ssize_t>(sizeof(header)));
+    ASSERT_EQ(::send(pair.guest.fd(), "abc", 3, 0), 3);
+    pair.guest.close();
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    std::vector<uint8_t> payload(received.payload_size);
+    EXPECT_EQ(pair.host.receive(payload.data(), payload.size()).code(), Code::disconnected);
+}
+
+TEST(FramedStream, SendingToAClosedPeerIsDisconnectedNotSigpipe) {
+    StreamPair pair;
+    pair.host.close();
+    const std::string body = "anyone there?";
+    Status status = pair.guest.send(FrameHeader{}, {text(body)});
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_THAT(status.message(), HasSubstr("host-peer"));
+}
+
+// Descriptors (unix sockets): they ride on the frame and wait in received_fds().
+
+TEST(FramedStream, DescriptorsTravelWithTheirFrame) {
+    StreamPair pair;
+    UniqueFd memory;
+    ASSERT_TRUE(create_shared_memory(4096, "framed-stream-test", &memory).ok());
+    ASSERT_EQ(::pwrite(memory.get(), "shared", 6, 0), 6);
+    const int fds[] = {memory.get()};
+    const std::string body = "with fd";
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {text(body)}, fds, 1).ok());
+
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    ASSERT_EQ(pair.host.received_fds().size(), 1u);
+    const int passed = pair.host.received_fds()[0].get();
+    EXPECT_NE(passed, memory.get());
+    char contents[6] = {};
+    ASSERT_EQ(::pread(passed, contents, sizeof(contents), 0), 6);
+    EXPECT_EQ(std::string(contents, 6), "shared");
+    EXPECT_EQ(receive_text(pair.host, received.payload_size), "with fd");
+}
+
+TEST(FramedStream, NextFrameHeaderDropsUntakenDescriptors) {
+    StreamPair pair;
+    UniqueFd memory;
+    ASSERT_TRUE(create_shared_memory(64, "framed-stream-test", &memory).ok());
+    const int fds[] = {memory.get(), memory.get()};
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {}, fds, 2).ok());
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {}).ok());
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(pair.host.received_fds().size(), 2u);
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_TRUE(pair.host.received_fds().empty());
+}
+
+TEST(FramedStream, MoreDescriptorsThanAFrameCarriesAreRefused) {
+    StreamPair pair;
+    UniqueFd memory;
+    ASSERT_TRUE(create_shared_memory(64, "framed-stream-test", &memory).ok());
+    std::vector<int> fds(kMaxFdsPerFrame + 1, memory.get());
+    Status status = pair.guest.send(FrameHeader{}, {}, fds.data(), fds.size());
+    EXPECT_EQ(status.code(), Code::error);
+    EXPECT_THAT(status.message(), HasSubstr("too many descriptors"));
+}
+
+TEST(FramedStream, UnconnectedStreamRefusesToSendOrReceive) {
+    FramedStream stream;
+    EXPECT_FALSE(stream.connected());
+    EXPECT_EQ(stream.send(FrameHeader{}, {}).code(), Code::disconnected);
+    FrameHeader header;
+    EXPECT_EQ(stream.receive_header(&header, 16).code(), Code::disconnected);
+    uint8_t byte = 0;
+    EXPECT_EQ(stream.receive(&byte, 1).code(), Code::disconnected);
+}
+
+TEST(FramedStream, CloseReleasesTheSocket) {
+    StreamPair pair;
+    EXPECT_TRUE(pair.guest.connected());
+    pair.guest.close();
+    EXPECT_FALSE(pair.guest.connected());
+    EXPECT_EQ(pair.guest.fd(), -1);
+}
+
+}  // namespace
+}  // namespace ggml_remote

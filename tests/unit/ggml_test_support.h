@@ -1,0 +1,79 @@
+// Helpers shared by the unit tests: ggml contexts that own no data, a stand-in for
+// a guest buffer that places tensors at known offsets, and access to the tensors
+// inside an encoded tensor list.
+#pragma once
+
+#include "protocol/tensor_codec.h"
+
+#include <ggml.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace ggml_remote::test_support {
+
+struct GgmlContextDeleter {
+    void operator()(ggml_context *ctx) const { ggml_free(ctx); }
+};
+using GgmlContext = std::unique_ptr<ggml_context, GgmlContextDeleter>;
+
+// A context for tensor metadata only (no_alloc): data pointers stay null until placed.
+// It has room for `max_graphs` graphs of the default size.
+inline GgmlContext metadata_context(size_t max_tensors = 64, size_t max_graphs = 1) {
+    ggml_init_params params{};
+    params.mem_size = max_tensors * ggml_tensor_overhead() + max_graphs * ggml_graph_overhead();
+    params.mem_buffer = nullptr;
+    params.no_alloc = true;
+    return GgmlContext(ggml_init(params));
+}
+
+// Plays the part of one guest buffer: tensors placed in it get data pointers into
+// its storage, and its locator reports them as (handle, offset from the start).
+class PlacementArena {
+  public:
+    PlacementArena(uint64_t handle, size_t size) : handle_(handle), storage_(size) {}
+
+    void place(ggml_tensor *tensor, size_t offset) { tensor->data = storage_.data() + offset; }
+
+    protocol::TensorListEncoder::Locator locator() const {
+        return [this](const ggml_tensor *tensor, protocol::TensorLocation *location) {
+            const auto begin = reinterpret_cast<uintptr_t>(storage_.data());
+            const auto address = reinterpret_cast<uintptr_t>(tensor->data);
+            if (address < begin || address >= begin + storage_.size()) return false;
+            location->buffer = handle_;
+            location->offset = address - begin;
+            return true;
+        };
+    }
+
+  private:
+    uint64_t handle_;
+    std::vector<uint8_t> storage_;
+};
+
+// The i-th tensor of an encoded tensor list (the list's structs are packed).
+inline protocol::WireTensor wire_tensor_at(const std::vector<uint8_t> &bytes, size_t index) {
+    protocol::WireTensor tensor;
+    std::memcpy(&tensor, bytes.data() + sizeof(protocol::TensorListHeader) + index * sizeof(protocol::WireTensor),
+                sizeof(tensor));
+    return tensor;
+}
+
+// Rewrites the i-th tensor of an encoded tensor list in place.
+template <class Edit>
+void edit_wire_tensor(std::vector<uint8_t> &bytes, size_t index, Edit edit) {
+    protocol::WireTensor tensor = wire_tensor_at(bytes, index);
+    edit(tensor);
+    std::memcpy(bytes.data() + sizeof(protocol::TensorListHeader) + index * sizeof(protocol::WireTensor), &tensor,
+                sizeof(tensor));
+}
+
+// Rewrites the header of an encoded tensor list in place.
+inline void set_list_header(std::vector<uint8_t> &bytes, uint32_t n_tensors, uint32_t n_nodes) {
+    const protocol::TensorListHeader header{n_tensors, n_nodes};
+    std::memcpy(bytes.data(), &header, sizeof(header));
+}
+
+}  // namespace ggml_remote::test_support

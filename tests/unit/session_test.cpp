@@ -1,0 +1,1203 @@
+// Session: one guest's view of the host, driven in-process through handle() and
+// serve(), on the host's CPU device.
+#include "ggml_test_support.h"
+#include "host/session.h"
+#include "protocol/commands.h"
+#include "protocol/tensor_codec.h"
+#include "transport/shared_memory.h"
+
+#include <ggml-backend.h>
+#include <ggml.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace ggml_remote::host {
+namespace {
+
+using namespace protocol;
+using ::testing::Each;
+using ::testing::ElementsAre;
+using test_support::GgmlContext;
+using ::testing::HasSubstr;
+using test_support::metadata_context;
+using test_support::PlacementArena;
+using ::testing::StartsWith;
+
+ggml_backend_dev_t host_cpu_device() {
+    static std::once_flag loaded;
+    std::call_once(loaded, [] {
+        // Like the server: never load the remote plugin itself as a host backend.
+        unsetenv("GGML_BACKEND_PATH");
+        ggml_backend_load_all();
+    });
+    return ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+}
+
+// What one handle() call gave back; the tail is copied because it may be a view
+// of buffer memory.
+struct Outcome {
+    Status status;
+    std::vector<uint8_t> fixed;
+    std::vector<uint8_t> tail;
+    UniqueFd fd;  // a descriptor the reply passes along, if any
+
+    template <class Reply>
+    Reply reply() const {
+        Reply value{};
+        EXPECT_EQ(fixed.size(), sizeof(Reply));
+        EXPECT_TRUE(read_pod(ByteView(fixed), 0, &value));
+        return value;
+    }
+};
+
+std::vector<uint8_t> bytes_of(const std::vector<float> &values) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+}
+
+std::vector<float> floats_of(const std::vector<uint8_t> &bytes) {
+    std::vector<float> values(bytes.size() / sizeof(float));
+    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+    return values;
+}
+
+GraphCompute::Request graph_request(uint64_t backend, GraphMode mode = kGraphRunOnce, uint32_t slot = 0) {
+    GraphCompute::Request request{};
+    request.backend = backend;
+    request.mode = mode;
+    request.slot = slot;
+    return request;
+}
+
+class CpuSession : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        cpu = host_cpu_device();
+        ASSERT_NE(cpu, nullptr) << "ggml has no CPU device";
+        start(SessionLimits{});
+    }
+
+    void start(const SessionLimits &limits) { session = std::make_unique<Session>(std::vector{cpu}, limits); }
+
+    Outcome handle_raw(uint16_t command, const std::vector<uint8_t> &payload, std::vector<UniqueFd> *fds = nullptr) {
+        ReplyFrame reply;
+        Outcome outcome;
+        outcome.status = session->handle(command, ByteView(payload), &reply, fds);
+        outcome.fixed = reply.fixed;
+        const ByteView tail = reply.tail.bytes();
+        outcome.tail.assign(tail.data, tail.data + tail.size);
+        outcome.fd = std::move(reply.tail.fd);
+        return outcome;
+    }
+
+    template <class Cmd>
+    Outcome call(const typename Cmd::Request &request, ByteView tail = ByteView(),
+                 std::vector<UniqueFd> *fds = nullptr) {
+        std::vector<uint8_t> payload;
+        append_pod(payload, request);
+        payload.insert(payload.end(), tail.data, tail.data + tail.size);
+        return handle_raw(static_cast<uint16_t>(Cmd::id), payload, fds);
+    }
+
+    void hello(uint64_t capabilities = 0) {
+        Hello::Request request;
+        request.capabilities = capabilities;
+        Outcome outcome = call<Hello>(request);
+        ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    }
+
+    uint64_t alloc(uint64_t size) {
+        Outcome outcome = call<BufferAlloc>(BufferAlloc::Request{0, size});
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
+        return outcome.status.ok() ? outcome.reply<BufferAlloc::Reply>().buffer : 0;
+    }
+
+    Status set(uint64_t buffer, uint64_t offset, const std::vector<uint8_t> &data) {
+        return call<SetTensor>(SetTensor::Request{{buffer, offset, data.size()}}, ByteView(data)).status;
+    }
+
+    std::vector<uint8_t> get(uint64_t buffer, uint64_t offset, uint64_t size) {
+        Outcome outcome = call<GetTensor>(GetTensor::Request{{buffer, offset, size}});
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
+        return outcome.tail;
+    }
+
+    uint64_t backend() {
+        Outcome outcome = call<BackendInit>(BackendInit::Request{0});
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
+        return outcome.status.ok() ? outcome.reply<BackendInit::Reply>().backend : 0;
+    }
+
+    ggml_backend_dev_t cpu = nullptr;
+    std::unique_ptr<Session> session;
+};
+
+// The handshake.
+
+TEST_F(CpuSession, EveryCommandBeforeTheHandshakeIsRefused) {
+    EXPECT_EQ(call<DeviceInfo>(DeviceInfo::Request{0}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<BufferAlloc>(BufferAlloc::Request{0, 64}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<BackendInit>(BackendInit::Request{0}).status.code(), Code::bad_request);
+    Status status = call<DeviceMemory>(DeviceMemory::Request{0}).status;
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("handshake"));
+    EXPECT_EQ(session->buffer_count(), 0u);
+    EXPECT_EQ(session->counters().commands, 0u);
+}
+
+TEST_F(CpuSession, HelloAnswersWithTheProtocolVersionAndDeviceCount) {
+    Outcome outcome = call<Hello>(Hello::Request{});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    const Hello::Reply reply = outcome.reply<Hello::Reply>();
+    EXPECT_EQ(reply.protocol_version, kProtocolVersion);
+    EXPECT_EQ(reply.device_count, 1u);
+    EXPECT_EQ(reply.capabilities, 0u);
+    EXPECT_TRUE(outcome.tail.empty());
+}
+
+TEST_F(CpuSession, CommandsAreServedAfterTheHandshake) {
+    hello();
+    EXPECT_TRUE(call<DeviceMemory>(DeviceMemory::Request{0}).status.ok());
+    EXPECT_EQ(session->counters().commands, 2u);
+}
+
+TEST_F(CpuSession, HelloWithTheWrongMagicIsABadRequestAndOpensNothing) {
+    Hello::Request request;
+    request.magic = 0x50545448;  // "HTTP"
+    Outcome outcome = call<Hello>(request);
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("magic"));
+    EXPECT_EQ(call<DeviceInfo>(DeviceInfo::Request{0}).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSession, HelloWithAnotherVersionNamesBothVersions) {
+    Hello::Request request;
+    request.protocol_version = kProtocolVersion + 1;
+    Outcome outcome = call<Hello>(request);
+    EXPECT_EQ(outcome.status.code(), Code::version_mismatch);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("guest speaks version " + std::to_string(kProtocolVersion + 1)));
+    EXPECT_THAT(outcome.status.message(), HasSubstr("server speaks version " + std::to_string(kProtocolVersion)));
+    EXPECT_EQ(call<DeviceInfo>(DeviceInfo::Request{0}).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSession, ShortHelloIsABadRequest) {
+    Outcome outcome = handle_raw(static_cast<uint16_t>(CommandId::hello), {0x47, 0x52, 0x4d, 0x54});
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("too short"));
+}
+
+TEST_F(CpuSession, UnknownCommandIdsAreBadRequests) {
+    hello();
+    for (uint16_t command : {uint16_t(0), static_cast<uint16_t>(CommandId::count_), uint16_t(0xffff)}) {
+        Outcome outcome = handle_raw(command, {});
+        EXPECT_EQ(outcome.status.code(), Code::bad_request) << command;
+        EXPECT_THAT(outcome.status.message(), HasSubstr("unknown command " + std::to_string(command)));
+    }
+}
+
+// Devices.
+
+TEST_F(CpuSession, DeviceInfoDescribesTheHostCpu) {
+    hello();
+    Outcome outcome = call<DeviceInfo>(DeviceInfo::Request{0});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    const DeviceInfo::Reply reply = outcome.reply<DeviceInfo::Reply>();
+    EXPECT_EQ(reply.type, static_cast<uint32_t>(GGML_BACKEND_DEVICE_TYPE_CPU));
+    EXPECT_GT(reply.buffer_alignment, 0u);
+    EXPECT_EQ(reply.buffer_alignment & (reply.buffer_alignment - 1), 0u) << "alignment is a power of two";
+    EXPECT_EQ(reply.buffer_is_host, 1);
+    EXPECT_GT(reply.buffer_max_size, 0u);
+
+    // Tail: name, description and buffer type name, each NUL-terminated.
+    ASSERT_FALSE(outcome.tail.empty());
+    EXPECT_EQ(outcome.tail.back(), '\0');
+    std::vector<std::string> strings;
+    std::string current;
+    for (uint8_t byte : outcome.tail) {
+        if (byte == '\0') {
+            strings.push_back(current);
+            current.clear();
+        } else {
+            current.push_back(static_cast<char>(byte));
+        }
+    }
+    ASSERT_EQ(strings.size(), 3u);
+    EXPECT_EQ(strings[0], ggml_backend_dev_name(cpu));
+    EXPECT_EQ(strings[1], ggml_backend_dev_description(cpu));
+    EXPECT_EQ(strings[2], ggml_backend_buft_name(ggml_backend_dev_buffer_type(cpu)));
+    EXPECT_FALSE(strings[0].empty());
+}
+
+TEST_F(CpuSession, DeviceMemoryReportsFreeWithinTotal) {
+    hello();
+    Outcome outcome = call<DeviceMemory>(DeviceMemory::Request{0});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    const DeviceMemory::Reply reply = outcome.reply<DeviceMemory::Reply>();
+    EXPECT_GT(reply.memory_total, 0u);
+    EXPECT_LE(reply.memory_free, reply.memory_total);
+}
+
+TEST_F(CpuSession, DeviceIndexPastTheLastIsNotFound) {
+    hello();
+    Status status = call<DeviceInfo>(DeviceInfo::Request{1}).status;
+    EXPECT_EQ(status.code(), Code::not_found);
+    EXPECT_THAT(status.message(), HasSubstr("device 1 does not exist"));
+    EXPECT_EQ(call<BufferAlloc>(BufferAlloc::Request{7, 64}).status.code(), Code::not_found);
+    EXPECT_EQ(call<BackendInit>(BackendInit::Request{1}).status.code(), Code::not_found);
+}
+
+// Buffers and their bytes.
+
+TEST_F(CpuSession, BufferAllocReturnsAHandleAndTheSize) {
+    hello();
+    Outcome outcome = call<BufferAlloc>(BufferAlloc::Request{0, 4096});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    const BufferAlloc::Reply reply = outcome.reply<BufferAlloc::Reply>();
+    EXPECT_EQ(reply.buffer, 1u);
+    EXPECT_EQ(reply.size, 4096u);
+    EXPECT_EQ(session->buffer_count(), 1u);
+    EXPECT_EQ(session->memory_in_use(), 4096u);
+}
+
+TEST_F(CpuSession, SetThenGetReturnsTheSameBytes) {
+    hello();
+    const uint64_t buffer = alloc(256);
+    const std::vector<uint8_t> data = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+    ASSERT_TRUE(set(buffer, 100, data).ok());
+    EXPECT_EQ(get(buffer, 100, data.size()), data);
+    EXPECT_EQ(get(buffer, 103, 3), (std::vector<uint8_t>{4, 5, 6}));
+}
+
+TEST_F(CpuSession, SetAndGetReachTheLastByteOfABuffer) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    ASSERT_TRUE(set(buffer, 60, {0xde, 0xad, 0xbe, 0xef}).ok());
+    EXPECT_EQ(get(buffer, 60, 4), (std::vector<uint8_t>{0xde, 0xad, 0xbe, 0xef}));
+}
+
+TEST_F(CpuSession, SetWhoseDataDisagreesWithItsRangeIsRefused) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    const std::vector<uint8_t> four = {1, 2, 3, 4};
+    Status status = call<SetTensor>(SetTensor::Request{{buffer, 0, 8}}, ByteView(four)).status;
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("4 data bytes for a range of 8"));
+}
+
+TEST_F(CpuSession, SetAndGetPastTheEndOfTheBufferAreRefused) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    const std::vector<uint8_t> eight(8, 0x11);
+    Status status = set(buffer, 60, eight);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("outside buffer"));
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{buffer, 60, 8}}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{buffer, 65, 0}}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<MemsetTensor>(MemsetTensor::Request{{buffer, 64, 1}, 0}).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSession, RangesWhoseEndOverflowsAreRefused) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    const std::vector<uint8_t> eight(8, 0x11);
+    EXPECT_EQ(set(buffer, UINT64_MAX - 3, eight).code(), Code::bad_request);
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{buffer, 16, UINT64_MAX - 8}}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{buffer, UINT64_MAX, 2}}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<MemsetTensor>(MemsetTensor::Request{{buffer, 8, UINT64_MAX}, 0}).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSession, TwoDimensionalSetAndGetUseTheStride) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 0}).status.ok());
+    const std::vector<uint8_t> rows = {1, 2, 3, 4, 5, 6};  // 3 rows of 2 bytes, 16 apart
+    ASSERT_TRUE(call<SetTensor2d>(SetTensor2d::Request{{buffer, 4, 2}, 3, 16}, ByteView(rows)).status.ok());
+    EXPECT_EQ(get(buffer, 0, 8), (std::vector<uint8_t>{0, 0, 0, 0, 1, 2, 0, 0}));
+    EXPECT_EQ(get(buffer, 20, 2), (std::vector<uint8_t>{3, 4}));
+    EXPECT_EQ(get(buffer, 36, 2), (std::vector<uint8_t>{5, 6}));
+    Outcome outcome = call<GetTensor2d>(GetTensor2d::Request{{buffer, 4, 2}, 3, 16});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.tail, rows);
+}
+
+TEST_F(CpuSession, TwoDimensionalRowsPastTheEndAreRefused) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    const std::vector<uint8_t> rows(8, 9);
+    EXPECT_EQ(call<SetTensor2d>(SetTensor2d::Request{{buffer, 0, 2}, 4, 32}, ByteView(rows)).status.code(),
+              Code::bad_request);
+    EXPECT_EQ(call<GetTensor2d>(GetTensor2d::Request{{buffer, 0, 2}, 2, UINT64_MAX}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<SetTensor2d>(SetTensor2d::Request{{buffer, 0, 2}, 3, 8}, ByteView(rows)).status.code(),
+              Code::bad_request)
+        << "8 bytes of data for 3 rows of 2";
+}
+
+TEST_F(CpuSession, MemsetWritesOnlyItsRange) {
+    hello();
+    const uint64_t buffer = alloc(32);
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 0}).status.ok());
+    ASSERT_TRUE(call<MemsetTensor>(MemsetTensor::Request{{buffer, 8, 4}, 7}).status.ok());
+    const std::vector<uint8_t> bytes = get(buffer, 0, 16);
+    EXPECT_EQ(bytes, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7, 0, 0, 0, 0}));
+}
+
+TEST_F(CpuSession, BufferClearFillsEveryByte) {
+    hello();
+    const uint64_t buffer = alloc(100);
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 0xab}).status.ok());
+    EXPECT_THAT(get(buffer, 0, 100), Each(0xab));
+}
+
+TEST_F(CpuSession, CopyMovesBytesBetweenTwoBuffers) {
+    hello();
+    const uint64_t source = alloc(64);
+    const uint64_t destination = alloc(64);
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{destination, 0}).status.ok());
+    const std::vector<uint8_t> pattern = {9, 8, 7, 6, 5, 4, 3, 2};
+    ASSERT_TRUE(set(source, 8, pattern).ok());
+    Outcome outcome = call<CopyTensor>(CopyTensor::Request{{source, 8, 8}, {destination, 40, 8}});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<CopyTensor::Reply>().copied, 1);
+    EXPECT_EQ(get(destination, 40, 8), pattern);
+    EXPECT_THAT(get(destination, 0, 40), Each(0));
+    EXPECT_EQ(get(source, 8, 8), pattern);
+}
+
+TEST_F(CpuSession, CopyWithinOneBufferWorksWhenRangesAreDisjoint) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    ASSERT_TRUE(set(buffer, 0, {1, 2, 3, 4}).ok());
+    ASSERT_TRUE(call<CopyTensor>(CopyTensor::Request{{buffer, 0, 4}, {buffer, 4, 4}}).status.ok());
+    EXPECT_EQ(get(buffer, 0, 8), (std::vector<uint8_t>{1, 2, 3, 4, 1, 2, 3, 4}));
+}
+
+TEST_F(CpuSession, CopyBetweenOverlappingRangesIsRefused) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    Status status = call<CopyTensor>(CopyTensor::Request{{buffer, 0, 8}, {buffer, 4, 8}}).status;
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("overlap"));
+}
+
+TEST_F(CpuSession, CopyOfDifferentSizesOrOutOfRangeIsRefused) {
+    hello();
+    const uint64_t source = alloc(64);
+    const uint64_t destination = alloc(16);
+    EXPECT_EQ(call<CopyTensor>(CopyTensor::Request{{source, 0, 8}, {destination, 0, 4}}).status.code(),
+              Code::bad_request);
+    EXPECT_EQ(call<CopyTensor>(CopyTensor::Request{{source, 0, 32}, {destination, 0, 32}}).status.code(),
+              Code::bad_request);
+    EXPECT_EQ(call<CopyTensor>(CopyTensor::Request{{source, 0, 8}, {999, 0, 8}}).status.code(), Code::not_found);
+}
+
+TEST_F(CpuSession, FreedBufferHandleIsStale) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{buffer}).status.ok());
+    EXPECT_EQ(session->buffer_count(), 0u);
+    EXPECT_EQ(session->memory_in_use(), 0u);
+
+    const std::vector<uint8_t> data = {1};
+    Status status = set(buffer, 0, data);
+    EXPECT_EQ(status.code(), Code::not_found);
+    EXPECT_THAT(status.message(), HasSubstr("buffer handle " + std::to_string(buffer)));
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{buffer, 0, 1}}).status.code(), Code::not_found);
+    EXPECT_EQ(call<MemsetTensor>(MemsetTensor::Request{{buffer, 0, 1}, 0}).status.code(), Code::not_found);
+    EXPECT_EQ(call<BufferClear>(BufferClear::Request{buffer, 0}).status.code(), Code::not_found);
+    EXPECT_EQ(call<BufferReset>(BufferReset::Request{buffer}).status.code(), Code::not_found);
+    EXPECT_EQ(call<BufferFree>(BufferFree::Request{buffer}).status.code(), Code::not_found);
+}
+
+TEST_F(CpuSession, BufferHandlesAreNotReusedAfterFree) {
+    hello();
+    const uint64_t first = alloc(64);
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{first}).status.ok());
+    const uint64_t second = alloc(64);
+    EXPECT_NE(second, first);
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{first, 0, 1}}).status.code(), Code::not_found);
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{0, 0, 1}}).status.code(), Code::not_found);
+}
+
+// Session limits.
+
+TEST_F(CpuSession, AllocationBeyondTheMemoryQuotaIsRefused) {
+    SessionLimits limits;
+    limits.memory_quota = 1024;
+    start(limits);
+    hello();
+    const uint64_t first = alloc(600);
+    Outcome over = call<BufferAlloc>(BufferAlloc::Request{0, 600});
+    EXPECT_EQ(over.status.code(), Code::limit_exceeded);
+    EXPECT_THAT(over.status.message(), HasSubstr("quota of 1024 bytes"));
+    EXPECT_EQ(session->memory_in_use(), 600u);
+    EXPECT_EQ(session->buffer_count(), 1u);
+
+    alloc(424);  // exactly up to the quota
+    EXPECT_EQ(session->memory_in_use(), 1024u);
+    EXPECT_EQ(call<BufferAlloc>(BufferAlloc::Request{0, 1}).status.code(), Code::limit_exceeded);
+
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{first}).status.ok());
+    EXPECT_EQ(session->memory_in_use(), 424u);
+    alloc(600);
+    EXPECT_EQ(session->memory_in_use(), 1024u);
+}
+
+TEST_F(CpuSession, AllocationLargerThanTheWholeQuotaIsRefusedWithoutOverflow) {
+    SessionLimits limits;
+    limits.memory_quota = 1024;
+    start(limits);
+    hello();
+    alloc(512);
+    EXPECT_EQ(call<BufferAlloc>(BufferAlloc::Request{0, 1025}).status.code(), Code::limit_exceeded);
+    EXPECT_EQ(call<BufferAlloc>(BufferAlloc::Request{0, UINT64_MAX}).status.code(), Code::limit_exceeded);
+    EXPECT_EQ(call<BufferAlloc>(BufferAlloc::Request{0, UINT64_MAX - 511}).status.code(), Code::limit_exceeded);
+    EXPECT_EQ(session->memory_in_use(), 512u);
+}
+
+TEST_F(CpuSession, BufferCountLimitIsEnforcedAndFreedSlotsCanBeReused) {
+    SessionLimits limits;
+    limits.max_buffers = 2;
+    start(limits);
+    hello();
+    const uint64_t first = alloc(16);
+    alloc(16);
+    Outcome third = call<BufferAlloc>(BufferAlloc::Request{0, 16});
+    EXPECT_EQ(third.status.code(), Code::limit_exceeded);
+    EXPECT_THAT(third.status.message(), HasSubstr("2 buffers"));
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{first}).status.ok());
+    EXPECT_TRUE(call<BufferAlloc>(BufferAlloc::Request{0, 16}).status.ok());
+}
+
+// Op queries.
+
+TEST_F(CpuSession, SupportsOpAnswersForAPlainAdd) {
+    hello();
+    GgmlContext ctx = metadata_context();
+    ggml_tensor *x = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 16);
+    ggml_tensor *sum = ggml_add(ctx.get(), x, x);
+    TensorListEncoder encoder{TensorListEncoder::Locator()};
+    encoder.add(sum);
+    const std::vector<uint8_t> list = encoder.finish();
+    Outcome outcome = call<SupportsOp>(SupportsOp::Request{0}, ByteView(list));
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<SupportsOp::Reply>().supported, 1);
+}
+
+TEST_F(CpuSession, AllocSizeOfAPlainTensorIsItsBytes) {
+    hello();
+    GgmlContext ctx = metadata_context();
+    ggml_tensor *x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, 16, 3);
+    TensorListEncoder encoder{TensorListEncoder::Locator()};
+    encoder.add(x);
+    const std::vector<uint8_t> list = encoder.finish();
+    Outcome outcome = call<AllocSize>(AllocSize::Request{0}, ByteView(list));
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<AllocSize::Reply>().size, 16u * 3 * sizeof(float));
+}
+
+TEST_F(CpuSession, OpQueryNamingABufferIsRefused) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    GgmlContext ctx = metadata_context();
+    PlacementArena arena(buffer, 64);
+    ggml_tensor *x = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 4);
+    arena.place(x, 0);
+    TensorListEncoder encoder(arena.locator());
+    encoder.add(ggml_add(ctx.get(), x, x));
+    const std::vector<uint8_t> list = encoder.finish();
+    EXPECT_EQ(call<SupportsOp>(SupportsOp::Request{0}, ByteView(list)).status.code(), Code::bad_request);
+    EXPECT_EQ(call<SupportsOp>(SupportsOp::Request{0}).status.code(), Code::bad_request) << "no tensor list";
+}
+
+// Graph compute: the guest's graph, placed by the guest at offsets in a session buffer.
+class CpuSessionGraph : public CpuSession {
+  protected:
+    void SetUp() override {
+        CpuSession::SetUp();
+        if (HasFatalFailure()) return;
+        hello();
+        buffer = alloc(kBufferSize);
+        ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 0}).status.ok());
+        compute_backend = backend();
+        arena = std::make_unique<PlacementArena>(buffer, 4096);
+    }
+
+    ggml_tensor *vector(const char *name) {
+        ggml_tensor *tensor = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, kLength);
+        ggml_set_name(tensor, name);
+        return tensor;
+    }
+
+    // Sends the graph of `outputs` as the guest backend does: ggml_build_forward_expand
+    // (which marks each node GGML_TENSOR_FLAG_COMPUTE), then every node in order.
+    Outcome compute(std::initializer_list<ggml_tensor *> outputs) {
+        ggml_cgraph *graph = ggml_new_graph(ctx.get());
+        for (ggml_tensor *output : outputs) ggml_build_forward_expand(graph, output);
+        return compute_nodes(graph);
+    }
+
+    Outcome compute_nodes(ggml_cgraph *graph) { return compute_list(encode_nodes(graph)); }
+
+    std::vector<uint8_t> encode_nodes(ggml_cgraph *graph) {
+        TensorListEncoder encoder(arena->locator());
+        for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) encoder.add_node(ggml_graph_node(graph, i));
+        EXPECT_FALSE(encoder.failed()) << encoder.error();
+        return encoder.finish();
+    }
+
+    Outcome compute_list(const std::vector<uint8_t> &list, GraphMode mode = kGraphRunOnce, uint32_t slot = 0) {
+        return call<GraphCompute>(graph_request(compute_backend, mode, slot), ByteView(list));
+    }
+
+    Outcome replay(uint32_t slot) { return call<GraphCompute>(graph_request(compute_backend, kGraphReplay, slot)); }
+
+    // c = a + b over the fixture's buffer: a at 0, b at 32, c at 64; a and b set.
+    std::vector<uint8_t> sum_graph() {
+        ggml_tensor *a = vector("a"), *b = vector("b");
+        ggml_tensor *c = ggml_add(ctx.get(), a, b);
+        arena->place(a, 0);
+        arena->place(b, 32);
+        arena->place(c, 64);
+        EXPECT_TRUE(set(buffer, 0, bytes_of(a_values)).ok());
+        EXPECT_TRUE(set(buffer, 32, bytes_of(b_values)).ok());
+        ggml_cgraph *graph = ggml_new_graph(ctx.get());
+        ggml_build_forward_expand(graph, c);
+        return encode_nodes(graph);
+    }
+
+    static constexpr int64_t kLength = 8;  // 32 bytes of f32
+    static constexpr uint64_t kBufferSize = 128;
+    GgmlContext ctx = metadata_context(256, 4);
+    uint64_t buffer = 0;
+    uint64_t compute_backend = 0;
+    std::unique_ptr<PlacementArena> arena;
+    const std::vector<float> a_values = {1, 2, 3, 4, 5, 6, 7, 8};
+    const std::vector<float> b_values = {10, 20, 30, 40, 50, 60, 70, 80};
+};
+
+TEST_F(CpuSessionGraph, AddComputesIntoItsPlaceInTheBuffer) {
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *c = ggml_add(ctx.get(), a, b);
+    arena->place(a, 0);
+    arena->place(b, 32);
+    arena->place(c, 64);
+    ASSERT_TRUE(set(buffer, 0, bytes_of(a_values)).ok());
+    ASSERT_TRUE(set(buffer, 32, bytes_of(b_values)).ok());
+
+    Outcome outcome = compute({c});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_TRUE(outcome.fixed.empty()) << "graph_compute is one-way: no reply of its own";
+    EXPECT_THAT(floats_of(get(buffer, 64, 32)), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+    EXPECT_THAT(floats_of(get(buffer, 0, 32)), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+    EXPECT_EQ(session->counters().graph_computes, 1u);
+}
+
+TEST_F(CpuSessionGraph, NodesComputeInOrderAndReuseEarlierResults) {
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *sum = ggml_add(ctx.get(), a, b);
+    ggml_tensor *product = ggml_mul(ctx.get(), sum, a);
+    arena->place(a, 0);
+    arena->place(b, 32);
+    arena->place(sum, 64);
+    arena->place(product, 96);
+    ASSERT_TRUE(set(buffer, 0, bytes_of(a_values)).ok());
+    ASSERT_TRUE(set(buffer, 32, bytes_of(b_values)).ok());
+
+    Outcome outcome = compute({sum, product});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_THAT(floats_of(get(buffer, 96, 32)), ElementsAre(11, 44, 99, 176, 275, 396, 539, 704));
+}
+
+TEST_F(CpuSessionGraph, NodeWhoseComputeFlagTheGuestClearedIsSkipped) {
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *sum = ggml_add(ctx.get(), a, b);
+    arena->place(a, 0);
+    arena->place(b, 32);
+    arena->place(sum, 64);
+    ASSERT_TRUE(set(buffer, 0, bytes_of(a_values)).ok());
+    ASSERT_TRUE(set(buffer, 32, bytes_of(b_values)).ok());
+    ggml_cgraph *graph = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(graph, sum);
+    ASSERT_NE(sum->flags & GGML_TENSOR_FLAG_COMPUTE, 0);
+    sum->flags &= ~GGML_TENSOR_FLAG_COMPUTE;  // as ggml's scheduler does for a node another one fused
+
+    Outcome outcome = compute_nodes(graph);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_THAT(get(buffer, 64, 32), Each(0));
+}
+
+TEST_F(CpuSessionGraph, TensorWhoseDataRunsPastItsBufferIsRefusedAndNothingIsComputed) {
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *sum = ggml_add(ctx.get(), a, b);
+    ggml_tensor *product = ggml_mul(ctx.get(), sum, a);
+    ggml_set_name(product, "product");
+    arena->place(a, 0);
+    arena->place(b, 32);
+    arena->place(sum, 64);
+    arena->place(product, kBufferSize - 16);  // 32 bytes from 16 before the end
+    ASSERT_TRUE(set(buffer, 0, bytes_of(a_values)).ok());
+    ASSERT_TRUE(set(buffer, 32, bytes_of(b_values)).ok());
+
+    Outcome outcome = compute({sum, product});
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("'product'"));
+    EXPECT_THAT(outcome.status.message(), HasSubstr("outside its buffer of 128 bytes"));
+    EXPECT_THAT(get(buffer, 64, 64), Each(0)) << "the first node was computed before the refusal";
+    EXPECT_EQ(session->counters().graph_computes, 0u);
+}
+
+TEST_F(CpuSessionGraph, TensorWithoutABufferIsRefused) {
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *sum = ggml_add(ctx.get(), a, b);
+    ggml_set_name(sum, "sum");
+    arena->place(a, 0);
+    arena->place(b, 32);  // sum has no data anywhere
+
+    Outcome outcome = compute({sum});
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("'sum'"));
+    EXPECT_THAT(outcome.status.message(), HasSubstr("has no buffer"));
+    EXPECT_EQ(session->counters().graph_computes, 0u);
+}
+
+TEST_F(CpuSessionGraph, TensorInAFreedBufferIsRefused) {
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *sum = ggml_add(ctx.get(), a, b);
+    arena->place(a, 0);
+    arena->place(b, 32);
+    arena->place(sum, 64);
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{buffer}).status.ok());
+
+    Outcome outcome = compute({sum});
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("not valid"));
+}
+
+TEST_F(CpuSessionGraph, ViewThatDoesNotLieInsideItsSourceIsRefused) {
+    ggml_tensor *a = vector("a");
+    arena->place(a, 0);
+    ggml_tensor *view = ggml_view_1d(ctx.get(), a, 4, 16);
+    ggml_tensor *doubled = ggml_scale(ctx.get(), view, 2.0f);
+    arena->place(doubled, 64);
+    arena->place(view, 48);  // claims view_offs 16 but sits 48 bytes in
+
+    Outcome outcome = compute({doubled});
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("view"));
+}
+
+TEST_F(CpuSessionGraph, ComputeOnAnUnknownBackendIsNotFound) {
+    ggml_tensor *a = vector("a");
+    arena->place(a, 0);
+    TensorListEncoder encoder(arena->locator());
+    encoder.add_node(a);
+    const std::vector<uint8_t> graph = encoder.finish();
+    EXPECT_EQ(call<GraphCompute>(graph_request(compute_backend + 1), ByteView(graph)).status.code(), Code::not_found);
+    ASSERT_TRUE(call<BackendFree>(BackendFree::Request{compute_backend}).status.ok());
+    EXPECT_EQ(call<GraphCompute>(graph_request(compute_backend), ByteView(graph)).status.code(), Code::not_found);
+}
+
+TEST_F(CpuSessionGraph, EmptyGraphSucceedsWithoutComputing) {
+    TensorListEncoder encoder(arena->locator());
+    const std::vector<uint8_t> graph = encoder.finish();
+    Outcome outcome = call<GraphCompute>(graph_request(compute_backend), ByteView(graph));
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_TRUE(outcome.fixed.empty()) << "graph_compute is one-way: no reply of its own";
+}
+
+// Graph slots: a graph the guest sends again is kept by the host and replayed.
+
+TEST_F(CpuSessionGraph, StoredGraphReplaysOverTheCurrentData) {
+    ASSERT_TRUE(compute_list(sum_graph(), kGraphStore, 3).status.ok());
+    EXPECT_THAT(floats_of(get(buffer, 64, 32)), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+    ASSERT_TRUE(set(buffer, 0, bytes_of({100, 100, 100, 100, 100, 100, 100, 100})).ok());
+
+    Outcome outcome = replay(3);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_THAT(floats_of(get(buffer, 64, 32)), ElementsAre(110, 120, 130, 140, 150, 160, 170, 180));
+    EXPECT_EQ(session->counters().graph_computes, 2u);
+}
+
+TEST_F(CpuSessionGraph, ReplayOfAnEmptySlotIsRefused) {
+    Outcome outcome = replay(0);
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("slot 0 is empty"));
+}
+
+TEST_F(CpuSessionGraph, RunOnceLeavesTheSlotsAlone) {
+    ASSERT_TRUE(compute_list(sum_graph(), kGraphRunOnce, 2).status.ok());
+    EXPECT_EQ(replay(2).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSessionGraph, SlotPastTheLastIsRefused) {
+    const std::vector<uint8_t> list = sum_graph();
+    EXPECT_EQ(compute_list(list, kGraphStore, kGraphSlots).status.code(), Code::bad_request);
+    EXPECT_EQ(replay(kGraphSlots).status.code(), Code::bad_request);
+    EXPECT_EQ(replay(UINT32_MAX).status.code(), Code::bad_request);
+    EXPECT_THAT(floats_of(get(buffer, 64, 32)), Each(0));
+}
+
+TEST_F(CpuSessionGraph, UnknownGraphModeIsRefused) {
+    Outcome outcome = compute_list(sum_graph(), static_cast<GraphMode>(7), 0);
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("unknown graph mode 7"));
+}
+
+TEST_F(CpuSessionGraph, FreeingAnyBufferEmptiesEverySlot) {
+    ASSERT_TRUE(compute_list(sum_graph(), kGraphStore, 0).status.ok());
+    ASSERT_TRUE(compute_list(sum_graph(), kGraphStore, 5).status.ok());
+    const uint64_t unrelated = alloc(16);
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{unrelated}).status.ok());
+    EXPECT_EQ(replay(0).status.code(), Code::bad_request);
+    EXPECT_EQ(replay(5).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSessionGraph, ReplayAfterItsBufferIsFreedIsRefused) {
+    ASSERT_TRUE(compute_list(sum_graph(), kGraphStore, 1).status.ok());
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{buffer}).status.ok());
+    EXPECT_EQ(replay(1).status.code(), Code::bad_request) << "the kept graph points into freed memory";
+}
+
+TEST_F(CpuSessionGraph, FailedStoreLeavesTheSlotEmpty) {
+    // The guest's GraphCache records a store as done; if the host kept the slot's
+    // previous graph, the guest's next replay of the new bytes would silently
+    // compute the old graph.
+    ASSERT_TRUE(compute_list(sum_graph(), kGraphStore, 4).status.ok());
+    std::vector<uint8_t> broken = sum_graph();
+    test_support::edit_wire_tensor(broken, 2, [](WireTensor &t) { t.data_offset = kBufferSize; });
+    ASSERT_EQ(compute_list(broken, kGraphStore, 4).status.code(), Code::bad_request);
+    EXPECT_EQ(replay(4).status.code(), Code::bad_request);
+}
+
+// A guest can describe an op ggml's kernels would trip over: a missing source, or
+// sources whose shapes the op cannot combine. The host answers; it does not crash.
+TEST_F(CpuSessionGraph, NodeMissingASourceItsOpNeedsIsRefused) {
+    // BUG (src/protocol/tensor_codec.cpp decode_tensor_list / src/host/graph_builder.cpp build_tensors): nothing
+    // checks that a node has the sources its op needs; the CPU kernel dereferences the null src[1] (SIGSEGV).
+    GTEST_SKIP() << "not checked yet: per-op validation (issue 5); the session worker contains the crash";
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *sum = ggml_add(ctx.get(), a, b);
+    arena->place(a, 0);
+    arena->place(b, 32);
+    arena->place(sum, 64);
+    ggml_cgraph *graph = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(graph, sum);
+    std::vector<uint8_t> list = encode_nodes(graph);
+    test_support::edit_wire_tensor(list, 2, [](WireTensor &t) { t.src[1] = -1; });
+
+    EXPECT_EQ(compute_list(list).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSessionGraph, NodeWhoseSourceShapesDoNotFitItsOpIsRefused) {
+    // BUG (src/host/graph_builder.cpp build_tensors): op shapes are not checked against ggml's own rules, so the
+    // CPU kernel's GGML_ASSERT(ggml_can_repeat(src1, src0)) aborts the host process.
+    GTEST_SKIP() << "not checked yet: per-op shape validation (issue 5); the session worker contains the abort";
+    ggml_tensor *a = vector("a"), *b = vector("b");
+    ggml_tensor *sum = ggml_add(ctx.get(), a, b);
+    arena->place(a, 0);
+    arena->place(b, 32);
+    arena->place(sum, 64);
+    ggml_cgraph *graph = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(graph, sum);
+    std::vector<uint8_t> list = encode_nodes(graph);
+    test_support::edit_wire_tensor(list, 1, [](WireTensor &t) {  // b: 8 elements become 3, which cannot broadcast to 8
+        t.ne[0] = 3;
+        t.nb[1] = t.nb[2] = t.nb[3] = 12;
+    });
+
+    EXPECT_EQ(compute_list(list).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSessionGraph, TransposedViewOfTheLastTensorInABufferComputes) {
+    // a is 4 x 3 and fills the last 48 bytes of the buffer; its transpose is a
+    // view over exactly those bytes, so the graph is valid.
+    ggml_tensor *a = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, 4, 3);
+    arena->place(a, kBufferSize - 48);
+    ggml_tensor *transposed = ggml_transpose(ctx.get(), a);
+    ggml_tensor *copy = ggml_cont(ctx.get(), transposed);
+    arena->place(copy, 0);
+    ASSERT_TRUE(set(buffer, kBufferSize - 48, bytes_of({0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23})).ok());
+
+    Outcome outcome = compute({copy});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_THAT(floats_of(get(buffer, 0, 48)), ElementsAre(0, 10, 20, 1, 11, 21, 2, 12, 22, 3, 13, 23));
+}
+
+// Shared memory: for a guest on the same machine, buffers are memory files both
+// sides map, and model files are mapped by the host instead of copied.
+
+// A memory file holding `bytes`, standing in for a guest's model file.
+UniqueFd file_holding(const std::vector<uint8_t> &bytes) {
+    UniqueFd fd(::memfd_create("model.gguf", MFD_CLOEXEC));
+    EXPECT_TRUE(fd.valid());
+    EXPECT_EQ(::pwrite(fd.get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+    return fd;
+}
+
+std::vector<uint8_t> counting_bytes(size_t size) {
+    std::vector<uint8_t> bytes(size);
+    for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>(i % 251);
+    return bytes;
+}
+
+TEST_F(CpuSession, SharedMemoryIsNotGrantedUnlessTheServerAllowsIt) {
+    Hello::Request request;
+    request.capabilities = kSessionSharedMemory;
+    Outcome outcome = call<Hello>(request);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities, 0u);
+    EXPECT_EQ(call<DeviceInfo>(DeviceInfo::Request{0}).reply<DeviceInfo::Reply>().shared_buffers, 0);
+
+    Outcome buffer = call<BufferAlloc>(BufferAlloc::Request{0, 64});
+    ASSERT_TRUE(buffer.status.ok()) << buffer.status.message();
+    EXPECT_EQ(buffer.reply<BufferAlloc::Reply>().shared, 0);
+    EXPECT_FALSE(buffer.fd.valid());
+
+    std::vector<UniqueFd> fds;
+    fds.push_back(file_holding(counting_bytes(64)));
+    EXPECT_EQ(call<BufferFromFile>(BufferFromFile::Request{0, 0, 64, 64}, ByteView(), &fds).status.code(),
+              Code::unsupported);
+}
+
+TEST_F(CpuSession, SharedMemoryIsNotGrantedUnlessTheGuestAsks) {
+    session->allow_shared_memory();
+    Outcome outcome = call<Hello>(Hello::Request{});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities, 0u);
+    Outcome buffer = call<BufferAlloc>(BufferAlloc::Request{0, 64});
+    EXPECT_EQ(buffer.reply<BufferAlloc::Reply>().shared, 0);
+    EXPECT_FALSE(buffer.fd.valid());
+}
+
+TEST_F(CpuSession, SharedMemoryIsGrantedWhenAllowedAndAsked) {
+    session->allow_shared_memory();
+    Hello::Request request;
+    request.capabilities = kSessionSharedMemory;
+    Outcome outcome = call<Hello>(request);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities, uint64_t(kSessionSharedMemory));
+    EXPECT_EQ(call<DeviceInfo>(DeviceInfo::Request{0}).reply<DeviceInfo::Reply>().shared_buffers, 1);
+}
+
+class SharedMemorySession : public CpuSession {
+  protected:
+    void SetUp() override {
+        CpuSession::SetUp();
+        if (HasFatalFailure()) return;
+        restart(SessionLimits{});
+    }
+
+    void restart(const SessionLimits &limits) {
+        start(limits);
+        session->allow_shared_memory();
+        hello(kSessionSharedMemory);
+    }
+
+    Outcome buffer_from_file(UniqueFd file, uint64_t offset, uint64_t size) {
+        std::vector<UniqueFd> fds;
+        fds.push_back(std::move(file));
+        return call<BufferFromFile>(BufferFromFile::Request{0, offset, size, size}, ByteView(), &fds);
+    }
+
+    uint64_t file_buffer(const std::vector<uint8_t> &contents, uint64_t offset, uint64_t size) {
+        Outcome outcome = buffer_from_file(file_holding(contents), offset, size);
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
+        return outcome.status.ok() ? outcome.reply<BufferFromFile::Reply>().buffer : 0;
+    }
+};
+
+TEST_F(SharedMemorySession, BufferAllocPassesAMemoryFileThatIsTheBuffer) {
+    Outcome outcome = call<BufferAlloc>(BufferAlloc::Request{0, 4096});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    const BufferAlloc::Reply reply = outcome.reply<BufferAlloc::Reply>();
+    EXPECT_EQ(reply.shared, 1);
+    EXPECT_EQ(reply.size, 4096u);
+    ASSERT_TRUE(outcome.fd.valid());
+
+    Mapping guest_view;
+    ASSERT_TRUE(Mapping::map(outcome.fd.get(), 0, 4096, true, &guest_view).ok());
+    auto *guest_bytes = static_cast<uint8_t *>(guest_view.data());
+    guest_bytes[100] = 0x5a;
+    guest_bytes[101] = 0xa5;
+    EXPECT_EQ(get(reply.buffer, 100, 2), (std::vector<uint8_t>{0x5a, 0xa5}));
+    ASSERT_TRUE(set(reply.buffer, 4000, {1, 2, 3}).ok());
+    EXPECT_EQ(guest_bytes[4000], 1);
+    EXPECT_EQ(guest_bytes[4002], 3);
+    EXPECT_EQ(session->memory_in_use(), 4096u);
+}
+
+TEST_F(SharedMemorySession, GuestCannotResizeTheMemoryFile) {
+    Outcome outcome = call<BufferAlloc>(BufferAlloc::Request{0, 4096});
+    ASSERT_TRUE(outcome.fd.valid());
+    EXPECT_NE(::ftruncate(outcome.fd.get(), 0), 0) << "shrinking would make the host's accesses fault";
+    EXPECT_NE(::ftruncate(outcome.fd.get(), 8192), 0);
+}
+
+TEST_F(SharedMemorySession, FileBufferShowsTheGuestsFileFromTheOffset) {
+    const std::vector<uint8_t> contents = counting_bytes(8192);
+    const uint64_t buffer = file_buffer(contents, 4096, 4096);
+    ASSERT_NE(buffer, 0u);
+    EXPECT_EQ(get(buffer, 0, 16), std::vector<uint8_t>(contents.begin() + 4096, contents.begin() + 4112));
+    EXPECT_EQ(get(buffer, 4090, 6), std::vector<uint8_t>(contents.end() - 6, contents.end()));
+    EXPECT_EQ(call<GetTensor>(GetTensor::Request{{buffer, 4090, 7}}).status.code(), Code::bad_request);
+}
+
+TEST_F(SharedMemorySession, FileBufferIsReadOnly) {
+    const uint64_t buffer = file_buffer(counting_bytes(4096), 0, 4096);
+    const uint64_t scratch = alloc(64);
+    Status status = set(buffer, 0, {1});
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("read-only"));
+    EXPECT_EQ(call<MemsetTensor>(MemsetTensor::Request{{buffer, 0, 4}, 0}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<BufferClear>(BufferClear::Request{buffer, 0}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<CopyTensor>(CopyTensor::Request{{scratch, 0, 8}, {buffer, 0, 8}}).status.code(), Code::bad_request);
+    EXPECT_EQ(
+        call<SetTensor2d>(SetTensor2d::Request{{buffer, 0, 1}, 1, 0}, ByteView(std::vector<uint8_t>{1})).status.code(),
+        Code::bad_request);
+    EXPECT_EQ(get(buffer, 0, 4), (std::vector<uint8_t>{0, 1, 2, 3}));
+
+    ASSERT_TRUE(call<CopyTensor>(CopyTensor::Request{{buffer, 8, 4}, {scratch, 0, 4}}).status.ok());
+    EXPECT_EQ(get(scratch, 0, 4), (std::vector<uint8_t>{8, 9, 10, 11}));
+}
+
+TEST_F(SharedMemorySession, FileBufferNeedsExactlyOneDescriptor) {
+    EXPECT_EQ(call<BufferFromFile>(BufferFromFile::Request{0, 0, 64, 64}).status.code(), Code::bad_request);
+    std::vector<UniqueFd> none;
+    EXPECT_EQ(call<BufferFromFile>(BufferFromFile::Request{0, 0, 64, 64}, ByteView(), &none).status.code(),
+              Code::bad_request);
+    std::vector<UniqueFd> two;
+    two.push_back(file_holding(counting_bytes(64)));
+    two.push_back(file_holding(counting_bytes(64)));
+    EXPECT_EQ(call<BufferFromFile>(BufferFromFile::Request{0, 0, 64, 64}, ByteView(), &two).status.code(),
+              Code::bad_request);
+    EXPECT_EQ(session->buffer_count(), 0u);
+}
+
+TEST_F(SharedMemorySession, FileRangeOutsideTheFileIsRefused) {
+    EXPECT_EQ(buffer_from_file(file_holding(counting_bytes(4096)), 4096, 1).status.code(), Code::bad_request);
+    EXPECT_EQ(buffer_from_file(file_holding(counting_bytes(4096)), 0, 4097).status.code(), Code::bad_request);
+    EXPECT_EQ(buffer_from_file(file_holding(counting_bytes(4096)), UINT64_MAX - 10, 64).status.code(),
+              Code::bad_request);
+    EXPECT_EQ(buffer_from_file(file_holding(counting_bytes(4096)), 0, 0).status.code(), Code::bad_request);
+    EXPECT_EQ(session->buffer_count(), 0u);
+}
+
+TEST_F(SharedMemorySession, DescriptorThatIsNotARegularFileIsRefused) {
+    int fds[2] = {-1, -1};
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    UniqueFd keep(fds[1]);
+    EXPECT_EQ(buffer_from_file(UniqueFd(fds[0]), 0, 64).status.code(), Code::bad_request);
+}
+
+TEST_F(SharedMemorySession, FileBuffersCountTowardsTheBufferLimit) {
+    SessionLimits limits;
+    limits.max_buffers = 1;
+    restart(limits);
+    alloc(64);
+    EXPECT_EQ(buffer_from_file(file_holding(counting_bytes(64)), 0, 64).status.code(), Code::limit_exceeded);
+}
+
+TEST_F(SharedMemorySession, FreeingAFileBufferKeepsTheMemoryAccountRight) {
+    SessionLimits limits;
+    limits.memory_quota = 1 << 20;
+    restart(limits);
+    const uint64_t device_buffer = alloc(4096);
+    const uint64_t buffer = file_buffer(counting_bytes(8192), 0, 8192);
+    EXPECT_EQ(session->memory_in_use(), 4096u) << "a mapped file is not device memory";
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{buffer}).status.ok());
+    EXPECT_EQ(session->memory_in_use(), 4096u);
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{device_buffer}).status.ok());
+    EXPECT_EQ(session->memory_in_use(), 0u);
+    EXPECT_TRUE(call<BufferAlloc>(BufferAlloc::Request{0, 4096}).status.ok());
+}
+
+TEST_F(SharedMemorySession, UnalignedFileOffsetIsRefusedOrServed) {
+    // A guest chooses file_offset; whatever it is, the host answers instead of aborting.
+    const std::vector<uint8_t> contents = counting_bytes(8192);
+    Outcome outcome = buffer_from_file(file_holding(contents), 4097, 64);
+    if (outcome.status.ok()) {
+        const uint64_t buffer = outcome.reply<BufferFromFile::Reply>().buffer;
+        EXPECT_EQ(get(buffer, 0, 4), std::vector<uint8_t>(contents.begin() + 4097, contents.begin() + 4101));
+    } else {
+        EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    }
+}
+
+// Where each tensor of a graph lives: (buffer handle, offset) chosen by the test.
+class Placements {
+  public:
+    void place(ggml_tensor *tensor, uint64_t buffer, uint64_t offset) {
+        tensor->data = &anchor_;  // any non-null pointer: the locator below is what counts
+        locations_[tensor] = TensorLocation{buffer, offset};
+    }
+    TensorListEncoder::Locator locator() const {
+        return [this](const ggml_tensor *tensor, TensorLocation *location) {
+            auto found = locations_.find(tensor);
+            if (found == locations_.end()) return false;
+            *location = found->second;
+            return true;
+        };
+    }
+
+  private:
+    uint8_t anchor_ = 0;
+    std::unordered_map<const ggml_tensor *, TensorLocation> locations_;
+};
+
+TEST_F(SharedMemorySession, GraphReadsWeightsFromAFileBufferButCannotWriteThere) {
+    const std::vector<float> weights = {1, 2, 3, 4, 5, 6, 7, 8};
+    const uint64_t file = file_buffer(bytes_of(weights), 0, 32);
+    const uint64_t scratch = alloc(64);
+    const uint64_t compute_backend = backend();
+    ASSERT_TRUE(set(scratch, 0, bytes_of({10, 20, 30, 40, 50, 60, 70, 80})).ok());
+
+    GgmlContext ctx = metadata_context(256, 4);
+    ggml_tensor *w = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 8);
+    ggml_tensor *x = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 8);
+    ggml_tensor *sum = ggml_add(ctx.get(), w, x);
+    ggml_set_name(sum, "sum");
+    Placements placements;
+    placements.place(w, file, 0);
+    placements.place(x, scratch, 0);
+    placements.place(sum, scratch, 32);
+    auto encode = [&] {
+        ggml_cgraph *graph = ggml_new_graph(ctx.get());
+        ggml_build_forward_expand(graph, sum);
+        TensorListEncoder encoder(placements.locator());
+        for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) encoder.add_node(ggml_graph_node(graph, i));
+        return encoder.finish();
+    };
+
+    const std::vector<uint8_t> reading = encode();
+    Outcome outcome = call<GraphCompute>(graph_request(compute_backend), ByteView(reading));
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_THAT(floats_of(get(scratch, 32, 32)), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+
+    placements.place(sum, file, 0);  // the result would overwrite the weights
+    const std::vector<uint8_t> writing = encode();
+    outcome = call<GraphCompute>(graph_request(compute_backend), ByteView(writing));
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("read-only"));
+    EXPECT_THAT(floats_of(get(file, 0, 32)), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+}
+
+// serve(): the same session behind a socket, with one-way commands.
+class ServedSession : public CpuSession {
+  protected:
+    void SetUp() override {
+        CpuSession::SetUp();
+        if (HasFatalFailure()) return;
+        int fds[2] = {-1, -1};
+        ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+        guest = FramedStream(UniqueFd(fds[0]), "host");
+        host = FramedStream(UniqueFd(fds[1]), "guest");
+        server = std::thread([this] { served = session->serve(host); });
+    }
+
+    void TearDown() override {
+        guest.close();
+        if (server.joinable()) server.join();
+    }
+
+    template <class Cmd>
+    void send(const typename Cmd::Request &request, ByteView tail = ByteView()) {
+        FrameHeader header;
+        header.command = static_cast<uint16_t>(Cmd::id);
+        ASSERT_TRUE(guest.send(header, {ByteView(&request, sizeof(request)), tail}).ok());
+    }
+
+    // Reads one reply: its header and payload (the Reply and tail, or the error message).
+    std::pair<FrameHeader, std::string> receive_reply() {
+        FrameHeader header;
+        Status status = guest.receive_header(&header, 1 << 20);
+        EXPECT_TRUE(status.ok()) << status.message();
+        if (!status) return {header, ""};
+        std::string payload(header.payload_size, '\0');
+        EXPECT_TRUE(guest.receive(payload.data(), payload.size()).ok());
+        return {header, payload};
+    }
+
+    FramedStream guest, host;
+    std::thread server;
+    Status served = error(Code::error, "serve() did not return");
+};
+
+TEST_F(ServedSession, RepliesToHelloAndEndsCleanlyWhenTheGuestHangsUp) {
+    send<Hello>(Hello::Request{});
+    auto [header, payload] = receive_reply();
+    EXPECT_EQ(header.command, static_cast<uint16_t>(CommandId::hello));
+    EXPECT_EQ(header.flags, kFrameReply);
+    EXPECT_EQ(header.status, static_cast<int32_t>(Code::ok));
+    EXPECT_EQ(payload.size(), sizeof(Hello::Reply));
+    guest.close();
+    server.join();
+    EXPECT_TRUE(served.ok()) << served.message();
+}
+
+TEST_F(ServedSession, FailedOneWayCommandIsReportedWithTheNextReply) {
+    send<Hello>(Hello::Request{});
+    (void)receive_reply();
+    const std::vector<uint8_t> data = {1, 2, 3};
+    send<SetTensor>(SetTensor::Request{{42, 0, 3}}, ByteView(data));  // one-way: no reply of its own
+    send<DeviceMemory>(DeviceMemory::Request{0});
+    auto [header, message] = receive_reply();
+    EXPECT_EQ(header.command, static_cast<uint16_t>(CommandId::device_memory));
+    EXPECT_EQ(header.status, static_cast<int32_t>(Code::not_found));
+    EXPECT_THAT(message, StartsWith("set_tensor: "));
+    EXPECT_THAT(message, HasSubstr("buffer handle 42"));
+
+    send<DeviceMemory>(DeviceMemory::Request{0});
+    auto [next_header, next_payload] = receive_reply();
+    EXPECT_EQ(next_header.status, static_cast<int32_t>(Code::ok)) << "the error is reported once";
+    EXPECT_EQ(next_payload.size(), sizeof(DeviceMemory::Reply));
+}
+
+TEST_F(ServedSession, GuestThatSkipsTheHandshakeIsToldWhyAndDisconnected) {
+    send<DeviceInfo>(DeviceInfo::Request{0});
+    auto [header, message] = receive_reply();
+    EXPECT_EQ(header.status, static_cast<int32_t>(Code::bad_request));
+    EXPECT_THAT(message, HasSubstr("handshake"));
+    server.join();
+    EXPECT_EQ(served.code(), Code::bad_request);
+}
+
+TEST_F(ServedSession, OversizedMessageIsRefusedAndEndsTheSession) {
+    SessionLimits limits;
+    limits.max_message_size = 64;
+    guest.close();
+    server.join();
+    start(limits);
+    int fds[2] = {-1, -1};
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    guest = FramedStream(UniqueFd(fds[0]), "host");
+    host = FramedStream(UniqueFd(fds[1]), "guest");
+    server = std::thread([this] { served = session->serve(host); });
+
+    send<Hello>(Hello::Request{});
+    (void)receive_reply();
+    const std::vector<uint8_t> big(100, 0);
+    send<SetTensor>(SetTensor::Request{{1, 0, 100}}, ByteView(big));
+    auto [header, message] = receive_reply();
+    EXPECT_EQ(header.status, static_cast<int32_t>(Code::limit_exceeded));
+    EXPECT_THAT(message, HasSubstr("exceeds the limit of 64"));
+    server.join();
+    EXPECT_EQ(served.code(), Code::limit_exceeded);
+}
+
+}  // namespace
+}  // namespace ggml_remote::host
