@@ -1,5 +1,6 @@
 #include "host/listener.h"
 
+#include "host/status_board.h"
 #include "transport/socket.h"
 
 #include <fcntl.h>
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 
 namespace ggml_remote::host {
@@ -26,6 +29,7 @@ struct ListeningSocket {
 struct LiveSession {
     int id;
     std::string peer;
+    int slot;  // in the status board, or -1
 };
 
 // Tells a guest that was turned away why, in the form of a handshake reply.
@@ -37,10 +41,13 @@ void refuse(int fd, Code code, const std::string &reason) {
 }
 
 pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int session_id, const std::string &peer,
-                   const sigset_t &original_mask) {
+                   const StatusBoard &board, int slot, const sigset_t &original_mask) {
     std::vector<std::string> args = command;
     args.insert(args.end(), {"--worker-fd", std::to_string(client_fd), "--session-id", std::to_string(session_id),
                              "--peer", peer});
+    if (slot >= 0) {
+        args.insert(args.end(), {"--status-fd", std::to_string(board.fd()), "--status-slot", std::to_string(slot)});
+    }
     std::vector<char *> argv;
     for (std::string &arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -49,8 +56,11 @@ pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int s
     if (pid != 0) return pid;
     // Child: keep only the client's socket across exec, and restore the signals.
     ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-    const int flags = ::fcntl(client_fd, F_GETFD);
-    ::fcntl(client_fd, F_SETFD, flags & ~FD_CLOEXEC);
+    for (int fd : {client_fd, slot >= 0 ? board.fd() : -1}) {
+        if (fd < 0) continue;
+        const int flags = ::fcntl(fd, F_GETFD);
+        ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
+    }
     ::execv("/proc/self/exe", argv.data());
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "ggml-remote-server: cannot start a session worker: %s\n", std::strerror(errno));
@@ -84,6 +94,10 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
     ::sigprocmask(SIG_BLOCK, &handled, &original);
     UniqueFd signals(::signalfd(-1, &handled, SFD_CLOEXEC));
 
+    StatusBoard board;
+    Status board_status = StatusBoard::create(static_cast<uint32_t>(options.max_sessions), &board);
+    if (!board_status) log_line("no status board (status queries will list no sessions): " + board_status.message());
+
     std::map<pid_t, LiveSession> live;
     int next_session = 1;
     bool stopping = false;
@@ -116,6 +130,9 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                         log_line("session " + std::to_string(it->second.id) + " (" + it->second.peer +
                                  "): worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
                     }
+                    if (SessionSlot *slot = it->second.slot >= 0 ? board.slot(it->second.slot) : nullptr) {
+                        slot->live.store(0);
+                    }
                     live.erase(it);
                 }
                 break;
@@ -137,13 +154,28 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                 continue;
             }
             const int id = next_session++;
-            const pid_t pid = spawn_worker(worker_command, client.get(), id, peer, original);
+            const int slot_index = board.slots() > 0 ? board.find_free() : -1;
+            SessionSlot *slot = slot_index >= 0 ? board.slot(slot_index) : nullptr;
+            if (slot != nullptr) {
+                slot->id = id;
+                slot->pid = 0;
+                slot->started_unix = static_cast<int64_t>(::time(nullptr));
+                std::snprintf(slot->peer, sizeof(slot->peer), "%s", peer.c_str());
+                for (auto *counter : {&slot->commands, &slot->bytes_received, &slot->bytes_sent, &slot->graph_computes,
+                                      &slot->memory_in_use, &slot->buffers}) {
+                    counter->store(0);
+                }
+                slot->live.store(1);
+            }
+            const pid_t pid = spawn_worker(worker_command, client.get(), id, peer, board, slot_index, original);
             if (pid < 0) {
+                if (slot != nullptr) slot->live.store(0);
                 log_line("refused " + peer + ": fork: " + std::strerror(errno));
                 refuse(client.get(), Code::error, "the server could not start a session worker");
                 continue;
             }
-            live[pid] = {id, peer};
+            if (slot != nullptr) slot->pid = pid;
+            live[pid] = {id, peer, slot_index};
             log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
         }
     }

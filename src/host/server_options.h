@@ -14,6 +14,9 @@ struct ServerOptions {
     SessionLimits limits;
     int max_sessions = 64;
     bool verbose = false;
+    // Worker only: the listener's status board and this session's slot in it.
+    int status_fd = -1;
+    int status_slot = -1;
 };
 
 // The host devices a session may use, in the order guests see them.

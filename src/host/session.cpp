@@ -2,7 +2,10 @@
 
 #include "abi/ggml_backend_abi_v3.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -302,6 +305,47 @@ void Session::register_handlers() {
         return Status::success();
     });
 
+    dispatcher_.on<ServerStatus>([this](const ServerStatus::Request &, ByteView, ServerStatus::Reply *reply,
+                                        ReplyTail *tail) {
+        if (status_board_ == nullptr || !status_query_allowed_) {
+            return error(Code::unsupported, "status is answered only on the server's unix socket, to its own user");
+        }
+        publish_status();
+        reply->server_pid = static_cast<uint32_t>(getppid());
+        reply->max_sessions = max_sessions_;
+        reply->n_devices = static_cast<uint32_t>(devices_.size());
+        for (ggml_backend_dev_t device : devices_) {
+            StatusDevice entry{};
+            std::snprintf(entry.name, sizeof(entry.name), "%s", ggml_backend_dev_name(device));
+            std::snprintf(entry.description, sizeof(entry.description), "%s", ggml_backend_dev_description(device));
+            size_t free = 0, total = 0;
+            ggml_backend_dev_memory(device, &free, &total);
+            entry.memory_free = free;
+            entry.memory_total = total;
+            append_pod(tail->owned, entry);
+        }
+        reply->n_sessions = 0;
+        for (uint32_t i = 0; i < status_board_->slots(); ++i) {
+            const SessionSlot *slot = status_board_->slot(i);
+            if (slot->live.load() == 0) continue;
+            StatusSession entry{};
+            entry.id = slot->id;
+            entry.pid = slot->pid;
+            std::memcpy(entry.peer, slot->peer, sizeof(entry.peer));
+            entry.peer[sizeof(entry.peer) - 1] = '\0';
+            entry.started_unix = slot->started_unix;
+            entry.commands = slot->commands.load(std::memory_order_relaxed);
+            entry.bytes_received = slot->bytes_received.load(std::memory_order_relaxed);
+            entry.bytes_sent = slot->bytes_sent.load(std::memory_order_relaxed);
+            entry.graph_computes = slot->graph_computes.load(std::memory_order_relaxed);
+            entry.memory_in_use = slot->memory_in_use.load(std::memory_order_relaxed);
+            entry.buffers = slot->buffers.load(std::memory_order_relaxed);
+            append_pod(tail->owned, entry);
+            ++reply->n_sessions;
+        }
+        return Status::success();
+    });
+
     dispatcher_.on<BufferFree>([this](const BufferFree::Request &request, ByteView, Empty *, ReplyTail *) {
         SessionBuffer *buffer = nullptr;
         Status status = buffer_at(request.buffer, &buffer);
@@ -554,6 +598,16 @@ Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply, st
     return (*handler)(payload, reply);
 }
 
+void Session::publish_status() {
+    if (status_slot_ == nullptr) return;
+    status_slot_->commands.store(counters_.commands, std::memory_order_relaxed);
+    status_slot_->bytes_received.store(counters_.bytes_received, std::memory_order_relaxed);
+    status_slot_->bytes_sent.store(counters_.bytes_sent, std::memory_order_relaxed);
+    status_slot_->graph_computes.store(counters_.graph_computes, std::memory_order_relaxed);
+    status_slot_->memory_in_use.store(memory_in_use_, std::memory_order_relaxed);
+    status_slot_->buffers.store(buffers_.size(), std::memory_order_relaxed);
+}
+
 Status Session::serve(FramedStream &stream) {
     std::vector<uint8_t> payload;
     Status deferred;  // the first failure of a one-way command, told with the next reply
@@ -586,6 +640,7 @@ Status Session::serve(FramedStream &stream) {
             status = handle(header.command, ByteView(payload), &reply, &fds);
         }
         fds.clear();  // whatever a handler did not take is closed
+        publish_status();
         if (one_way) {
             if (!status && deferred.ok()) {
                 deferred = error(status.code(), std::string(command_name(static_cast<CommandId>(header.command))) +

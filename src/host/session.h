@@ -5,6 +5,7 @@
 #include "host/dispatcher.h"
 #include "host/graph_builder.h"
 #include "host/handle_table.h"
+#include "host/status_board.h"
 #include "protocol/commands.h"
 #include "protocol/tensor_codec.h"
 #include "transport/connection.h"
@@ -45,6 +46,15 @@ class Session {
 
     // Lets the guest ask for shared-memory buffers: only when it is on a unix socket.
     void allow_shared_memory() { shared_memory_allowed_ = true; }
+
+    // Publishes this session's counters in `slot` after every command, and answers
+    // status queries from `board` when `may_query` (a trusted local peer).
+    void attach_status(const StatusBoard *board, SessionSlot *slot, bool may_query, uint32_t max_sessions) {
+        status_board_ = board;
+        status_slot_ = slot;
+        status_query_allowed_ = may_query;
+        max_sessions_ = max_sessions;
+    }
 
     // Serves the guest until it disconnects (success) or breaks the protocol
     // (the returned status says how). The session's objects stay until destruction.
@@ -103,6 +113,11 @@ class Session {
     bool shared_memory_allowed_ = false;
     bool shared_memory_ = false;  // granted in the handshake
     std::vector<UniqueFd> *fds_ = nullptr;  // descriptors of the frame being handled
+    const StatusBoard *status_board_ = nullptr;
+    SessionSlot *status_slot_ = nullptr;
+    bool status_query_allowed_ = false;
+    uint32_t max_sessions_ = 0;
+    void publish_status();
     SessionCounters counters_;
 };
 

@@ -3,6 +3,7 @@
 #include "transport/connection.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -42,8 +43,18 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
         Session session(devices, options.limits);
         int domain = 0;
         socklen_t length = sizeof(domain);
+        bool trusted_local_peer = false;
         if (::getsockopt(client_fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && domain == AF_UNIX) {
             session.allow_shared_memory();  // a guest on this machine: memory files can be passed
+            ucred credentials{};
+            socklen_t size = sizeof(credentials);
+            trusted_local_peer = ::getsockopt(client_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 &&
+                                 (credentials.uid == 0 || credentials.uid == ::geteuid());
+        }
+        StatusBoard board;
+        if (options.status_fd >= 0 && StatusBoard::attach(options.status_fd, &board).ok()) {
+            session.attach_status(&board, board.slot(static_cast<uint32_t>(options.status_slot)), trusted_local_peer,
+                                  static_cast<uint32_t>(options.max_sessions));
         }
         outcome = session.serve(stream);
         counters = session.counters();

@@ -38,6 +38,7 @@ enum class CommandId : uint16_t {
     graph_compute,
     buffer_from_file,
     synchronize,
+    server_status,
     count_,  // not a command: one past the last id
 };
 
@@ -350,6 +351,43 @@ struct Synchronize {
         uint64_t backend;
     };
     using Reply = Empty;
+};
+
+// The server's devices and live sessions (ggml-remote-server status). Answered
+// only to a peer on a unix socket running as the server's user or root.
+// Reply tail: n_devices StatusDevice, then n_sessions StatusSession.
+struct ServerStatus {
+    static constexpr CommandId id = CommandId::server_status;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t reserved;
+    };
+    struct Reply {
+        uint32_t server_pid;
+        uint32_t max_sessions;
+        uint32_t n_devices;
+        uint32_t n_sessions;
+    };
+};
+
+struct StatusDevice {
+    char name[64];
+    char description[128];
+    uint64_t memory_free;
+    uint64_t memory_total;
+};
+
+struct StatusSession {
+    int32_t id;
+    int32_t pid;
+    char peer[112];
+    int64_t started_unix;
+    uint64_t commands;
+    uint64_t bytes_received;
+    uint64_t bytes_sent;
+    uint64_t graph_computes;
+    uint64_t memory_in_use;
+    uint64_t buffers;
 };
 
 #pragma pack(pop)

@@ -26,6 +26,7 @@ const char *command_name(CommandId id) {
         case CommandId::graph_compute: return "graph_compute";
         case CommandId::buffer_from_file: return "buffer_from_file";
         case CommandId::synchronize: return "synchronize";
+        case CommandId::server_status: return "server_status";
         case CommandId::count_: break;
     }
     return "unknown";

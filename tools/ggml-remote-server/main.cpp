@@ -1,6 +1,7 @@
 // ggml-remote-server: serves the host's ggml devices to ggml-remote guests.
 #include "host/listener.h"
 #include "host/server_options.h"
+#include "status_command.h"
 #include "host/worker.h"
 #include "protocol/wire.h"
 #include "transport/endpoint.h"
@@ -43,11 +44,14 @@ void print_usage(const char *program) {
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
         "  -v,    --verbose              also log ggml's informational messages\n"
         "\n"
+        "status of a running server (its devices and live sessions):\n"
+        "  %s status --connect unix:/path/to.sock [--json]\n"
+        "\n"
         "example:\n"
         "  %s --listen unix:/tmp/ggml-remote.sock --listen tcp://127.0.0.1:50053\n"
         "  GGML_BACKEND_PATH=/usr/lib/ggml-remote/libggml-remote.so \\\n"
         "  GGML_REMOTE_SERVERS=unix:/tmp/ggml-remote.sock llama-cli -m model.gguf -ngl 99\n",
-        program, kDefaultEndpoint, program);
+        program, kDefaultEndpoint, program, program);
 }
 
 [[noreturn]] void fail(const std::string &message) {
@@ -103,6 +107,7 @@ int list_devices() {
 }  // namespace
 
 int main(int argc, char **argv) {
+    if (argc > 1 && std::strcmp(argv[1], "status") == 0) return run_status_command(argc - 1, argv + 1);
     host::ServerOptions options;
     bool insecure = false;
     int worker_fd = -1, session_id = 0;
@@ -137,7 +142,6 @@ int main(int argc, char **argv) {
             options.limits.default_threads = parse_int(arg, value(), 1);
         } else if (arg == "--max-sessions") {
             options.max_sessions = parse_int(arg, value(), 1);
-            continue;
         } else if (arg == "--memory-quota") {
             options.limits.memory_quota = parse_size(arg, value());
         } else if (arg == "--max-buffers") {
@@ -154,6 +158,12 @@ int main(int argc, char **argv) {
             continue;
         } else if (arg == "--peer") {
             peer = value();
+            continue;
+        } else if (arg == "--status-fd") {
+            options.status_fd = parse_int(arg, value(), 0);
+            continue;
+        } else if (arg == "--status-slot") {
+            options.status_slot = parse_int(arg, value(), 0);
             continue;
         } else {
             fail("unknown argument: " + arg);

@@ -1,0 +1,68 @@
+#include "host/status_board.h"
+
+#include <sys/stat.h>
+
+#include <new>
+#include <type_traits>
+
+namespace ggml_remote::host {
+
+namespace {
+
+struct BoardHeader {
+    uint32_t magic;
+    uint32_t slots;
+};
+constexpr uint32_t kBoardMagic = 0x42534752;  // "RGSB"
+static_assert(std::is_standard_layout<SessionSlot>::value, "slots live in shared memory");
+
+size_t board_size(uint32_t slots) { return sizeof(BoardHeader) + 64 + size_t(slots) * sizeof(SessionSlot); }
+
+SessionSlot *first_slot(const Mapping &mapping) {
+    return reinterpret_cast<SessionSlot *>(static_cast<uint8_t *>(mapping.data()) + sizeof(BoardHeader) + 64);
+}
+
+}  // namespace
+
+Status StatusBoard::create(uint32_t slots, StatusBoard *board) {
+    Status status = create_shared_memory(board_size(slots), "ggml-remote-status", &board->fd_);
+    if (!status) return status;
+    status = Mapping::map(board->fd_.get(), 0, board_size(slots), true, &board->mapping_);
+    if (!status) return status;
+    auto *header = static_cast<BoardHeader *>(board->mapping_.data());
+    header->magic = kBoardMagic;
+    header->slots = slots;
+    board->slots_ = slots;
+    SessionSlot *slot = first_slot(board->mapping_);
+    for (uint32_t i = 0; i < slots; ++i) new (&slot[i]) SessionSlot{};  // the memory file starts zeroed
+    return Status::success();
+}
+
+Status StatusBoard::attach(int fd, StatusBoard *board) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(BoardHeader))) {
+        return error(Code::error, "status board: not a board");
+    }
+    board->fd_.reset(fd);
+    Status status = Mapping::map(fd, 0, static_cast<size_t>(st.st_size), true, &board->mapping_);
+    if (!status) return status;
+    const auto *header = static_cast<const BoardHeader *>(board->mapping_.data());
+    if (header->magic != kBoardMagic || board_size(header->slots) > static_cast<size_t>(st.st_size)) {
+        return error(Code::error, "status board: bad header");
+    }
+    board->slots_ = header->slots;
+    return Status::success();
+}
+
+SessionSlot *StatusBoard::slot(uint32_t index) const {
+    return index < slots_ ? first_slot(mapping_) + index : nullptr;
+}
+
+int StatusBoard::find_free() const {
+    for (uint32_t i = 0; i < slots_; ++i) {
+        if (slot(i)->live.load() == 0) return static_cast<int>(i);
+    }
+    return -1;
+}
+
+}  // namespace ggml_remote::host

@@ -1,0 +1,48 @@
+// StatusBoard: what every live session is doing, in shared memory that the
+// listener creates and each worker writes its own slot of, so that a status
+// query (ggml-remote-server status) sees all sessions without asking each worker.
+#pragma once
+
+#include "protocol/status.h"
+#include "transport/shared_memory.h"
+#include "transport/unique_fd.h"
+
+#include <atomic>
+#include <cstdint>
+
+namespace ggml_remote::host {
+
+struct SessionSlot {
+    std::atomic<uint32_t> live;  // 0: free
+    int32_t id;
+    int32_t pid;
+    int64_t started_unix;
+    char peer[112];
+    std::atomic<uint64_t> commands;
+    std::atomic<uint64_t> bytes_received;
+    std::atomic<uint64_t> bytes_sent;
+    std::atomic<uint64_t> graph_computes;
+    std::atomic<uint64_t> memory_in_use;
+    std::atomic<uint64_t> buffers;
+};
+
+class StatusBoard {
+  public:
+    // The listener's board with room for `slots` sessions.
+    static Status create(uint32_t slots, StatusBoard *board);
+    // A worker's view of the listener's board.
+    static Status attach(int fd, StatusBoard *board);
+
+    int fd() const { return fd_.get(); }
+    uint32_t slots() const { return slots_; }
+    SessionSlot *slot(uint32_t index) const;
+    // A free slot, or -1.
+    int find_free() const;
+
+  private:
+    UniqueFd fd_;
+    Mapping mapping_;
+    uint32_t slots_ = 0;
+};
+
+}  // namespace ggml_remote::host

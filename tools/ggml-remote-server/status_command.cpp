@@ -1,0 +1,130 @@
+#include "status_command.h"
+
+#include "guest/remote_session.h"
+#include "transport/endpoint.h"
+
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+using namespace ggml_remote;
+using namespace ggml_remote::protocol;
+
+namespace {
+
+std::string json_string(const char *text) {
+    std::string out = "\"";
+    for (const char *c = text; *c != '\0'; ++c) {
+        if (*c == '"' || *c == '\\') {
+            out += '\\';
+            out += *c;
+        } else if (static_cast<unsigned char>(*c) < 0x20) {
+            char escaped[8];
+            std::snprintf(escaped, sizeof(escaped), "\\u%04x", *c);
+            out += escaped;
+        } else {
+            out += *c;
+        }
+    }
+    return out + "\"";
+}
+
+std::string mib(uint64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f", bytes / double(1 << 20));
+    return text;
+}
+
+}  // namespace
+
+int run_status_command(int argc, char **argv) {
+    std::string endpoint_text;
+    bool json = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if ((arg == "--connect" || arg == "-c") && i + 1 < argc) {
+            endpoint_text = argv[++i];
+        } else if (arg == "--json") {
+            json = true;
+        } else if (arg == "-h" || arg == "--help") {
+            std::printf("usage: ggml-remote-server status --connect unix:/path/to.sock [--json]\n"
+                        "Prints the server's devices and live sessions (commands, bytes, computes, memory).\n"
+                        "Answered to the server's own user (or root) on its unix socket.\n");
+            return 0;
+        } else {
+            std::fprintf(stderr, "ggml-remote-server status: unknown argument %s (see --help)\n", arg.c_str());
+            return 2;
+        }
+    }
+    if (endpoint_text.empty()) {
+        std::fprintf(stderr, "ggml-remote-server status: --connect unix:/path/to.sock is required\n");
+        return 2;
+    }
+    Endpoint endpoint;
+    Status status = parse_endpoint(endpoint_text, &endpoint);
+    std::unique_ptr<guest::RemoteSession> session;
+    if (status) status = guest::RemoteSession::open(endpoint, 5000, &session);
+    ServerStatus::Reply reply{};
+    std::vector<uint8_t> tail;
+    if (status) status = session->call<ServerStatus>({0}, {}, &reply, &tail);
+    if (!status) {
+        std::fprintf(stderr, "ggml-remote-server status: %s\n", status.message().c_str());
+        return 1;
+    }
+    const size_t expected = reply.n_devices * sizeof(StatusDevice) + reply.n_sessions * sizeof(StatusSession);
+    if (tail.size() != expected) {
+        std::fprintf(stderr, "ggml-remote-server status: malformed reply\n");
+        return 1;
+    }
+    std::vector<StatusDevice> devices(reply.n_devices);
+    std::vector<StatusSession> sessions(reply.n_sessions);
+    if (!devices.empty()) std::memcpy(devices.data(), tail.data(), devices.size() * sizeof(StatusDevice));
+    if (!sessions.empty()) {
+        std::memcpy(sessions.data(), tail.data() + devices.size() * sizeof(StatusDevice),
+                    sessions.size() * sizeof(StatusSession));
+    }
+    const int64_t now = static_cast<int64_t>(std::time(nullptr));
+
+    if (json) {
+        std::printf("{\"server\": {\"pid\": %u, \"endpoint\": %s, \"max_sessions\": %u},\n \"devices\": [", reply.server_pid,
+                    json_string(endpoint.to_string().c_str()).c_str(), reply.max_sessions);
+        for (size_t i = 0; i < devices.size(); ++i) {
+            const StatusDevice &d = devices[i];
+            std::printf("%s\n  {\"name\": %s, \"description\": %s, \"memory_free\": %llu, \"memory_total\": %llu}",
+                        i ? "," : "", json_string(d.name).c_str(), json_string(d.description).c_str(),
+                        (unsigned long long)d.memory_free, (unsigned long long)d.memory_total);
+        }
+        std::printf("],\n \"sessions\": [");
+        for (size_t i = 0; i < sessions.size(); ++i) {
+            const StatusSession &s = sessions[i];
+            std::printf("%s\n  {\"id\": %d, \"worker_pid\": %d, \"peer\": %s, \"uptime_s\": %lld, \"commands\": %llu, "
+                        "\"bytes_received\": %llu, \"bytes_sent\": %llu, \"graph_computes\": %llu, "
+                        "\"memory_bytes\": %llu, \"buffers\": %llu}",
+                        i ? "," : "", s.id, s.pid, json_string(s.peer).c_str(), (long long)(now - s.started_unix),
+                        (unsigned long long)s.commands, (unsigned long long)s.bytes_received,
+                        (unsigned long long)s.bytes_sent, (unsigned long long)s.graph_computes,
+                        (unsigned long long)s.memory_in_use, (unsigned long long)s.buffers);
+        }
+        std::printf("]}\n");
+        return 0;
+    }
+
+    std::printf("ggml-remote-server pid %u at %s: %zu of %u sessions\n\n", reply.server_pid,
+                endpoint.to_string().c_str(), sessions.size(), reply.max_sessions);
+    std::printf("%-8s %-40s %12s %12s\n", "DEVICE", "DESCRIPTION", "FREE MiB", "TOTAL MiB");
+    for (const StatusDevice &d : devices) {
+        std::printf("%-8s %-40.40s %12s %12s\n", d.name, d.description, mib(d.memory_free).c_str(),
+                    mib(d.memory_total).c_str());
+    }
+    std::printf("\n%-4s %-8s %-34s %8s %10s %9s %10s %10s %11s %7s\n", "ID", "WORKER", "PEER", "UPTIME_S", "COMMANDS",
+                "COMPUTES", "IN_MIB", "OUT_MIB", "MEMORY_MIB", "BUFFERS");
+    for (const StatusSession &s : sessions) {
+        std::printf("%-4d %-8d %-34.34s %8lld %10llu %9llu %10s %10s %11s %7llu\n", s.id, s.pid, s.peer,
+                    (long long)(now - s.started_unix), (unsigned long long)s.commands,
+                    (unsigned long long)s.graph_computes, mib(s.bytes_received).c_str(), mib(s.bytes_sent).c_str(),
+                    mib(s.memory_in_use).c_str(), (unsigned long long)s.buffers);
+    }
+    return 0;
+}
