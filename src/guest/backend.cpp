@@ -48,6 +48,10 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
         return GGML_STATUS_FAILED;
     }
     Status status = session.compute_graph(remote->handle, encoder.finish());
+    // Shared memory is read in place, by this process's own backends too (a CPU
+    // split may read a result without any copy), so the compute must be over when
+    // we return. Remote buffers are read through the session, after the compute.
+    if (status && remote->device->shares_memory()) status = session.synchronize(remote->handle);
     if (!status) {
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: %s", remote->device->name().c_str(),
@@ -55,20 +59,9 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
         }
         return GGML_STATUS_FAILED;
     }
-    // The host computes while we return; its status, if not success, comes back
-    // as the error of the next reply (the read of the results).
+    // Otherwise the host computes while we return; its status, if not success,
+    // comes back as the error of the next reply (the read of the results).
     return GGML_STATUS_SUCCESS;
-}
-
-// Remote buffers are read through the session, after everything sent before, so
-// only shared memory, which the guest reads directly, needs an explicit wait.
-void backend_synchronize(ggml_backend_t backend) {
-    RemoteBackend *remote = context_of(backend);
-    if (!remote->device->shares_memory()) return;
-    Status status = remote->device->session().synchronize(remote->handle);
-    if (!status && status.code() != Code::disconnected) {
-        log(GGML_LOG_LEVEL_ERROR, "%s: %s", remote->device->name().c_str(), status.message().c_str());
-    }
 }
 
 }  // namespace
@@ -85,7 +78,8 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
     backend->guid = remote_guid();
     backend->iface.get_name = backend_get_name;
     backend->iface.free = backend_free;
-    backend->iface.synchronize = backend_synchronize;
+    // No synchronize: a compute over shared memory returns when it is done, and
+    // remote buffers are read through the session, after everything sent before.
     backend->iface.graph_compute = backend_graph_compute;
     backend->device = device->ggml_device();
     backend->context = remote;
