@@ -1,5 +1,8 @@
 #include "guest/remote_session.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include "guest/log.h"
 #include "transport/socket.h"
 
@@ -7,28 +10,68 @@ namespace ggml_remote::guest {
 
 using namespace protocol;
 
+namespace {
+
+void set_io_timeout(int fd, int timeout_ms) {
+    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+}  // namespace
+
 Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *out) {
     std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string()));
     UniqueFd fd;
     Status status = connect_endpoint(endpoint, timeout_ms, &fd);
     if (!status) return status;
+    const int raw_fd = fd.get();
     session->stream_ = FramedStream(std::move(fd), endpoint.to_string());
+    FramedStream &stream = session->stream_;
+    const std::string name = endpoint.to_string();
+
+    // The handshake is done by hand, with a time limit: a peer that accepts and
+    // never answers must not hang the application at start-up.
+    set_io_timeout(raw_fd, timeout_ms);
     Hello::Request hello;
     if (endpoint.kind == Endpoint::Kind::shared_memory) hello.capabilities |= kSessionSharedMemory;
-    Hello::Reply reply{};
-    status = session->call<Hello>(hello, {}, &reply);
+    FrameHeader header;
+    header.command = static_cast<uint16_t>(CommandId::hello);
+    // A server that turns us away writes its reason and closes, so our send may
+    // fail while the reason is still there to read.
+    (void)stream.send(header, {ByteView(&hello, sizeof(hello))});
+    FrameHeader reply_header;
+    status = stream.receive_header(&reply_header, 65536);
     if (!status) {
-        if (status.code() == Code::disconnected) {
-            return error(status.code(), "handshake with " + endpoint.to_string() + " failed: " + status.message() +
-                                            " (is it a ggml-remote-server?)");
+        if (status.message().find("temporarily unavailable") != std::string::npos) {
+            return error(Code::disconnected, "handshake with " + name + ": no reply within " +
+                                                 std::to_string(timeout_ms) +
+                                                 " ms (is the server stopped or overloaded?)");
         }
-        return error(status.code(), endpoint.to_string() + " refused the session: " + status.message());
+        return error(status.code(), "handshake with " + name + " failed: " + status.message() +
+                                        " (is it a ggml-remote-server?)");
     }
+    if (!(reply_header.flags & kFrameReply) || reply_header.command != static_cast<uint16_t>(CommandId::hello)) {
+        return error(Code::error, "handshake with " + name + " failed: the peer does not speak the ggml-remote "
+                                      "protocol (is it a ggml-remote-server?)");
+    }
+    std::vector<uint8_t> payload(reply_header.payload_size);
+    status = stream.receive(payload.data(), payload.size());
+    if (!status) return error(status.code(), "handshake with " + name + " failed: " + status.message());
+    if (reply_header.status != static_cast<int32_t>(Code::ok)) {
+        return error(static_cast<Code>(reply_header.status),
+                     name + " refused the session: " + std::string(payload.begin(), payload.end()));
+    }
+    Hello::Reply reply{};
+    if (!read_pod(ByteView(payload), 0, &reply)) {
+        return error(Code::error, "handshake with " + name + " failed: short reply");
+    }
+    set_io_timeout(raw_fd, 0);  // computes may take long; a dead server is noticed by the socket
+
     session->device_count_ = reply.device_count;
     session->shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
     if ((hello.capabilities & kSessionSharedMemory) && !session->shared_memory_) {
-        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket",
-            endpoint.to_string().c_str());
+        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", name.c_str());
     }
     *out = std::move(session);
     return Status::success();

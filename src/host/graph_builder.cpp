@@ -1,5 +1,7 @@
 #include "host/graph_builder.h"
 
+#include "host/op_validation.h"
+
 #include <cstring>
 #include <string>
 
@@ -77,6 +79,14 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
             t->data = static_cast<uint8_t *>(ggml_backend_buffer_get_base(view.buffer)) + w.data_offset;
         }
         built->tensors[i] = t;
+    }
+
+    // Every tensor that carries an op, not only the graph's nodes: supports_op and
+    // alloc_size hand theirs to the host device too, which reads its sources.
+    for (const ggml_tensor *t : built->tensors) {
+        if (t->op == GGML_OP_NONE) continue;
+        Status status = validate_node(t);
+        if (!status) return status;
     }
 
     if (n_nodes > 0) {

@@ -24,6 +24,7 @@ namespace {
 struct ListeningSocket {
     Endpoint endpoint;
     UniqueFd fd;
+    bool unlink_at_exit = false;  // a unix socket file we created (not systemd's)
 };
 
 struct LiveSession {
@@ -71,6 +72,11 @@ pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int s
 
 int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
     std::vector<ListeningSocket> sockets;
+    for (InheritedSocket &inherited : inherited_listening_sockets()) {
+        log_line("listening on " + inherited.endpoint.to_string() + " (from systemd)");
+        // Socket activation: systemd owns the socket file, so it is not unlinked at exit.
+        sockets.push_back({inherited.endpoint, std::move(inherited.fd), false});
+    }
     for (const std::string &text : options.listen) {
         ListeningSocket socket;
         Status status = parse_endpoint(text, &socket.endpoint);
@@ -80,6 +86,7 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
             return 1;
         }
         log_line("listening on " + socket.endpoint.to_string());
+        socket.unlink_at_exit = socket.endpoint.uses_unix_socket();
         sockets.push_back(std::move(socket));
     }
 
@@ -183,12 +190,19 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
     log_line("shutting down; ending " + std::to_string(live.size()) + " session(s)");
     for (const auto &entry : live) ::kill(entry.first, SIGTERM);
     for (const ListeningSocket &socket : sockets) {
-        if (socket.endpoint.uses_unix_socket()) ::unlink(socket.endpoint.path.c_str());
+        if (socket.unlink_at_exit) ::unlink(socket.endpoint.path.c_str());
     }
-    while (!live.empty()) {
-        const pid_t pid = ::waitpid(-1, nullptr, 0);
-        if (pid < 0) break;
-        live.erase(pid);
+    // A worker that does not end within a few seconds (stopped, stuck in a
+    // backend) is killed: the server's shutdown never waits forever.
+    for (int waited_ms = 0; !live.empty(); waited_ms += 50) {
+        pid_t pid;
+        while ((pid = ::waitpid(-1, nullptr, WNOHANG)) > 0) live.erase(pid);
+        if (pid < 0 || live.empty()) break;
+        if (waited_ms == 5000) {
+            log_line(std::to_string(live.size()) + " session worker(s) did not stop; killing them");
+            for (const auto &entry : live) ::kill(entry.first, SIGKILL);
+        }
+        ::usleep(50 * 1000);
     }
     return 0;
 }

@@ -10,7 +10,10 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace ggml_remote {
@@ -92,6 +95,41 @@ Status connect_tcp(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
 }
 
 }  // namespace
+
+std::vector<InheritedSocket> inherited_listening_sockets() {
+    std::vector<InheritedSocket> sockets;
+    const char *pid = std::getenv("LISTEN_PID");
+    const char *count = std::getenv("LISTEN_FDS");
+    if (pid == nullptr || count == nullptr || std::atol(pid) != static_cast<long>(::getpid())) return sockets;
+    constexpr int kFirstFd = 3;  // systemd's SD_LISTEN_FDS_START
+    const int n = std::atoi(count);
+    for (int fd = kFirstFd; fd < kFirstFd + n; ++fd) {
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // workers must not inherit them
+        sockaddr_storage address{};
+        socklen_t length = sizeof(address);
+        if (::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length) != 0) continue;
+        InheritedSocket socket;
+        if (address.ss_family == AF_UNIX) {
+            socket.endpoint.kind = Endpoint::Kind::unix_socket;
+            socket.endpoint.path = reinterpret_cast<sockaddr_un *>(&address)->sun_path;
+        } else if (address.ss_family == AF_INET || address.ss_family == AF_INET6) {
+            char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "0";
+            ::getnameinfo(reinterpret_cast<sockaddr *>(&address), length, host, sizeof(host), service,
+                          sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV);
+            socket.endpoint.kind = Endpoint::Kind::tcp;
+            socket.endpoint.host = host;
+            socket.endpoint.port = std::atoi(service);
+        } else {
+            continue;
+        }
+        socket.fd.reset(fd);
+        sockets.push_back(std::move(socket));
+    }
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    return sockets;
+}
 
 void tune_stream_socket(int fd) {
     int one = 1;

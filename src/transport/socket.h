@@ -6,6 +6,7 @@
 #include "transport/unique_fd.h"
 
 #include <string>
+#include <vector>
 
 namespace ggml_remote {
 
@@ -18,6 +19,14 @@ Status listen_endpoint(Endpoint *endpoint, UniqueFd *fd);
 
 // Accepts one connection; `peer` describes the other side for log lines.
 Status accept_connection(int listen_fd, const Endpoint &endpoint, UniqueFd *fd, std::string *peer);
+
+// Listening sockets handed over by systemd socket activation (LISTEN_FDS, for
+// this process per LISTEN_PID), with the endpoints they listen on. Empty otherwise.
+struct InheritedSocket {
+    Endpoint endpoint;
+    UniqueFd fd;
+};
+std::vector<InheritedSocket> inherited_listening_sockets();
 
 // Per-connection socket options: no Nagle delay, keep-alive probes on TCP.
 void tune_stream_socket(int fd);

@@ -31,7 +31,8 @@ void print_usage(const char *program) {
         "options:\n"
         "  -h,    --help                 show this help and exit\n"
         "         --version              show the version and protocol version and exit\n"
-        "  -l,    --listen ENDPOINT      where to listen; repeatable (default: %s)\n"
+        "  -l,    --listen ENDPOINT      where to listen; repeatable (default: %s, or the\n"
+        "                                sockets systemd passes with socket activation)\n"
         "                                ENDPOINT is unix:/path/to.sock or tcp://host:port\n"
         "         --insecure             allow plain TCP on a non-loopback address (anyone who\n"
         "                                can reach it can use the host's devices)\n"
@@ -174,7 +175,8 @@ int main(int argc, char **argv) {
 
     if (worker_fd >= 0) return host::run_worker(worker_fd, session_id, peer, options);
 
-    if (options.listen.empty()) options.listen.push_back(kDefaultEndpoint);
+    // Under systemd socket activation the sockets come from systemd (LISTEN_FDS).
+    if (options.listen.empty() && std::getenv("LISTEN_FDS") == nullptr) options.listen.push_back(kDefaultEndpoint);
     for (const std::string &text : options.listen) {
         Endpoint endpoint;
         Status status = parse_endpoint(text, &endpoint);

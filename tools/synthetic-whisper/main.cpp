@@ -32,7 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
+#include <functional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -355,7 +355,11 @@ std::vector<float> mel_filters(int n_mels) {
 }
 
 // ---------------------------------------------------------------------------
-// vocabulary: printable ASCII pieces, so that noise transcripts stay readable
+// vocabulary: like a byte-level BPE vocabulary it holds every single byte
+// (whisper.cpp looks up " " to suppress blanks), then printable ASCII pieces.
+
+constexpr int32_t kPrintableBytes = 0x7f - 0x20;  // " " ... "~" are tokens 0..94
+constexpr int32_t kByteTokens     = 256;          // the other bytes follow them
 
 std::vector<std::string> build_vocab(int32_t n_tokens) {
     std::vector<std::string> tokens;
@@ -365,8 +369,13 @@ std::vector<std::string> build_vocab(int32_t n_tokens) {
             tokens.push_back(s);
         }
     };
-    for (int c = 0x21; c < 0x7f; ++c) {
+    for (int c = 0x20; c < 0x7f; ++c) {
         add(std::string(1, char(c)));
+    }
+    for (int c = 0; c < 256; ++c) {
+        if (c < 0x20 || c >= 0x7f) {
+            add(std::string(1, char(c)));
+        }
     }
     static const char * const words[] = {
         "the", "a", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "with", "as", "I", "you",
@@ -402,20 +411,44 @@ std::vector<std::string> build_vocab(int32_t n_tokens) {
 // ---------------------------------------------------------------------------
 // tensors
 
-enum class Init {
-    Ones,         // layer norm weights
-    Zeros,        // layer norm biases
-    Uniform,      // weights and biases: uniform with the given standard deviation
-    Sinusoids,    // the encoder's fixed positional embedding
-};
+// Fills row `row` (n values) of a tensor; a tensor's rows are filled in order,
+// all from the same generator.
+using RowFill = std::function<void(Rng & rng, int64_t row, float * dst, int64_t n)>;
+
+RowFill constant(float value) {
+    return [value](Rng &, int64_t, float * dst, int64_t n) { std::fill(dst, dst + n, value); };
+}
+
+// uniform with the given standard deviation (uniform in [-a, a) has a / sqrt(3))
+RowFill uniform(float stddev) {
+    const float amp = stddev * std::sqrt(3.0f);
+    return [amp](Rng & rng, int64_t, float * dst, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+            dst[i] = amp * rng.symmetric();
+        }
+    };
+}
+
+// The encoder's fixed positional embedding: row = position, first half
+// sin(pos * f_i), second half cos(pos * f_i), frequencies spaced geometrically
+// from 1 down to 1/10000.
+RowFill sinusoids() {
+    return [](Rng &, int64_t row, float * dst, int64_t n) {
+        const int64_t half = n / 2;
+        const double  step = std::log(10000.0) / double(std::max<int64_t>(1, half - 1));
+        for (int64_t i = 0; i < half; ++i) {
+            const double angle = double(row) * std::exp(-step * double(i));
+            dst[i]        = float(std::sin(angle));
+            dst[half + i] = float(std::cos(angle));
+        }
+    };
+}
 
 struct TensorSpec {
     std::string          name;
     std::vector<int64_t> ne;  // ggml order: ne[0] is the row length
     ggml_type            type;
-    Init                 init;
-    float                stddev       = 0.0f;
-    int64_t              n_loud_rows  = -1;  // >= 0: rows from here on get 1/10 of stddev
+    RowFill              fill;
 
     int64_t row_len() const { return ne[0]; }
     int64_t n_rows() const {
@@ -427,29 +460,63 @@ struct TensorSpec {
     }
 };
 
-std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype) {
+// A random direction of unit length.
+std::vector<float> unit_vector(uint64_t seed, const std::string & stream, int64_t n) {
+    Rng                rng(seed, stream);
+    std::vector<float> v(static_cast<size_t>(n));
+    double             norm2 = 0.0;
+    for (float & x : v) {
+        x = rng.symmetric();
+        norm2 += double(x) * x;
+    }
+    for (float & x : v) {
+        x = float(x / std::sqrt(norm2));
+    }
+    return v;
+}
+
+// Shaping of the decoder's random weights, so that greedy decoding gives varied
+// text that depends on the audio, and segments end early (see tensor_specs).
+constexpr float   kTokenGain      = 10.0f;  // token embedding scale; the final norm divides it out
+constexpr float   kSelfQueryGain  = 4.0f;   // sharpens self-attention onto a few earlier tokens
+constexpr float   kSelfOutGain    = 0.5f;
+constexpr float   kCrossQueryGain = 8.0f;   // sharpens cross-attention onto a few audio frames
+constexpr float   kCrossOutGain   = 0.5f;   // keeps the audio from drowning the text context
+constexpr int64_t kSegmentTokens  = 32;     // decoder position from which <|endoftext|> wins
+constexpr float   kEndPull        = 100.0f; // how far those positions pull towards it
+
+std::vector<float> random_signs(uint64_t seed, const std::string & stream, int64_t n) {
+    Rng                rng(seed, stream);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float & x : v) {
+        x = (rng.next() >> 63) ? 1.0f : -1.0f;
+    }
+    return v;
+}
+
+std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype, uint64_t seed) {
     const int64_t na = hp.n_audio_state, nt = hp.n_text_state;
     auto inv_sqrt = [](int64_t n) { return 1.0f / std::sqrt(float(n)); };
-    constexpr float kBias = 0.02f;
+    const RowFill bias = uniform(0.02f);
 
     std::vector<TensorSpec> t;
     auto norm = [&](const std::string & prefix, int64_t n) {
-        t.push_back({ prefix + ".weight", { n }, GGML_TYPE_F32, Init::Ones });
-        t.push_back({ prefix + ".bias", { n }, GGML_TYPE_F32, Init::Zeros });
+        t.push_back({ prefix + ".weight", { n }, GGML_TYPE_F32, constant(1.0f) });
+        t.push_back({ prefix + ".bias", { n }, GGML_TYPE_F32, constant(0.0f) });
     };
     // A linear layer y = W x + b with W of shape [n_out][n_in].
-    auto linear = [&](const std::string & prefix, int64_t n_in, int64_t n_out, bool bias) {
-        t.push_back({ prefix + ".weight", { n_in, n_out }, wtype, Init::Uniform, inv_sqrt(n_in) });
-        if (bias) {
-            t.push_back({ prefix + ".bias", { n_out }, GGML_TYPE_F32, Init::Uniform, kBias });
+    auto linear = [&](const std::string & prefix, int64_t n_in, int64_t n_out, bool has_bias, float gain = 1.0f) {
+        t.push_back({ prefix + ".weight", { n_in, n_out }, wtype, uniform(gain * inv_sqrt(n_in)) });
+        if (has_bias) {
+            t.push_back({ prefix + ".bias", { n_out }, GGML_TYPE_F32, bias });
         }
     };
     // Self- or cross-attention: the key projection has no bias in whisper.
-    auto attention = [&](const std::string & prefix, int64_t n) {
-        linear(prefix + ".query", n, n, true);
+    auto attention = [&](const std::string & prefix, int64_t n, float q_gain = 1.0f, float out_gain = 1.0f) {
+        linear(prefix + ".query", n, n, true, q_gain);
         linear(prefix + ".key", n, n, false);
         linear(prefix + ".value", n, n, true);
-        linear(prefix + ".out", n, n, true);
+        linear(prefix + ".out", n, n, true, out_gain);
     };
     auto mlp = [&](const std::string & prefix, int64_t n) {
         linear(prefix + ".mlp.0", n, 4 * n, true);
@@ -458,11 +525,11 @@ std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype) {
     };
 
     // encoder: two convolutions (kernel 3) over the mel frames, then blocks
-    t.push_back({ "encoder.positional_embedding", { na, hp.n_audio_ctx }, GGML_TYPE_F32, Init::Sinusoids });
-    t.push_back({ "encoder.conv1.weight", { 3, hp.n_mels, na }, wtype, Init::Uniform, inv_sqrt(3 * hp.n_mels) });
-    t.push_back({ "encoder.conv1.bias", { 1, na }, GGML_TYPE_F32, Init::Uniform, kBias });
-    t.push_back({ "encoder.conv2.weight", { 3, na, na }, wtype, Init::Uniform, inv_sqrt(3 * na) });
-    t.push_back({ "encoder.conv2.bias", { 1, na }, GGML_TYPE_F32, Init::Uniform, kBias });
+    t.push_back({ "encoder.positional_embedding", { na, hp.n_audio_ctx }, GGML_TYPE_F32, sinusoids() });
+    t.push_back({ "encoder.conv1.weight", { 3, hp.n_mels, na }, wtype, uniform(inv_sqrt(3 * hp.n_mels)) });
+    t.push_back({ "encoder.conv1.bias", { 1, na }, GGML_TYPE_F32, bias });
+    t.push_back({ "encoder.conv2.weight", { 3, na, na }, wtype, uniform(inv_sqrt(3 * na)) });
+    t.push_back({ "encoder.conv2.bias", { 1, na }, GGML_TYPE_F32, bias });
     for (int il = 0; il < hp.n_audio_layer; ++il) {
         const std::string p = "encoder.blocks." + std::to_string(il);
         attention(p + ".attn", na);
@@ -471,63 +538,67 @@ std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype) {
     }
     norm("encoder.ln_post", na);
 
-    // decoder: the token embedding doubles as the output projection. Logits with
-    // a standard deviation of ~2 make greedy decoding depend on the audio and
-    // the context; the rows of the special and timestamp tokens are damped so
-    // that decoding stays in text tokens instead of ending at once.
-    t.push_back({ "decoder.positional_embedding", { nt, hp.n_text_ctx }, GGML_TYPE_F32, Init::Uniform, 0.02f });
-    t.push_back({ "decoder.token_embedding.weight", { nt, hp.n_vocab }, wtype, Init::Uniform, 2.0f * inv_sqrt(nt),
-                  n_ordinary_tokens(hp) });
+    // decoder. The token embedding doubles as the output projection (logits =
+    // decoder.ln(x) . embedding rows), which random weights turn into
+    // repetition: the residual stream is dominated by attention averages that
+    // barely change from step to step, and a token's own embedding in it makes
+    // it predict itself. So the embeddings are kTokenGain times larger than
+    // the logits need (each token steers the next step) and the final norm's
+    // weights are +-1/kTokenGain with random signs (logits keep a standard
+    // deviation of ~2, and no token favours itself). Self- and cross-attention
+    // are sharp (random queries would average everything into a constant) and
+    // moderate, so the text varies and shows the audio from the first tokens.
+    //
+    // The rows of the unprintable bytes are damped so that transcripts stay
+    // readable, those of the special and timestamp tokens so that decoding
+    // stays in text. <|endoftext|> reads one direction, and from position
+    // kSegmentTokens on the positional embedding pushes the state far along
+    // it: every segment ends there at the latest, so a 30 s window costs about
+    // 30 decoder steps instead of 220.
+    const std::vector<float> end_dir = unit_vector(seed, "endoftext direction", nt);
+    const std::vector<float> signs   = random_signs(seed, "decoder.ln signs", nt);
+    const int64_t            eot     = n_ordinary_tokens(hp);
+    const float              row_std = kTokenGain * 2.0f * inv_sqrt(nt);
+    const RowFill            text    = uniform(row_std);
+    const RowFill            damped  = uniform(0.1f * row_std);
+    t.push_back({ "decoder.token_embedding.weight", { nt, hp.n_vocab }, wtype,
+                  [=](Rng & rng, int64_t row, float * dst, int64_t n) {
+                      if (row == eot) {
+                          const float norm = row_std * std::sqrt(float(n));
+                          for (int64_t i = 0; i < n; ++i) {
+                              dst[i] = norm * signs[size_t(i)] * end_dir[size_t(i)];
+                          }
+                      } else if ((row >= kPrintableBytes && row < kByteTokens) || row > eot) {
+                          damped(rng, row, dst, n);
+                      } else {
+                          text(rng, row, dst, n);
+                      }
+                  } });
+    const RowFill position = uniform(0.02f);
+    t.push_back({ "decoder.positional_embedding", { nt, hp.n_text_ctx }, GGML_TYPE_F32,
+                  [=](Rng & rng, int64_t row, float * dst, int64_t n) {
+                      position(rng, row, dst, n);
+                      if (row >= kSegmentTokens) {
+                          for (int64_t i = 0; i < n; ++i) {
+                              dst[i] += kEndPull * end_dir[size_t(i)];
+                          }
+                      }
+                  } });
     for (int il = 0; il < hp.n_text_layer; ++il) {
         const std::string p = "decoder.blocks." + std::to_string(il);
-        attention(p + ".attn", nt);
+        attention(p + ".attn", nt, kSelfQueryGain, kSelfOutGain);
         norm(p + ".attn_ln", nt);
-        attention(p + ".cross_attn", nt);
+        attention(p + ".cross_attn", nt, kCrossQueryGain, kCrossOutGain);
         norm(p + ".cross_attn_ln", nt);
         mlp(p, nt);
     }
-    norm("decoder.ln", nt);
+    t.push_back({ "decoder.ln.weight", { nt }, GGML_TYPE_F32, [=](Rng &, int64_t, float * dst, int64_t n) {
+                      for (int64_t i = 0; i < n; ++i) {
+                          dst[i] = signs[size_t(i)] / kTokenGain;
+                      }
+                  } });
+    t.push_back({ "decoder.ln.bias", { nt }, GGML_TYPE_F32, constant(0.0f) });
     return t;
-}
-
-// Fills rows [r0, r0 + nrows) of a tensor in src (float).
-void generate_rows(const TensorSpec & ts, Rng & rng, int64_t r0, int64_t nrows, std::vector<float> & src) {
-    const int64_t n0 = ts.row_len();
-    src.resize(size_t(nrows * n0));
-    switch (ts.init) {
-        case Init::Ones:
-            std::fill(src.begin(), src.end(), 1.0f);
-            break;
-        case Init::Zeros:
-            std::fill(src.begin(), src.end(), 0.0f);
-            break;
-        case Init::Sinusoids: {
-            // row = position, first half sin(pos * f_i), second half cos(pos * f_i),
-            // with frequencies spaced geometrically from 1 down to 1/10000
-            const int64_t half = n0 / 2;
-            const double  step = std::log(10000.0) / double(std::max<int64_t>(1, half - 1));
-            for (int64_t r = 0; r < nrows; ++r) {
-                for (int64_t i = 0; i < half; ++i) {
-                    const double angle = double(r0 + r) * std::exp(-step * double(i));
-                    src[size_t(r * n0 + i)]        = float(std::sin(angle));
-                    src[size_t(r * n0 + half + i)] = float(std::cos(angle));
-                }
-            }
-            break;
-        }
-        case Init::Uniform: {
-            // uniform in [-a, a) has standard deviation a / sqrt(3)
-            const float amp = ts.stddev * std::sqrt(3.0f);
-            for (int64_t r = 0; r < nrows; ++r) {
-                const bool  quiet = ts.n_loud_rows >= 0 && r0 + r >= ts.n_loud_rows;
-                const float a     = quiet ? 0.1f * amp : amp;
-                for (int64_t c = 0; c < n0; ++c) {
-                    src[size_t(r * n0 + c)] = a * rng.symmetric();
-                }
-            }
-            break;
-        }
-    }
 }
 
 // Writes one tensor record: header, then the data chunk by chunk.
@@ -546,7 +617,10 @@ void write_tensor(ModelFile & out, const TensorSpec & ts, uint64_t seed, std::ve
     Rng               rng(seed, ts.name);
     for (int64_t r0 = 0; r0 < ts.n_rows(); r0 += rows_per_chunk) {
         const int64_t nrows = std::min(rows_per_chunk, ts.n_rows() - r0);
-        generate_rows(ts, rng, r0, nrows, src);
+        src.resize(size_t(nrows * ts.row_len()));
+        for (int64_t r = 0; r < nrows; ++r) {
+            ts.fill(rng, r0 + r, src.data() + r * ts.row_len(), ts.row_len());
+        }
         if (ts.type == GGML_TYPE_F16) {
             half.resize(src.size());
             ggml_fp32_to_fp16_row(src.data(), half.data(), int64_t(src.size()));
@@ -564,7 +638,7 @@ int main(int argc, char ** argv) {
     const Hparams hp      = resolve(opt);
     const auto    t_start = std::chrono::steady_clock::now();
 
-    const std::vector<TensorSpec>  specs  = tensor_specs(hp, opt.type);
+    const std::vector<TensorSpec>  specs  = tensor_specs(hp, opt.type, opt.seed);
     const std::vector<std::string> vocab  = build_vocab(n_ordinary_tokens(hp));
     const std::vector<float>       filter = mel_filters(hp.n_mels);
 

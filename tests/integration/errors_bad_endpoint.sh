@@ -1,0 +1,85 @@
+# errors_bad_endpoint: a malformed endpoint is reported clearly on both sides.
+# Guest: GGML_REMOTE_SERVERS=garbage (and other malformed forms) gives one line
+# that names the bad text and the accepted forms; the application runs on, on the
+# CPU. Server: a malformed --listen, a public TCP address without --insecure, an
+# unknown flag and a flag without its value all exit non-zero at once with a
+# message that says what to do; --help exits 0.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/llama_helpers.sh"
+
+tiny=$(model tiny)
+N=32
+run_local local "$tiny" "$N"
+
+# The accepted forms, as the message spells them (other schemes may be listed too).
+UNIX_FORM='unix:/path/to\.sock'
+TCP_FORM='tcp://host:port'
+i=0
+for servers in garbage "tcp://localhost" "tcp://:50053" "tcp://127.0.0.1:99999" "unix:" "http://127.0.0.1:80"; do
+    i=$((i + 1))
+    name=guest-$i rc=0
+    run_guest "$name" "$servers" "$tiny" "$N" || rc=$?
+    [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "GGML_REMOTE_SERVERS=$servers: llama-simple exited with $rc"; }
+    # The bad text is quoted, as it was given, in the one line.
+    quoted=$(sed 's/[.[\*^$]/\\&/g' <<<"$servers")
+    assert_one_plugin_line "$name" "^ggml-remote: GGML_REMOTE_SERVERS: " "'$quoted'" "$UNIX_FORM" "$TCP_FORM"
+    assert_not_offloaded "$name"
+    assert_same_tokens local "$name"
+done
+
+# server NAME ARGS...: runs the server's command line (bounded); output in $WORK/NAME.{out,err,rc}.
+server() {
+    local name=$1 rc=0
+    shift
+    timeout 10 "$SERVER_BIN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+    echo "$rc" >"$WORK/$name.rc"
+}
+
+# expect_refusal NAME REGEX... -- ARGS...: the server exits non-zero at once (not
+# 124: it did not start serving) and its stderr matches every REGEX.
+expect_refusal() {
+    local name=$1 patterns=() pattern rc
+    shift
+    while [ "$1" != -- ]; do patterns+=("$1"); shift; done
+    shift
+    server "$name" "$@"
+    rc=$(cat "$WORK/$name.rc")
+    [ "$rc" != 0 ] || fail "ggml-remote-server $*: exited 0"
+    [ "$rc" != 124 ] || fail "ggml-remote-server $*: kept running instead of refusing"
+    for pattern in "${patterns[@]}"; do
+        grep -qE -- "$pattern" "$WORK/$name.err" ||
+            { cat "$WORK/$name.err" >&2; fail "ggml-remote-server $*: stderr does not match /$pattern/"; }
+    done
+    if grep -q 'listening on' "$WORK/$name.err"; then fail "ggml-remote-server $*: started listening"; fi
+    note "ggml-remote-server $* -> exit $rc: $(head -n 1 "$WORK/$name.err")"
+}
+
+expect_refusal listen-garbage "invalid endpoint 'garbage'" "$UNIX_FORM" "$TCP_FORM" -- --listen garbage
+expect_refusal listen-bad-port "invalid endpoint 'tcp://127\.0\.0\.1:notaport'" "$UNIX_FORM" "$TCP_FORM" -- \
+    --listen tcp://127.0.0.1:notaport
+# A second, bad --listen is caught before the first one is opened.
+expect_refusal listen-second-bad "invalid endpoint 'garbage'" -- --listen "unix:$WORK/never.sock" --listen garbage
+[ ! -e "$WORK/never.sock" ] || fail "a refused command line still created the first socket"
+
+port=$(perl -MIO::Socket::INET -e \
+    '$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0, Listen => 1) or die; print $s->sockport')
+expect_refusal listen-public "refusing to listen on tcp://0\.0\.0\.0:$port" "--insecure" -- \
+    --listen "tcp://0.0.0.0:$port"
+expect_refusal unknown-flag "unknown argument: --frobnicate" "--help" -- --frobnicate
+expect_refusal missing-value "--listen needs a value" -- --listen
+expect_refusal bad-threads "--threads" "got 'many'" -- --threads many --listen "unix:$WORK/x.sock"
+
+# With --insecure the public address is accepted: the server starts listening.
+"$SERVER_BIN" --listen "tcp://0.0.0.0:$port" --insecure >"$WORK/insecure.log" 2>&1 &
+SERVER_PIDS+=($!)
+wait_for_line "$WORK/insecure.log" "listening on tcp://0\.0\.0\.0:$port" 10 >/dev/null ||
+    { cat "$WORK/insecure.log" >&2; fail "--insecure did not let the server listen on 0.0.0.0"; }
+note "--insecure: $(grep 'listening on' "$WORK/insecure.log")"
+
+server help --help
+[ "$(cat "$WORK/help.rc")" = 0 ] || fail "--help exited $(cat "$WORK/help.rc")"
+grep -q '^usage: ' "$WORK/help.out" || fail "--help printed no usage line on stdout"
+grep -q -- '--listen ENDPOINT' "$WORK/help.out" || fail "--help does not document --listen"
+grep -q -- '--insecure' "$WORK/help.out" || fail "--help does not document --insecure"
+[ ! -s "$WORK/help.err" ] || fail "--help wrote to stderr: $(cat "$WORK/help.err")"
+echo PASS

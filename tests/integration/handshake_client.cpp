@@ -1,0 +1,176 @@
+// handshake_client: opens one connection to a ggml-remote-server and sends a
+// handshake that is wrong on purpose (a protocol version the server does not
+// speak, a foreign magic, a command before the handshake, or bytes that are not
+// a frame at all), then prints what the server answered and whether it closed
+// the connection. The integration tests assert on that output.
+//
+// usage: ggml-remote-handshake-client ENDPOINT [--protocol-version N|next] [--magic N]
+//                                     [--command ID] [--raw TEXT] [--hold SECONDS]
+// prints:
+//   sent: ...
+//   reply: code=NAME status=N            (or "reply: none (...)")
+//   message: TEXT                        (when the reply is an error)
+//   accepted: protocol_version=N device_count=N   (when it is not)
+//   connection: closed|open              (after an error reply: within 5 s)
+// --hold keeps an accepted session open that long (to fill a server's session slots).
+// exits 0 when the server replied, 1 when it did not, 2 on a usage error.
+#include "protocol/commands.h"
+#include "transport/connection.h"
+#include "transport/endpoint.h"
+#include "transport/socket.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+using namespace ggml_remote;
+using namespace ggml_remote::protocol;
+
+namespace {
+
+const char *code_name(int32_t code) {
+    switch (static_cast<Code>(code)) {
+        case Code::ok: return "ok";
+        case Code::error: return "error";
+        case Code::version_mismatch: return "version_mismatch";
+        case Code::bad_request: return "bad_request";
+        case Code::not_found: return "not_found";
+        case Code::out_of_memory: return "out_of_memory";
+        case Code::unsupported: return "unsupported";
+        case Code::limit_exceeded: return "limit_exceeded";
+        case Code::disconnected: return "disconnected";
+    }
+    return "unknown";
+}
+
+[[noreturn]] void usage(const std::string &why) {
+    std::fprintf(stderr,
+                 "handshake_client: %s\n"
+                 "usage: handshake_client ENDPOINT [--protocol-version N|next] [--magic N] [--command ID] "
+                 "[--raw TEXT] [--hold SECONDS]\n",
+                 why.c_str());
+    std::exit(2);
+}
+
+uint32_t parse_number(const std::string &flag, const std::string &text) {
+    char *end = nullptr;
+    const unsigned long value = std::strtoul(text.c_str(), &end, 0);
+    if (text.empty() || *end != '\0' || value > 0xffffffffu) usage(flag + ": not a number: " + text);
+    return static_cast<uint32_t>(value);
+}
+
+// Whether the server hung up within a few seconds of its reply (it should,
+// after a refused handshake).
+const char *connection_state(int fd) {
+    timeval timeout{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    char byte;
+    for (;;) {
+        const ssize_t got = ::recv(fd, &byte, 1, 0);
+        if (got == 0) return "closed";
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return "open";
+        if (got < 0) return "closed";  // reset by peer
+        return "open (and sent more bytes)";
+    }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc < 2) usage("missing ENDPOINT");
+    Hello::Request hello{};
+    uint16_t command = static_cast<uint16_t>(CommandId::hello);
+    std::string raw;
+    bool send_raw = false;
+    uint32_t hold_seconds = 0;
+    for (int i = 2; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (i + 1 >= argc) usage(arg + " needs a value");
+        const std::string value = argv[++i];
+        if (arg == "--protocol-version") {
+            hello.protocol_version = value == "next" ? kProtocolVersion + 1 : parse_number(arg, value);
+        } else if (arg == "--magic") {
+            hello.magic = parse_number(arg, value);
+        } else if (arg == "--command") {
+            command = static_cast<uint16_t>(parse_number(arg, value));
+        } else if (arg == "--hold") {
+            hold_seconds = parse_number(arg, value);
+        } else if (arg == "--raw") {
+            raw = value;
+            send_raw = true;
+        } else {
+            usage("unknown argument: " + arg);
+        }
+    }
+
+    Endpoint endpoint;
+    Status status = parse_endpoint(argv[1], &endpoint);
+    if (!status) usage(status.message());
+    UniqueFd fd;
+    status = connect_endpoint(endpoint, 5000, &fd);
+    if (!status) {
+        std::printf("reply: none (%s)\n", status.message().c_str());
+        return 1;
+    }
+    // A server that never answers must not hang the test.
+    timeval timeout{10, 0};
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    FramedStream stream(std::move(fd), endpoint.to_string());
+
+    if (send_raw) {
+        std::printf("sent: %zu raw bytes (not a frame)\n", raw.size());
+        if (::send(stream.fd(), raw.data(), raw.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(raw.size())) {
+            std::printf("reply: none (send: %s)\n", std::strerror(errno));
+            return 1;
+        }
+    } else {
+        std::printf("sent: command=%u magic=0x%08x protocol_version=%u (this build speaks %u)\n", command, hello.magic,
+                    hello.protocol_version, kProtocolVersion);
+        FrameHeader header;
+        header.command = command;
+        status = stream.send(header, {ByteView(&hello, sizeof(hello))});
+        if (!status) {
+            std::printf("reply: none (%s)\n", status.message().c_str());
+            return 1;
+        }
+    }
+
+    FrameHeader reply;
+    status = stream.receive_header(&reply, 1 << 20);
+    if (!status) {
+        std::printf("reply: none (%s)\n", status.message().c_str());
+        return 1;
+    }
+    std::printf("reply: code=%s status=%d command=%u flags=%u\n", code_name(reply.status), reply.status, reply.command,
+                reply.flags);
+    if (reply.status != static_cast<int32_t>(Code::ok)) {
+        std::string message(reply.payload_size, '\0');
+        status = stream.receive(message.data(), message.size());
+        if (!status) {
+            std::printf("message: none (%s)\n", status.message().c_str());
+            return 1;
+        }
+        std::printf("message: %s\n", message.c_str());
+    } else {
+        Hello::Reply accepted{};
+        if (reply.payload_size < sizeof(accepted) || !stream.receive(&accepted, sizeof(accepted)).ok()) {
+            std::printf("accepted: short reply of %llu bytes\n", static_cast<unsigned long long>(reply.payload_size));
+            return 1;
+        }
+        if (reply.payload_size > sizeof(accepted)) (void)stream.discard(reply.payload_size - sizeof(accepted));
+        std::printf("accepted: protocol_version=%u device_count=%u\n", accepted.protocol_version,
+                    accepted.device_count);
+        std::fflush(stdout);
+        if (hold_seconds > 0) ::sleep(hold_seconds);
+        return 0;  // an accepted session stays open: nothing to wait for
+    }
+    std::printf("connection: %s\n", connection_state(stream.fd()));
+    return 0;
+}

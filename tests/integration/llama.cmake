@@ -1,0 +1,19 @@
+# llama.cpp guests through ggml-remote-server, and the ways a session can fail.
+# Each test is one script in this folder; see the script's header for what it asserts.
+
+# A deliberately wrong peer: speaks only the handshake, with knobs to get it wrong.
+add_executable(ggml-remote-handshake-client ${CMAKE_CURRENT_LIST_DIR}/handshake_client.cpp)
+target_link_libraries(ggml-remote-handshake-client PRIVATE ggml_remote_transport ggml_remote_protocol)
+
+add_integration_test(llama_tokens_unix llama_tokens.sh unix)
+add_integration_test(llama_tokens_tcp llama_tokens.sh tcp)
+add_integration_test(llama_four_guests llama_four_guests.sh)
+add_integration_test(llama_plugin_without_servers llama_plugin_without_servers.sh)
+
+add_integration_test(errors_no_server errors_no_server.sh)
+add_integration_test(errors_bad_endpoint errors_bad_endpoint.sh)
+add_integration_test(errors_version_mismatch errors_version_mismatch.sh $<TARGET_FILE:ggml-remote-handshake-client>)
+add_integration_test(errors_wrong_peer errors_wrong_peer.sh)
+add_integration_test(errors_server_full errors_server_full.sh $<TARGET_FILE:ggml-remote-handshake-client>)
+add_integration_test(errors_server_killed_worker errors_server_killed.sh worker)
+add_integration_test(errors_server_killed_server errors_server_killed.sh server)
