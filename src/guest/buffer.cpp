@@ -338,6 +338,7 @@ ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *
         status = device->session().call<BufferFromFile>({device->remote_index(), file_offset, size, max_tensor_size},
                                                         {}, &reply, nullptr, nullptr, 0, file.get());
         remote->handle = reply.buffer;
+        if (status) device->session().count_mapped_file(size);
     }
     if (!status) {
         // Not a file the host can map (or it refused): give the host a copy instead.

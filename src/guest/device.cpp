@@ -43,7 +43,10 @@ void device_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props *props) {
     // Over shared memory, llama.cpp's mmap'd weights become buffers the host maps too.
     props->caps.buffer_from_host_ptr = RemoteDevice::from(dev)->shares_memory();
     props->caps.events = false;
-    props->caps.mmap_support = false;
+    // Weights read from a memory-mapped model file are fine to upload (or, over
+    // shared memory, to map on the host); llama.cpp turns mmap off for every
+    // device if one says otherwise.
+    props->caps.mmap_support = true;
 }
 
 ggml_backend_t device_init_backend(ggml_backend_dev_t dev, const char *) {

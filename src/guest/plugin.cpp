@@ -97,10 +97,11 @@ void print_stats() {
         const RemoteSession::Counters c = session->counters();
         std::fprintf(stderr,
                      "ggml-remote: %s: %llu commands, %llu round trips, %llu bytes sent, %llu bytes received, "
-                     "%llu graphs sent, %llu graphs replayed\n",
+                     "%llu graphs sent, %llu graphs replayed, %llu file bytes mapped\n",
                      session->endpoint().c_str(), (unsigned long long)c.commands, (unsigned long long)c.round_trips,
                      (unsigned long long)c.bytes_sent, (unsigned long long)c.bytes_received,
-                     (unsigned long long)c.graphs_sent, (unsigned long long)c.graphs_replayed);
+                     (unsigned long long)c.graphs_sent, (unsigned long long)c.graphs_replayed,
+                     (unsigned long long)c.file_bytes_mapped);
     }
 }
 

@@ -60,8 +60,13 @@ class RemoteSession {
         uint64_t bytes_received = 0;
         uint64_t graphs_sent = 0;
         uint64_t graphs_replayed = 0;
+        uint64_t file_bytes_mapped = 0;  // model weights the host mapped instead of receiving
     };
     Counters counters();
+    void count_mapped_file(uint64_t bytes) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        counters_.file_bytes_mapped += bytes;
+    }
 
     const std::string &endpoint() const { return endpoint_; }
     uint32_t device_count() const { return device_count_; }

@@ -47,6 +47,11 @@ bool element_count(const ggml_tensor *t, int64_t *count) {
     return true;
 }
 
+// decode_tensor_list refuses these first; validate_node does not rely on it.
+bool known_type(const ggml_tensor *t) {
+    return t->type >= 0 && t->type < GGML_TYPE_COUNT && ggml_blck_size(t->type) > 0 && ggml_type_size(t->type) > 0;
+}
+
 // Whether a tensor claims no more elements than the bytes its strides span can hold.
 // ggml's tensors never do (their elements do not overlap); a guest's can, with zero or
 // tiny strides, and ggml-cpu sizes its work buffer from element counts: a 4 KiB tensor
@@ -232,13 +237,13 @@ int required_sources(ggml_op op) {
         case GGML_OP_FLASH_ATTN_EXT:  // src[3] mask and src[4] sinks are optional
         case GGML_OP_ADD_REL_POS:
         case GGML_OP_DSV4_HC_COMB:
+        case GGML_OP_DSV4_HC_POST:  // src[3] (comb) is optional: left out for the identity mix
         case GGML_OP_CROSS_ENTROPY_LOSS_BACK:
         case GGML_OP_OPT_STEP_SGD:
             return 3;
 
         case GGML_OP_FLASH_ATTN_BACK:
         case GGML_OP_LIGHTNING_INDEXER:
-        case GGML_OP_DSV4_HC_POST:
             return 4;
 
         case GGML_OP_GATED_LINEAR_ATTN:
@@ -299,13 +304,12 @@ Why check_set_or_acc(const ggml_tensor *node) {
     Why why = same_shape_as_source(node);
     if (!why.empty()) return why;
     const int32_t *params = node->op_params;  // nb1, nb2, nb3, offset, inplace
-    const uint64_t element = ggml_element_size(node);
-    uint64_t end = 0;
-    bool overflow = false;
     for (int i = 0; i < 4; ++i) {
         if (params[i] < 0) return "negative stride or offset " + std::to_string(params[i]) + " in op_params";
     }
-    end = static_cast<uint64_t>(params[3]);
+    const uint64_t element = ggml_element_size(node);
+    uint64_t end = static_cast<uint64_t>(params[3]);  // one past the last byte written
+    bool overflow = false;
     const uint64_t strides[4] = {element, uint64_t(params[0]), uint64_t(params[1]), uint64_t(params[2])};
     for (int d = 0; d < GGML_MAX_DIMS; ++d) {
         if (b->ne[d] == 0) return {};  // nothing is written
@@ -440,7 +444,7 @@ Why check_get_rows_back(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *rows = node->src[1];
     Why why = source_type(node, 1, GGML_TYPE_I32);
     if (!why.empty()) return why;
-    if (!ggml_is_matrix(a) || !ggml_is_vector(rows) || a->ne[1] != rows->ne[0]) {
+    if (!ggml_is_matrix(a) || !ggml_is_vector(rows) || a->ne[1] < rows->ne[0]) {  // row i of src[0] per id
         return "row ids " + shape_of(rows) + " do not fit " + described("src[0]", a);
     }
     if (!ggml_is_matrix(node) || node->ne[0] != a->ne[0])
@@ -700,10 +704,13 @@ Status validate_node(const ggml_tensor *node) {
     }
     int64_t count = 0;
     std::string overlap;
+    if (!known_type(node)) return refuse("type " + std::to_string(node->type) + " does not exist");
     if (!element_count(node, &count)) return refuse("the result's element count overflows");
     if (!elements_fit_span(node, &overlap)) return refuse("result " + overlap);
     for (int i = 0; i < GGML_MAX_SRC; ++i) {
         if (node->src[i] == nullptr) continue;
+        if (!known_type(node->src[i]))
+            return refuse(src_label(i) + " type " + std::to_string(node->src[i]->type) + " does not exist");
         if (!element_count(node->src[i], &count)) return refuse(src_label(i) + "'s element count overflows");
         if (!elements_fit_span(node->src[i], &overlap)) return refuse(src_label(i) + " " + overlap);
     }

@@ -1,16 +1,24 @@
 # llama_tokens_{unix,tcp}: llama.cpp generates the same 32 greedy tokens through a
 # remote device as it does on the local CPU, over the given transport, and the
 # work really happened on the server: every layer was assigned to REMOTE0, and the
-# server's log shows that session ran graph computes.
-# usage: llama_tokens.sh unix|tcp
+# server's log shows that session ran graph computes. Over shm, the model's weights
+# are not sent at all: the server maps the guest's model file.
+# usage: llama_tokens.sh unix|tcp|shm
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
-transport=${1:?usage: llama_tokens.sh unix|tcp}
-case $transport in unix | tcp) ;; *) fail "unknown transport '$transport'" ;; esac
+transport=${1:?usage: llama_tokens.sh unix|tcp|shm}
+case $transport in unix | tcp | shm) ;; *) fail "unknown transport '$transport'" ;; esac
 
 start_server srv
-if [ "$transport" = unix ]; then endpoint=$srv_UNIX; else endpoint=$srv_TCP; fi
+case $transport in
+    unix) endpoint=$srv_UNIX ;;
+    tcp) endpoint=$srv_TCP ;;
+    shm) endpoint=shm:${srv_UNIX#unix:} ;;
+esac
+# The server sees an shm guest on its unix socket.
+server_side=$transport
+[ "$transport" = shm ] && server_side=unix
 N=32
 
 for spec in "tiny f16" "tiny q8_0" "small f16"; do
@@ -27,8 +35,27 @@ for spec in "tiny f16" "tiny q8_0" "small f16"; do
         fail "$name-remote: the plugin reported trouble: $(plugin_lines "$name-remote")"
     # One graph compute per decoded batch at least: the prompt and every new token.
     assert_session_computed "$srv_LOG" "$session" $((N - 1))
-    grep -q "session $session ($transport" "$srv_LOG" ||
+    grep -q "session $session ($server_side" "$srv_LOG" ||
         fail "session $session did not come over $transport: $(grep "session $session " "$srv_LOG")"
+    if [ "$transport" = shm ]; then
+        # Weights mapped, not copied: the session received far less than the model's size
+        # (for models big enough that their weights would dominate the graphs).
+        received_mib=$(grep "session $session (.*disconnected" "$srv_LOG" | sed -n 's/.*, \([0-9.]*\) \(MiB\|KiB\|B\) in,.*/\1 \2/p')
+        model_mib=$(($(stat -c %s "$path") >> 20))
+        read -r amount unit <<<"$received_mib"
+        [ -n "$amount" ] || fail "$name: no byte count in the server log"
+        if [ "$model_mib" -ge 16 ] && [ "$unit" = MiB ] && [ "$(printf '%.0f' "$amount")" -ge $((model_mib / 2 + 1)) ]; then
+            fail "$name over shm: the server received $amount MiB for a $model_mib MiB model: weights were copied"
+        fi
+        # And the server mapped the model file itself rather than receiving a copy.
+        GGML_REMOTE_STATS=1 remote "$endpoint" llama-simple -m "$path" -n 2 -ngl 99 "Hello world" \
+            >/dev/null 2>"$WORK/$name-stats.err" || fail "$name: the run with GGML_REMOTE_STATS failed"
+        mapped=$(sed -n 's/.* \([0-9]*\) file bytes mapped.*/\1/p' "$WORK/$name-stats.err")
+        [ -n "$mapped" ] || fail "$name: no statistics line: $(tail -3 "$WORK/$name-stats.err")"
+        [ "$mapped" -ge $(($(stat -c %s "$path") / 2)) ] ||
+            fail "$name over shm: only $mapped bytes of the model were mapped by the server"
+        note "$name over shm: the server mapped $mapped bytes of the model file"
+    fi
     note "$name over $transport: same $N tokens as the CPU: $(head -c 80 "$WORK/$name-remote.out")..."
 done
 echo PASS

@@ -1,0 +1,9 @@
+# Hostile guests: a client that speaks the protocol to break it (attack_client.cpp),
+# against a real server, which must refuse each attack or close that session, never
+# lose a worker to a signal, and still serve llama.cpp correctly afterwards.
+add_executable(ggml-remote-attack-client ${CMAKE_CURRENT_LIST_DIR}/attack_client.cpp)
+target_link_libraries(ggml-remote-attack-client PRIVATE ggml_remote_transport ggml_remote_protocol)
+
+add_integration_test(attacks_unix attacks_refused.sh unix $<TARGET_FILE:ggml-remote-attack-client>)
+add_integration_test(attacks_tcp attacks_refused.sh tcp $<TARGET_FILE:ggml-remote-attack-client>)
+add_integration_test(attacks_contained attacks_contained.sh $<TARGET_FILE:ggml-remote-attack-client>)
