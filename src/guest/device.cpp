@@ -86,9 +86,13 @@ size_t buft_get_alloc_size(ggml_backend_buffer_type_t buft, const ggml_tensor *t
 // Shared-memory buffers are host memory here too: ggml reads and writes them in place.
 bool buft_is_host(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->shares_memory(); }
 
+// Enough for every op shape of a model's graphs; a bound for workloads whose shapes
+// never repeat (whisper's decoder grows its key/value every step).
+constexpr size_t kMaxCachedAnswers = 8192;
+
 std::string op_signature(const ggml_tensor *op) {
     TensorListEncoder encoder(nullptr);  // shapes, types and params only
-    encoder.add(op);
+    encoder.add_op_with_sources(op);
     std::vector<uint8_t> bytes = encoder.finish();
     return std::string(bytes.begin(), bytes.end());
 }
@@ -164,6 +168,7 @@ bool RemoteDevice::supports_op(const ggml_tensor *op) {
         return false;  // not cached: a later call may succeed
     }
     std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (supports_op_cache_.size() >= kMaxCachedAnswers) supports_op_cache_.clear();  // shapes that keep changing
     supports_op_cache_[signature] = reply.supported != 0;
     return reply.supported != 0;
 }
@@ -179,6 +184,7 @@ size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
     Status status = session_->call<AllocSize>({remote_index_}, ByteView(signature.data(), signature.size()), &reply);
     if (!status) return ggml_nbytes(tensor);
     std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (alloc_size_cache_.size() >= kMaxCachedAnswers) alloc_size_cache_.clear();
     alloc_size_cache_[signature] = reply.size;
     return reply.size;
 }

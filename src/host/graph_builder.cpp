@@ -45,7 +45,9 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
         t->op = static_cast<ggml_op>(w.op);
         std::memcpy(t->op_params, w.op_params, sizeof(t->op_params));
         t->flags = w.flags;
-        for (int s = 0; s < GGML_MAX_SRC; ++s) t->src[s] = w.src[s] >= 0 ? built->tensors[w.src[s]] : nullptr;
+        for (int s = 0; s < GGML_MAX_SRC; ++s) {
+            t->src[s] = w.src[s] >= 0 ? built->tensors[w.src[s]] : w.src[s] == protocol::kSelf ? t : nullptr;
+        }
         t->view_src = w.view_src >= 0 ? built->tensors[w.view_src] : nullptr;
         t->view_offs = w.view_offs;
         std::memcpy(t->name, w.name, sizeof(t->name));

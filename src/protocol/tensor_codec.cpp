@@ -71,7 +71,7 @@ int32_t TensorListEncoder::add(const ggml_tensor *root) {
         if (frame.next_dependency <= GGML_MAX_SRC) {
             const int d = frame.next_dependency++;
             const ggml_tensor *dep = d < GGML_MAX_SRC ? frame.tensor->src[d] : frame.tensor->view_src;
-            if (dep != nullptr && index_.find(dep) == index_.end()) stack.push_back({dep, 0});
+            if (dep != nullptr && dep != frame.tensor && index_.find(dep) == index_.end()) stack.push_back({dep, 0});
             continue;
         }
         const ggml_tensor *tensor = frame.tensor;
@@ -79,7 +79,11 @@ int32_t TensorListEncoder::add(const ggml_tensor *root) {
         if (index_.count(tensor) != 0) continue;  // reached twice through a diamond
         WireTensor wire = describe(tensor);
         for (int i = 0; i < GGML_MAX_SRC; ++i) {
-            if (tensor->src[i] != nullptr) wire.src[i] = index_.at(tensor->src[i]);
+            if (tensor->src[i] == tensor) {
+                wire.src[i] = kSelf;
+            } else if (tensor->src[i] != nullptr) {
+                wire.src[i] = index_.at(tensor->src[i]);
+            }
         }
         if (tensor->view_src != nullptr) wire.view_src = index_.at(tensor->view_src);
         const int32_t index = static_cast<int32_t>(tensors_.size());
@@ -90,6 +94,30 @@ int32_t TensorListEncoder::add(const ggml_tensor *root) {
 }
 
 void TensorListEncoder::add_node(const ggml_tensor *tensor) { nodes_.push_back(add(tensor)); }
+
+int32_t TensorListEncoder::add_op_with_sources(const ggml_tensor *op) {
+    WireTensor wire = describe(op);
+    for (int i = 0; i < GGML_MAX_SRC; ++i) {
+        const ggml_tensor *src = op->src[i];
+        if (src == nullptr) continue;
+        if (src == op) {
+            wire.src[i] = kSelf;
+            continue;
+        }
+        auto found = index_.find(src);
+        if (found == index_.end()) {
+            WireTensor leaf = describe(src);
+            leaf.op = GGML_OP_NONE;  // where a source came from does not matter here
+            std::memset(leaf.op_params, 0, sizeof(leaf.op_params));
+            found = index_.emplace(src, static_cast<int32_t>(tensors_.size())).first;
+            tensors_.push_back(leaf);
+        }
+        wire.src[i] = found->second;
+    }
+    const int32_t index = static_cast<int32_t>(tensors_.size());
+    tensors_.push_back(wire);
+    return index;
+}
 
 std::vector<uint8_t> TensorListEncoder::finish() {
     std::vector<uint8_t> out;
@@ -191,6 +219,7 @@ Status decode_tensor_list(ByteView bytes, const TensorListLimits &limits, Tensor
         uint64_t span = 0;
         if (!tensor_byte_span(t, &span)) return bad(tensor_label(i, t) + ": shape and strides overflow");
         for (int s = 0; s < GGML_MAX_SRC; ++s) {
+            if (t.src[s] == kSelf) continue;
             if (t.src[s] < -1 || t.src[s] >= static_cast<int64_t>(i)) {
                 return bad(tensor_label(i, t) + ": src[" + std::to_string(s) + "] index " + std::to_string(t.src[s]) +
                            " does not name an earlier tensor");

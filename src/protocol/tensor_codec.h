@@ -20,6 +20,10 @@
 
 namespace ggml_remote::protocol {
 
+// A source that is the tensor itself: ggml_cast makes a CPY whose destination
+// (src[1]) is its own result. The only reference that is not to an earlier entry.
+constexpr int32_t kSelf = -2;
+
 #pragma pack(push, 1)
 struct TensorListHeader {
     uint32_t n_tensors;
@@ -35,7 +39,7 @@ struct WireTensor {
     int32_t flags;
     int32_t view_src;  // index into the list, or -1
     uint64_t view_offs;
-    int32_t src[GGML_MAX_SRC];  // indexes into the list, or -1
+    int32_t src[GGML_MAX_SRC];  // indexes into the list, -1, or kSelf
     uint64_t buffer;            // handle, 0 = no data
     uint64_t data_offset;       // from the buffer's start
     char name[GGML_MAX_NAME];
@@ -64,6 +68,9 @@ class TensorListEncoder {
     int32_t add(const ggml_tensor *tensor);
     // Adds a tensor and marks it as a graph node to compute, in call order.
     void add_node(const ggml_tensor *tensor);
+    // Adds an op and its direct sources only, the sources as plain leaves: what a
+    // device needs to say whether it supports the op, and a small cache key.
+    int32_t add_op_with_sources(const ggml_tensor *op);
 
     bool failed() const { return !error_.empty(); }
     const std::string &error() const { return error_; }

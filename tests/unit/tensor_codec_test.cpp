@@ -510,9 +510,9 @@ TEST_F(TensorListDecoding, SourceIndexPointingAtItselfIsRefused) {
     expect_refused("a tensor that is its own source");
 }
 
-TEST_F(TensorListDecoding, SourceIndexBelowMinusOneIsRefused) {
-    edit_wire_tensor(bytes, 2, [](WireTensor &t) { t.src[GGML_MAX_SRC - 1] = -2; });
-    expect_refused("src index -2");
+TEST_F(TensorListDecoding, SourceIndexBelowTheSelfMarkerIsRefused) {
+    edit_wire_tensor(bytes, 2, [](WireTensor &t) { t.src[GGML_MAX_SRC - 1] = kSelf - 1; });
+    expect_refused("src index -3");
 }
 
 TEST_F(TensorListDecoding, ViewSourcePointingForwardOrAtItselfIsRefused) {
@@ -642,6 +642,32 @@ TEST(TensorByteSpan, OverflowingShapeReportsFalse) {
     wire.ne[0] = std::numeric_limits<int64_t>::max();
     wire.nb[0] = 8;
     EXPECT_FALSE(tensor_byte_span(wire, &span));
+}
+
+}  // namespace
+}  // namespace ggml_remote::protocol
+
+namespace ggml_remote::protocol {
+namespace {
+
+TEST(TensorListEncoder, CastWhoseDestinationIsItselfEncodesAsSelfReference) {
+    ggml_init_params params{};
+    params.mem_size = 16 * ggml_tensor_overhead();
+    params.no_alloc = true;
+    ggml_context *ctx = ggml_init(params);
+    ggml_tensor *a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8);
+    ggml_tensor *cast = ggml_cast(ctx, a, GGML_TYPE_F16);
+    ASSERT_EQ(cast->src[1], cast);  // what ggml_cast builds
+
+    TensorListEncoder encoder(nullptr);
+    encoder.add_node(cast);
+    TensorList list;
+    Status status = decode_tensor_list(ByteView(encoder.finish()), TensorListLimits{}, &list);
+    ggml_free(ctx);
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_EQ(list.tensors.size(), 2u);
+    EXPECT_EQ(list.tensors[1].src[0], 0);
+    EXPECT_EQ(list.tensors[1].src[1], kSelf);
 }
 
 }  // namespace

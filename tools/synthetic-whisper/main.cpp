@@ -4,9 +4,12 @@
 // The model transcribes nothing useful, but it has the exact structure that
 // whisper.cpp expects (encoder, decoder, mel filters, vocabulary with the
 // special tokens where whisper.cpp puts them), so whisper-cli and whisper-bench
-// load and run it, and greedy decoding produces readable, deterministic noise.
-// It is meant for tests and benchmarks that need a real whisper model without
-// downloading one. The same flags always produce the same file.
+// load and run it, and greedy decoding produces readable, deterministic noise
+// that depends on the audio and on every layer's arithmetic. The decoder's
+// weights are shaped so that each segment ends after about 30 tokens (see
+// tensor_specs), which keeps a transcription to a few seconds. It is meant for
+// tests and benchmarks that need a real whisper model without downloading one.
+// The same flags always produce the same file.
 //
 // File layout (all integers are little-endian int32, floats are IEEE binary32):
 //   magic 0x67676d6c ("ggml")
@@ -42,10 +45,10 @@ namespace {
 // ---------------------------------------------------------------------------
 // whisper's fixed audio front end
 
-constexpr int32_t kMagic       = 0x67676d6c;  // "ggml"
-constexpr int     kSampleRate  = 16000;
-constexpr int     kFftSize     = 400;                // 25 ms windows
-constexpr int     kFftBins     = kFftSize / 2 + 1;  // n_fft as whisper.cpp stores it
+constexpr int32_t kMagic      = 0x67676d6c;        // "ggml"
+constexpr int     kSampleRate = 16000;
+constexpr int     kFftSize    = 400;               // 25 ms windows
+constexpr int     kFftBins    = kFftSize / 2 + 1;  // n_fft as whisper.cpp stores it
 
 // The vocabulary whisper.cpp expects: the ordinary (text) tokens, then
 // <|endoftext|>, <|startoftranscript|>, 99 language slots, <|translate|>,
@@ -80,9 +83,12 @@ struct Preset {
     const char * about;
 };
 
-// The two smallest OpenAI whisper architectures (encoder and decoder alike).
+// The two smallest OpenAI whisper architectures (encoder and decoder alike),
+// and a much smaller one of the same shape for quick tests: whisper.cpp runs
+// any layer count and width (the audio and text contexts stay fixed).
 const Preset kPresets[] = {
-    { "tiny", 384, 6, 4, "~38M parameters (F16 ~75 MiB)" },
+    { "micro", 128, 2, 2, "~8M parameters (F16 ~16 MiB), not an OpenAI size" },
+    { "tiny", 384, 6, 4, "~38M parameters (F16 ~74 MiB)" },
     { "base", 512, 8, 6, "~73M parameters (F16 ~141 MiB)" },
 };
 
@@ -106,7 +112,8 @@ void print_usage(const char * argv0) {
         "options:\n"
         "  -h,  --help              show this help message and exit\n"
         "  -o,  --output PATH       file to write (required)\n"
-        "       --preset NAME       architecture: tiny, base (default: tiny; see below)\n"
+        "       --preset NAME       architecture: micro, tiny, base (default: tiny;\n"
+        "                           see below)\n"
         "       --vocab KIND        multilingual (n_vocab 51865, default) or en\n"
         "                           (English-only, n_vocab 51864)\n"
         "       --type TYPE         type of the weight matrices and convolutions:\n"
@@ -173,7 +180,7 @@ Options parse_args(int argc, char ** argv) {
                 known = known || opt.preset == p.name;
             }
             if (!known) {
-                fail("unknown preset '%s' (expected tiny or base)", opt.preset);
+                fail("unknown preset '%s' (expected micro, tiny or base)", opt.preset);
             }
         } else if (arg == "--vocab") {
             const std::string v = value();
@@ -278,7 +285,7 @@ private:
 
 class ModelFile {
 public:
-    explicit ModelFile(const std::string & path) : path_(path), f_(std::fopen(path.c_str(), "wb")) {
+    explicit ModelFile(const std::string & path) : f_(std::fopen(path.c_str(), "wb")) {
         if (!f_) {
             error_ = errno;
         }
@@ -313,7 +320,6 @@ public:
     size_t written() const { return written_; }
 
 private:
-    std::string path_;
     FILE *      f_;
     int         error_   = 0;
     size_t      written_ = 0;

@@ -1,0 +1,8 @@
+# whisper.cpp guests (whisper-cli, whisper-bench) through ggml-remote-server, with
+# synthetic whisper models (tools/synthetic-whisper). See each script's header for
+# what it asserts.
+add_integration_test(whisper_cli_unix whisper_cli.sh unix)
+add_integration_test(whisper_cli_shm whisper_cli.sh shm)
+add_integration_test(whisper_cli_tcp whisper_cli.sh tcp)
+add_integration_test(whisper_cli_unix_no_flash_attn whisper_cli.sh unix -nfa)
+add_integration_test(whisper_bench_shm whisper_bench.sh shm)
