@@ -32,3 +32,14 @@ conformance: build
 
 clean:
 	rm -rf $(BUILD)
+
+# make deb: $(BUILD)/ggml-remote_<version>-1_<arch>.deb (CPack; see packaging/).
+# make deb-test: installs it into a fresh Debian sid root and runs the installed
+# server and plugin there (a few minutes, needs root and mmdebstrap; not in `make test`).
+.PHONY: deb deb-test
+
+deb: build
+	$(RUN) sh -c 'cd $(BUILD) && cpack -G DEB'
+
+deb-test: deb
+	scripts/deb-test.sh $(BUILD)

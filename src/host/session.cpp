@@ -327,7 +327,7 @@ void Session::register_handlers() {
         reply->n_sessions = 0;
         for (uint32_t i = 0; i < status_board_->slots(); ++i) {
             const SessionSlot *slot = status_board_->slot(i);
-            if (slot->live.load() == 0) continue;
+            if (slot->live.load() == 0 || slot == status_slot_) continue;  // not the query itself
             StatusSession entry{};
             entry.id = slot->id;
             entry.pid = slot->pid;

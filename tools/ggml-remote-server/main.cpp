@@ -50,7 +50,7 @@ void print_usage(const char *program) {
         "\n"
         "example:\n"
         "  %s --listen unix:/tmp/ggml-remote.sock --listen tcp://127.0.0.1:50053\n"
-        "  GGML_BACKEND_PATH=/usr/lib/ggml-remote/libggml-remote.so \\\n"
+        "  GGML_BACKEND_PATH=/usr/lib/x86_64-linux-gnu/ggml-remote/libggml-remote.so \\\n"
         "  GGML_REMOTE_SERVERS=unix:/tmp/ggml-remote.sock llama-cli -m model.gguf -ngl 99\n",
         program, kDefaultEndpoint, program, program);
 }

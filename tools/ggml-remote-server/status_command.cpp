@@ -121,7 +121,10 @@ int run_status_command(int argc, char **argv) {
     std::printf("\n%-4s %-8s %-34s %8s %10s %9s %10s %10s %11s %7s\n", "ID", "WORKER", "PEER", "UPTIME_S", "COMMANDS",
                 "COMPUTES", "IN_MIB", "OUT_MIB", "MEMORY_MIB", "BUFFERS");
     for (const StatusSession &s : sessions) {
-        std::printf("%-4d %-8d %-34.34s %8lld %10llu %9llu %10s %10s %11s %7llu\n", s.id, s.pid, s.peer,
+        // The endpoint is in the heading: show who is connected ("pid N uid M").
+        const char *who = std::strstr(s.peer, " pid ");
+        std::printf("%-4d %-8d %-34.34s %8lld %10llu %9llu %10s %10s %11s %7llu\n", s.id, s.pid,
+                    who != nullptr ? who + 1 : s.peer,
                     (long long)(now - s.started_unix), (unsigned long long)s.commands,
                     (unsigned long long)s.graph_computes, mib(s.bytes_received).c_str(), mib(s.bytes_sent).c_str(),
                     mib(s.memory_in_use).c_str(), (unsigned long long)s.buffers);
