@@ -40,6 +40,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/synthetic_support.h"
+
+using synthetic::fail;
+using synthetic::parse_u64;
+using synthetic::Rng;
+
 namespace {
 
 // ---------------------------------------------------------------------------
@@ -134,27 +140,6 @@ void print_usage(const char * argv0) {
         argv0);
 }
 
-[[noreturn]] void fail(const char * fmt, const std::string & arg) {
-    std::fprintf(stderr, "error: ");
-    std::fprintf(stderr, fmt, arg.c_str());
-    std::fprintf(stderr, "\n(use --help for usage)\n");
-    std::exit(1);
-}
-
-uint64_t parse_u64(const std::string & flag, const std::string & value) {
-    const char * s = value.c_str();
-    char * end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(s, &end, 10);
-    if (value.empty() || value[0] == '-' || end == s || *end != '\0' || errno == ERANGE) {
-        std::fprintf(stderr, "error: invalid value '%s' for %s: expected a non-negative integer\n",
-                     value.c_str(), flag.c_str());
-        std::fprintf(stderr, "(use --help for usage)\n");
-        std::exit(1);
-    }
-    return v;
-}
-
 Options parse_args(int argc, char ** argv) {
     Options opt;
     for (int i = 1; i < argc; ++i) {
@@ -236,51 +221,6 @@ int32_t n_ordinary_tokens(const Hparams & hp) { return hp.n_vocab - kSpecialToke
 // deterministic random numbers (xoshiro256**, seeded with splitmix64), so the
 // output does not depend on the standard library's distributions
 
-uint64_t splitmix64(uint64_t & x) {
-    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-uint64_t fnv1a(const std::string & s) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (unsigned char c : s) {
-        h = (h ^ c) * 0x100000001b3ULL;
-    }
-    return h;
-}
-
-class Rng {
-public:
-    Rng(uint64_t seed, const std::string & stream) {
-        uint64_t x = seed ^ fnv1a(stream);
-        for (uint64_t & w : s_) {
-            w = splitmix64(x);
-        }
-    }
-
-    uint64_t next() {
-        const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-        const uint64_t t = s_[1] << 17;
-        s_[2] ^= s_[0];
-        s_[3] ^= s_[1];
-        s_[1] ^= s_[2];
-        s_[0] ^= s_[3];
-        s_[2] ^= t;
-        s_[3] = rotl(s_[3], 45);
-        return result;
-    }
-
-    // uniform in [-1, 1)
-    float symmetric() { return float(int64_t(next() >> 40) - (int64_t(1) << 23)) * (1.0f / float(1 << 23)); }
-
-private:
-    static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-    uint64_t s_[4];
-};
-
-// ---------------------------------------------------------------------------
 // output file: little-endian int32 / float32 records, errors remembered
 
 class ModelFile {
