@@ -115,16 +115,35 @@ Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
     return build_tensors(list, lookup, policy, built);
 }
 
-void Session::set_threads(ggml_backend_t backend, int n_threads) {
+void Session::set_threads(SessionBackend *record, int n_threads) {
+    ggml_backend_t backend = record->backend.get();
     ggml_backend_dev_t device = ggml_backend_get_device(backend);
     ggml_backend_reg_t reg = device != nullptr ? ggml_backend_dev_backend_reg(device) : nullptr;
     if (reg == nullptr) return;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > limits_.max_threads) n_threads = limits_.max_threads;
+    if (record->threads.pool != nullptr && record->threads.n_threads == n_threads) return;  // llama asks every time
     auto set_n_threads = reinterpret_cast<ggml_backend_set_n_threads_t>(
         ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads"));
     if (set_n_threads == nullptr) return;
-    if (n_threads < 1) n_threads = 1;
-    if (n_threads > limits_.max_threads) n_threads = limits_.max_threads;
     set_n_threads(backend, n_threads);
+
+    using NewPool = ggml_threadpool *(*)(ggml_threadpool_params *);
+    using FreePool = void (*)(ggml_threadpool *);
+    using SetPool = void (*)(ggml_backend_t, ggml_threadpool *);
+    auto new_pool = reinterpret_cast<NewPool>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_new"));
+    auto free_pool = reinterpret_cast<FreePool>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_free"));
+    auto set_pool =
+        reinterpret_cast<SetPool>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_cpu_set_threadpool"));
+    if (new_pool == nullptr || free_pool == nullptr || set_pool == nullptr) return;
+    ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
+    ThreadPool replacement;
+    replacement.pool = new_pool(&params);
+    replacement.free = free_pool;
+    replacement.n_threads = n_threads;
+    if (replacement.pool == nullptr) return;
+    set_pool(backend, replacement.pool);
+    record->threads = std::move(replacement);  // the old pool, no longer attached, is freed
 }
 
 void Session::register_handlers() {
@@ -497,10 +516,10 @@ void Session::register_handlers() {
                 return error(Code::error, std::string("cannot initialise a backend on host device ") +
                                               ggml_backend_dev_name(device));
             }
-            set_threads(backend, limits_.default_threads);
             SessionBackend record;
             record.backend.reset(backend);
             record.device = request.device;
+            set_threads(&record, limits_.default_threads);
             reply->backend = backends_.insert(std::move(record));
             return Status::success();
         });
@@ -516,7 +535,7 @@ void Session::register_handlers() {
         SessionBackend *backend = nullptr;
         Status status = backend_at(request.backend, &backend);
         if (!status) return status;
-        set_threads(backend->backend.get(), request.n_threads);
+        set_threads(backend, request.n_threads);
         return Status::success();
     });
 

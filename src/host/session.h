@@ -14,6 +14,7 @@
 #include <ggml-backend.h>
 
 #include <array>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,7 +86,29 @@ class Session {
         uint64_t charged = 0;  // bytes counted against the session's memory quota
         bool writable = true;
     };
+    // A CPU backend computes with a thread pool of its own, kept across computes
+    // as llama.cpp does: without one, ggml starts and stops its threads on every
+    // compute, which costs more than a small model's whole token.
+    struct ThreadPool {
+        ggml_threadpool *pool = nullptr;
+        void (*free)(ggml_threadpool *) = nullptr;
+        int n_threads = 0;
+        ThreadPool() = default;
+        ThreadPool(ThreadPool &&other) noexcept
+            : pool(std::exchange(other.pool, nullptr)), free(other.free), n_threads(other.n_threads) {}
+        ThreadPool &operator=(ThreadPool &&other) noexcept {
+            std::swap(pool, other.pool);
+            std::swap(free, other.free);
+            std::swap(n_threads, other.n_threads);
+            return *this;
+        }
+        ~ThreadPool() {
+            if (pool != nullptr) free(pool);
+        }
+    };
     struct SessionBackend {
+        // Destroyed in reverse: the backend goes before the pool it uses.
+        ThreadPool threads;
         std::unique_ptr<ggml_backend, BackendDeleter> backend;
         uint32_t device = 0;
     };
@@ -100,7 +123,7 @@ class Session {
     bool device_shares_memory(ggml_backend_dev_t device) const;
     Status allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd);
     Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
-    void set_threads(ggml_backend_t backend, int n_threads);
+    void set_threads(SessionBackend *backend, int n_threads);
 
     std::vector<ggml_backend_dev_t> devices_;
     SessionLimits limits_;
