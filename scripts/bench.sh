@@ -61,11 +61,28 @@ run_variant() {  # run_variant TRANSPORT TOOL ARGS...: the tool, set up for that
         rpc-cache) "$@" --rpc "127.0.0.1:$rpc_cache_port" -ngl 99 ;;
     esac
 }
-run_load() {  # run_load TRANSPORT MODEL: one model load, prints llama.cpp's load time in ms
-    # llama-completion loses its last log lines at exit unless it runs one thread.
+run_load() {  # run_load TRANSPORT MODEL: one model load, prints the seconds it took
+    # llama-completion -v stamps each log line with the time since start: the model
+    # load runs from reading the file's metadata to the first line about the context
+    # (weights uploaded, or mapped). One thread: it loses its last lines otherwise.
+    # A failed run prints nan, which the report shows as "-".
     local log=$work/load.log
-    run_variant "$1" llama-completion -m "$2" -n 1 -p Hi -no-cnv --no-warmup -t 1 </dev/null >/dev/null 2>"$log" || true
-    sed -n 's/.*load time = *\([0-9.]*\) ms.*/\1/p' "$log" | head -n1
+    run_variant "$1" llama-completion -m "$2" -n 1 -p Hi -no-cnv --no-warmup -t 1 -v </dev/null >/dev/null 2>"$log" || true
+    python3 - "$log" <<'PY'
+import re, sys
+def stamp(line):
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ", line)
+    return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6 if m else None
+# llama.cpp first loads the model without data to fit its parameters to the
+# device memory: the real load is the last one.
+start = end = None
+for line in open(sys.argv[1], errors="replace"):
+    if "llama_model_loader: loaded meta data" in line:
+        start, end = stamp(line), None
+    elif start is not None and end is None and re.match(r"\S+ \S+ llama_context", line):
+        end = stamp(line)
+print(f"{end - start:.4f}" if start is not None and end is not None else "nan")
+PY
 }
 
 for name in $models; do
@@ -84,8 +101,8 @@ for name in $models; do
                 echo "bench: llama-bench failed for $name $transport:" >&2; tail -5 "$work/bench.err" >&2
                 continue
             fi
-            load_ms=$(run_load "$transport" "$model")
-            python3 "$here/bench_report.py" record "$name" "$transport" "$rep" "${load_ms:-nan}" <"$json" >>"$raw"
+            load_s=$(run_load "$transport" "$model")
+            python3 "$here/bench_report.py" record "$name" "$transport" "$rep" "${load_s:-nan}" <"$json" >>"$raw"
         done
     done
 done

@@ -7,10 +7,10 @@ import statistics
 import sys
 
 
-def record(model, transport, rep, load_ms):
+def record(model, transport, rep, load_s):
     runs = json.load(sys.stdin)
     out = {"model": model, "transport": transport, "rep": int(rep),
-           "load_s": float(load_ms) / 1000.0 if load_ms not in ("", "nan") else None}
+           "load_s": float(load_s) if load_s not in ("", "nan") else None}
     for run in runs:
         key = "pp_tps" if run.get("n_prompt", 0) > 0 else "tg_tps"
         out[key] = run["avg_ts"]
