@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <thread>
 
 namespace ggml_remote::host {
@@ -614,7 +616,16 @@ Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply, st
         return error(Code::bad_request, "the first message must be the handshake");
     }
     ++counters_.commands;
-    return (*handler)(payload, reply);
+    // A backend that throws (std::bad_alloc for a work buffer a forged shape asks
+    // for) fails this command, not the session.
+    try {
+        return (*handler)(payload, reply);
+    } catch (const std::bad_alloc &) {
+        return error(Code::out_of_memory, std::string(command_name(static_cast<CommandId>(command))) +
+                                              ": the host ran out of memory");
+    } catch (const std::exception &e) {
+        return error(Code::error, std::string(command_name(static_cast<CommandId>(command))) + ": " + e.what());
+    }
 }
 
 void Session::publish_status() {
