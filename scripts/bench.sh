@@ -4,6 +4,7 @@
 # cache), in one run, interleaved and repeated. Prints a table and writes
 # BUILD/bench/results.json.
 #   BENCH_MODELS="tiny small mid"  BENCH_REPS=3  BENCH_PP=64  BENCH_TG=32  BENCH_THREADS=2
+#   BENCH_WHISPER="micro" (whisper-bench on synthetic whisper models; empty to skip)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -12,6 +13,7 @@ reps=${BENCH_REPS:-3}
 pp=${BENCH_PP:-64}
 tg=${BENCH_TG:-32}
 threads=${BENCH_THREADS:-2}
+whisper_models=${BENCH_WHISPER-micro}
 rpc_server=/usr/libexec/x86_64-linux-gnu/llama/bin/ggml-rpc-server
 out=$build/bench
 mkdir -p "$out" "$build/models"
@@ -106,4 +108,26 @@ for name in $models; do
         done
     done
 done
+# whisper.cpp: whisper-bench's fixed encoder + decoder workload (it has no RPC option).
+for name in $whisper_models; do
+    model=$build/models/whisper-$name-f16.bin
+    if [ ! -s "$model" ]; then
+        echo "bench: writing the whisper $name model" >&2
+        "$build/bin/ggml-remote-synthetic-whisper" --preset "$name" --type f16 -o "$model.tmp" >/dev/null
+        mv "$model.tmp" "$model"
+    fi
+    for rep in $(seq "$reps"); do
+        for transport in local shm unix tcp; do
+            echo "bench: whisper-$name $transport (round $rep of $reps)" >&2
+            case $transport in
+                local) whisper-bench -m "$model" -t "$threads" ;;
+                shm) "${plugin[@]}" GGML_REMOTE_SERVERS="shm:$work/remote.sock" whisper-bench -m "$model" -t "$threads" ;;
+                unix) "${plugin[@]}" GGML_REMOTE_SERVERS="unix:$work/remote.sock" whisper-bench -m "$model" -t "$threads" ;;
+                tcp) "${plugin[@]}" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$port" whisper-bench -m "$model" -t "$threads" ;;
+            esac >"$work/whisper.log" 2>&1 || { echo "bench: whisper-bench failed for $transport" >&2; tail -5 "$work/whisper.log" >&2; continue; }
+            python3 "$here/bench_report.py" record-whisper "whisper-$name" "$transport" "$rep" <"$work/whisper.log" >>"$raw"
+        done
+    done
+done
+
 python3 "$here/bench_report.py" report "$out/results.json" <"$raw"

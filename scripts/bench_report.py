@@ -2,6 +2,7 @@
 """Aggregates make bench's runs: `record` turns one llama-bench JSON into a line
 of raw.jsonl; `report` prints the side-by-side table and writes results.json."""
 import json
+import re
 import math
 import statistics
 import sys
@@ -14,6 +15,19 @@ def record(model, transport, rep, load_s):
     for run in runs:
         key = "pp_tps" if run.get("n_prompt", 0) > 0 else "tg_tps"
         out[key] = run["avg_ts"]
+    print(json.dumps(out))
+
+
+def record_whisper(model, transport, rep):
+    """One whisper-bench run: its timing lines become encode/decode/total figures."""
+    out = {"model": model, "transport": transport, "rep": int(rep), "kind": "whisper"}
+    for line in sys.stdin:
+        m = re.search(r"(load|encode|decode|total) time =\s*([0-9.]+) ms(?: /\s*([0-9]+) runs)?", line)
+        if not m:
+            continue
+        ms, runs = float(m[2]), int(m[3]) if m[3] else 1
+        key = {"load": "load_s", "encode": "encode_ms", "decode": "decode_ms_per_run", "total": "total_ms"}[m[1]]
+        out[key] = ms / 1000.0 if key == "load_s" else (ms / runs if key == "decode_ms_per_run" else ms)
     print(json.dumps(out))
 
 
@@ -39,6 +53,8 @@ def ratio(stats, base):
 
 def report(path):
     rows = [json.loads(line) for line in sys.stdin if line.strip()]
+    whisper = [r for r in rows if r.get("kind") == "whisper"]
+    rows = [r for r in rows if r.get("kind") != "whisper"]
     models = list(dict.fromkeys(r["model"] for r in rows))
     transports = list(dict.fromkeys(r["transport"] for r in rows))
     results = []
@@ -61,6 +77,30 @@ def report(path):
             for r in runs:
                 results.append({"model": model, "transport": transport, "rep": r["rep"],
                                 "pp_tps": r.get("pp_tps"), "tg_tps": r.get("tg_tps"), "load_s": r.get("load_s")})
+    if whisper:
+        print()
+        wheader = (f"| {'model':<13} | {'transport':<9} | {'encode ms median [min-max]':<28} | {'x local':>7} | "
+                   f"{'decode ms/run median [min-max]':<30} | {'x local':>7} | {'total ms median [min-max]':<27} | {'x local':>7} |")
+        print(wheader)
+        print("|" + "|".join("-" * len(c) for c in wheader.split("|")[1:-1]) + "|")
+        for model in dict.fromkeys(r["model"] for r in whisper):
+            base = {}
+            for transport in dict.fromkeys(r["transport"] for r in whisper):
+                runs = [r for r in whisper if r["model"] == model and r["transport"] == transport]
+                if not runs:
+                    continue
+                stats = {k: spread([r.get(k) for r in runs]) for k in ("encode_ms", "decode_ms_per_run", "total_ms")}
+                if transport == "local":
+                    base = stats
+                none = (None,) * 3
+                print(f"| {model:<13} | {transport:<9} | {fmt(stats['encode_ms']):<28} | "
+                      f"{ratio(stats['encode_ms'], base.get('encode_ms', none)):>7} | "
+                      f"{fmt(stats['decode_ms_per_run'], 2):<30} | "
+                      f"{ratio(stats['decode_ms_per_run'], base.get('decode_ms_per_run', none)):>7} | "
+                      f"{fmt(stats['total_ms']):<27} | {ratio(stats['total_ms'], base.get('total_ms', none)):>7} |")
+                results.extend(runs)
+        print("(times: lower is better; x local is the ratio of medians. Over unix and tcp a compute returns\n"
+              " before the host finishes, so whisper-bench books the encoder under decode: compare totals.)")
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
     print(f"\nper-run records: {path}")
@@ -69,5 +109,7 @@ def report(path):
 if __name__ == "__main__":
     if sys.argv[1] == "record":
         record(*sys.argv[2:6])
+    elif sys.argv[1] == "record-whisper":
+        record_whisper(*sys.argv[2:5])
     else:
         report(sys.argv[2])
