@@ -30,7 +30,6 @@ GraphCache::Choice GraphCache::choose(const std::vector<uint8_t> &graph) {
         Slot &slot = slots_[i];
         if (slot.filled && slot.hash == hash && slot.bytes == graph) {
             slot.last_used = clock_;
-            ++hits_;
             return {i, protocol::kGraphReplay};
         }
         const Slot &current = slots_[oldest];
@@ -41,7 +40,6 @@ GraphCache::Choice GraphCache::choose(const std::vector<uint8_t> &graph) {
     slot.hash = hash;
     slot.last_used = clock_;
     slot.bytes = graph;
-    ++misses_;
     return {oldest, protocol::kGraphStore};
 }
 

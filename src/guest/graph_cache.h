@@ -22,9 +22,6 @@ class GraphCache {
     // Every slot empty, as on the host after a buffer is freed.
     void clear();
 
-    uint64_t hits() const { return hits_; }
-    uint64_t misses() const { return misses_; }
-
   private:
     struct Slot {
         bool filled = false;
@@ -34,8 +31,6 @@ class GraphCache {
     };
     std::array<Slot, protocol::kGraphSlots> slots_;
     uint64_t clock_ = 0;
-    uint64_t hits_ = 0;
-    uint64_t misses_ = 0;
 };
 
 }  // namespace ggml_remote::guest
