@@ -2,6 +2,9 @@
 #include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace ggml_remote::guest {
 
 using namespace protocol;
@@ -64,7 +67,112 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
     return GGML_STATUS_SUCCESS;
 }
 
+// The asynchronous stream. The host works through a session's commands in order,
+// so a write is in place for every later command as soon as it is sent, a read
+// can wait in line for its reply (read at synchronize), and an event is a
+// position in that line.
+
+void report(RemoteBackend *remote, const char *what, const Status &status) {
+    if (status.code() == Code::disconnected) return;  // logged once by the session
+    log(GGML_LOG_LEVEL_ERROR, "%s: %s failed: %s", remote->device->name().c_str(), what, status.message().c_str());
+}
+
+void backend_synchronize(ggml_backend_t backend) {
+    RemoteBackend *remote = context_of(backend);
+    Status status = remote->device->session().synchronize(remote->handle);
+    if (!status) report(remote, "synchronize", status);
+}
+
+// The buffer that holds a tensor's bytes, when it is one of this session's.
+RemoteBuffer *session_buffer_of(RemoteBackend *remote, const ggml_tensor *tensor) {
+    RemoteBuffer *owner = remote_buffer_of(tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer);
+    if (owner == nullptr || &owner->device->session() != &remote->device->session()) return nullptr;
+    return owner;
+}
+
+void backend_set_tensor_async(ggml_backend_t backend, ggml_tensor *tensor, const void *data, size_t offset,
+                              size_t size) {
+    RemoteBackend *remote = context_of(backend);
+    RemoteBuffer *owner = session_buffer_of(remote, tensor);
+    // Memory this process writes itself (shared) must be free of the host's work first.
+    if (owner == nullptr || owner->kind != RemoteBuffer::Kind::remote) backend_synchronize(backend);
+    ggml_backend_tensor_set(tensor, data, offset, size);
+}
+
+void backend_get_tensor_async(ggml_backend_t backend, const ggml_tensor *tensor, void *data, size_t offset,
+                              size_t size) {
+    RemoteBackend *remote = context_of(backend);
+    RemoteBuffer *owner = session_buffer_of(remote, tensor);
+    if (owner == nullptr || owner->kind != RemoteBuffer::Kind::remote) {
+        backend_synchronize(backend);
+        ggml_backend_tensor_get(tensor, data, offset, size);
+        return;
+    }
+    auto *bytes = static_cast<uint8_t *>(data);
+    for (size_t done = 0; done < size;) {
+        const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
+        Status status = remote->device->session().call_later<GetTensor>(
+            {owner->range(tensor, offset + done, chunk)}, nullptr, bytes + done, chunk, "get_tensor_async");
+        if (!status) {
+            report(remote, "get_tensor_async", status);
+            std::memset(bytes + done, 0, size - done);
+            return;
+        }
+        done += chunk;
+    }
+}
+
+// A copy between two tensors of this session stays on the host, in line; any
+// other copy is ggml's to do (it synchronizes and copies through this process).
+bool backend_cpy_tensor_async(ggml_backend_t backend_src, ggml_backend_t backend_dst, const ggml_tensor *src,
+                              ggml_tensor *dst) {
+    (void)backend_src;
+    RemoteBackend *remote = context_of(backend_dst);
+    RemoteBuffer *from = session_buffer_of(remote, src);
+    RemoteBuffer *to = session_buffer_of(remote, dst);
+    if (from == nullptr || to == nullptr || ggml_nbytes(src) != ggml_nbytes(dst)) return false;
+    if (to->kind != RemoteBuffer::Kind::remote) {
+        // Both sides' bytes are mapped here; the host must be done with them first.
+        if (from->kind == RemoteBuffer::Kind::remote) return false;
+        backend_synchronize(backend_dst);
+        std::memcpy(dst->data, src->data, ggml_nbytes(src));
+        return true;
+    }
+    CopyTensor::Request request{from->range(src, 0, ggml_nbytes(src)), to->range(dst, 0, ggml_nbytes(dst))};
+    Status status = remote->device->session().call_later<CopyTensor>(request, nullptr, nullptr, 0, "cpy_tensor_async");
+    if (!status) {
+        report(remote, "cpy_tensor_async", status);
+        return false;
+    }
+    return true;
+}
+
+void backend_event_record(ggml_backend_t backend, ggml_backend_event_t event) {
+    RemoteBackend *remote = context_of(backend);
+    auto *mark = static_cast<RemoteEvent *>(event->context);
+    mark->session = &remote->device->session();
+    mark->backend = remote->handle;
+    mark->position = mark->session->mark();
+}
+
+void backend_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
+    RemoteBackend *remote = context_of(backend);
+    auto *mark = remote_event_of(event);
+    // Work in the same session is already in line behind the event.
+    if (mark != nullptr && mark->session == &remote->device->session()) return;
+    ggml_backend_event_synchronize(event);
+}
+
 }  // namespace
+
+void remote_event_synchronize(RemoteDevice *device, ggml_backend_event_t event) {
+    auto *mark = static_cast<RemoteEvent *>(event->context);
+    if (mark->session == nullptr) return;  // never recorded
+    Status status = mark->session->wait_for_mark(mark->position, mark->backend);
+    if (!status && status.code() != Code::disconnected) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: event_synchronize failed: %s", device->name().c_str(), status.message().c_str());
+    }
+}
 
 ggml_backend_t create_remote_backend(RemoteDevice *device) {
     BackendInit::Reply reply{};
@@ -78,9 +186,13 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
     backend->guid = remote_guid();
     backend->iface.get_name = backend_get_name;
     backend->iface.free = backend_free;
-    // No synchronize: a compute over shared memory returns when it is done, and
-    // remote buffers are read through the session, after everything sent before.
     backend->iface.graph_compute = backend_graph_compute;
+    backend->iface.synchronize = backend_synchronize;
+    backend->iface.set_tensor_async = backend_set_tensor_async;
+    backend->iface.get_tensor_async = backend_get_tensor_async;
+    backend->iface.cpy_tensor_async = backend_cpy_tensor_async;
+    backend->iface.event_record = backend_event_record;
+    backend->iface.event_wait = backend_event_wait;
     backend->device = device->ggml_device();
     backend->context = remote;
     return backend;

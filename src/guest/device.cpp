@@ -38,11 +38,12 @@ void device_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props *props) {
     // No PCI id: llama.cpp skips a GPU whose id matches one already in use, and
     // the host's id says nothing about this process.
     props->device_id = nullptr;
-    props->caps.async = false;
+    // Reads, copies and events wait in line on the host (see backend.cpp).
+    props->caps.async = true;
     props->caps.host_buffer = false;
     // Over shared memory, llama.cpp's mmap'd weights become buffers the host maps too.
     props->caps.buffer_from_host_ptr = RemoteDevice::from(dev)->shares_memory();
-    props->caps.events = false;
+    props->caps.events = true;
     // Weights read from a memory-mapped model file are fine to upload (or, over
     // shared memory, to map on the host); llama.cpp turns mmap off for every
     // device if one says otherwise.
@@ -68,6 +69,19 @@ bool device_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
 // Offloading an op whose weights live in guest memory would ship the weights on
 // every call; never worth it over a socket.
 bool device_offload_op(ggml_backend_dev_t, const ggml_tensor *) { return false; }
+
+ggml_backend_event_t device_event_new(ggml_backend_dev_t dev) {
+    return new ggml_backend_event{dev, new RemoteEvent{}};
+}
+
+void device_event_free(ggml_backend_dev_t, ggml_backend_event_t event) {
+    delete static_cast<RemoteEvent *>(event->context);
+    delete event;
+}
+
+void device_event_synchronize(ggml_backend_dev_t dev, ggml_backend_event_t event) {
+    remote_event_synchronize(RemoteDevice::from(dev), event);
+}
 
 const char *buft_get_name(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->name().c_str(); }
 
@@ -134,6 +148,9 @@ Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t rem
     device->device_.iface.supports_op = device_supports_op;
     device->device_.iface.supports_buft = device_supports_buft;
     device->device_.iface.offload_op = device_offload_op;
+    device->device_.iface.event_new = device_event_new;
+    device->device_.iface.event_free = device_event_free;
+    device->device_.iface.event_synchronize = device_event_synchronize;
     device->device_.reg = reg;
     device->device_.context = device.get();
 
@@ -187,6 +204,13 @@ size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
     if (alloc_size_cache_.size() >= kMaxCachedAnswers) alloc_size_cache_.clear();
     alloc_size_cache_[signature] = reply.size;
     return reply.size;
+}
+
+RemoteEvent *remote_event_of(ggml_backend_event_t event) {
+    if (event == nullptr || event->device == nullptr || event->device->iface.event_new != device_event_new) {
+        return nullptr;
+    }
+    return static_cast<RemoteEvent *>(event->context);
 }
 
 }  // namespace ggml_remote::guest

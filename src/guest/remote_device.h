@@ -83,6 +83,17 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
 ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
                                                   size_t max_tensor_size);
 ggml_backend_t create_remote_backend(RemoteDevice *device);
+
+// An event of a remote device: a position in one session's line of commands,
+// set by event_record; the host has passed it once a later reply has come.
+struct RemoteEvent {
+    RemoteSession *session = nullptr;  // null until recorded
+    uint64_t backend = 0;
+    uint64_t position = 0;
+};
+// The event's RemoteEvent when it is one of ours.
+RemoteEvent *remote_event_of(ggml_backend_event_t event);
+void remote_event_synchronize(RemoteDevice *device, ggml_backend_event_t event);
 // Sets the host's thread count for a backend of ours (ggml_backend_set_n_threads).
 void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads);
 

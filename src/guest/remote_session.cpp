@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <cstring>
+
 #include "guest/log.h"
 #include "transport/socket.h"
 
@@ -87,11 +89,11 @@ Status RemoteSession::lost(const Status &cause) {
     return cause;
 }
 
-Status RemoteSession::read_reply(CommandId id, Exchange &x) {
+Status RemoteSession::read_reply(CommandId id, uint64_t sequence, Exchange &x) {
     FrameHeader header;
     Status status = stream_.receive_header(&header, ~0ull);
     if (!status) return lost(status);
-    compute_outstanding_ = false;  // the host answers in order: all earlier work is done
+    finished_ = sequence;  // the host answers in order: all earlier work is done
     counters_.bytes_received += sizeof(header) + header.payload_size;
     if (x.received_fd != nullptr && !stream_.received_fds().empty()) {
         *x.received_fd = std::move(stream_.received_fds().front());
@@ -112,7 +114,7 @@ Status RemoteSession::read_reply(CommandId id, Exchange &x) {
         return lost(error(Code::error, std::string("protocol error: short reply to ") + command_name(id)));
     }
     if (x.reply_size > 0) {
-        status = stream_.receive(x.reply, x.reply_size);
+        status = x.reply != nullptr ? stream_.receive(x.reply, x.reply_size) : stream_.discard(x.reply_size);
         if (!status) return lost(status);
     }
     const uint64_t tail_size = header.payload_size - x.reply_size;
@@ -162,6 +164,27 @@ Status RemoteSession::run(CommandId id, Exchange &x) {
     return run_locked(id, x);
 }
 
+Status RemoteSession::read_pending_replies() {
+    while (!pending_.empty()) {
+        PendingReply &pending = pending_.front();
+        Status status = read_reply(pending.id, pending.sequence, pending.exchange);
+        if (!status) {
+            if (broken_) {
+                pending_.clear();
+                return status;
+            }
+            log(GGML_LOG_LEVEL_ERROR, "%s: %s failed: %s", endpoint_.c_str(), pending.exchange.deferred,
+                status.message().c_str());
+            // Never hand back uninitialised memory.
+            if (pending.exchange.tail_into != nullptr) {
+                std::memset(pending.exchange.tail_into, 0, pending.exchange.tail_into_size);
+            }
+        }
+        pending_.pop_front();
+    }
+    return Status::success();
+}
+
 Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t> &graph) {
     std::lock_guard<std::mutex> lock(mutex_);
     const GraphCache::Choice choice = graphs_.choose(graph);
@@ -171,18 +194,42 @@ Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t>
     x.fixed = ByteView(&request, sizeof(request));
     if (choice.mode != kGraphReplay) x.tail = ByteView(graph);
     x.send_now = true;  // the host can start while we wait for nothing
-    compute_outstanding_ = true;
-    return run_locked(CommandId::graph_compute, x);
+    Status status = run_locked(CommandId::graph_compute, x);
+    last_compute_ = sent_;
+    return status;
 }
 
-Status RemoteSession::synchronize(uint64_t backend) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!compute_outstanding_) return Status::success();
+Status RemoteSession::synchronize_locked(uint64_t backend, uint64_t up_to) {
+    if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
+    if (!pending_.empty()) {
+        ++counters_.round_trips;
+        Status status = flush_queue();
+        if (!status) return lost(status);
+        status = read_pending_replies();
+        if (!status) return status;
+    }
+    if (finished_ >= up_to) return Status::success();
     Synchronize::Request request{backend};
     Exchange x;
     x.fixed = ByteView(&request, sizeof(request));
     x.expect_reply = true;
     return run_locked(CommandId::synchronize, x);
+}
+
+Status RemoteSession::synchronize(uint64_t backend) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return synchronize_locked(backend, last_compute_);
+}
+
+uint64_t RemoteSession::mark() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return sent_;
+}
+
+Status RemoteSession::wait_for_mark(uint64_t mark, uint64_t backend) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_ >= mark && pending_.empty()) return Status::success();
+    return synchronize_locked(backend, mark);
 }
 
 Status RemoteSession::free_buffer(uint64_t buffer) {
@@ -202,13 +249,16 @@ RemoteSession::Counters RemoteSession::counters() {
 Status RemoteSession::run_locked(CommandId id, Exchange &x) {
     if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
     ++counters_.commands;
+    const uint64_t sequence = ++sent_;
     counters_.bytes_sent += sizeof(FrameHeader) + x.fixed.size + x.tail.size;
-    if (x.expect_reply) ++counters_.round_trips;
+    if (x.expect_reply && x.deferred == nullptr) ++counters_.round_trips;
     Status status;
     const bool small = x.send_fd < 0 && x.fixed.size + x.tail.size <= kQueuedFrameLimit;
     if (small) {
         queue(id, x);
-        if (!x.expect_reply && !x.send_now && queued_.size() < kQueueFlushSize) return Status::success();
+        const bool waits = x.expect_reply && x.deferred == nullptr;
+        // A deferred call goes out now, so that its reply is on its way by the time it is read.
+        if (!waits && !x.send_now && x.deferred == nullptr && queued_.size() < kQueueFlushSize) return Status::success();
         status = flush_queue();
     } else {
         // Descriptors must ride on their own frame's first byte: the queue goes first.
@@ -221,7 +271,15 @@ Status RemoteSession::run_locked(CommandId id, Exchange &x) {
     }
     if (!status) return lost(status);
     if (!x.expect_reply) return Status::success();
-    return read_reply(id, x);
+    if (x.deferred != nullptr) {
+        pending_.push_back({id, sequence, x});
+        pending_.back().exchange.fixed = {};  // the request was sent; only the reply's places remain
+        return Status::success();
+    }
+    // Replies come in order: the pending ones are first.
+    status = read_pending_replies();
+    if (!status) return status;
+    return read_reply(id, sequence, x);
 }
 
 }  // namespace ggml_remote::guest

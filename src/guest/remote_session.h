@@ -7,6 +7,7 @@
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,13 +43,33 @@ class RemoteSession {
         return run(Cmd::id, exchange);
     }
 
+    // A command whose reply is read later (by synchronize() or the next call), so
+    // the guest goes on while the host works: ggml's asynchronous get and copy. The
+    // reply's fixed part lands in `reply`, its tail in `tail_into` (exactly
+    // `tail_into_size` bytes); both must stay valid until then. A failure is logged
+    // then, naming `what`.
+    template <class Cmd>
+    Status call_later(const typename Cmd::Request &request, typename Cmd::Reply *reply, void *tail_into,
+                      size_t tail_into_size, const char *what) {
+        static_assert(!Cmd::one_way, "a one-way command has no reply to wait for");
+        constexpr size_t reply_size = std::is_empty<typename Cmd::Reply>::value ? 0 : sizeof(typename Cmd::Reply);
+        Exchange exchange{protocol::ByteView(&request, sizeof(request)), {}, -1, true, reply, reply_size, nullptr,
+                          tail_into, tail_into_size};
+        exchange.deferred = what;
+        return run(Cmd::id, exchange);
+    }
+
     // Computes an encoded graph on a host backend: sent once, then named by its
     // slot while the host keeps it. Returns at once; a failure on the host comes
     // back with the next reply.
     Status compute_graph(uint64_t backend, const std::vector<uint8_t> &graph);
-    // Waits for the host to finish the computes sent so far; a round trip only when
-    // one is outstanding (no reply has come since it was sent).
+    // Waits for the host to finish the computes sent so far and reads the replies
+    // of call_later(); a round trip only when one of those is outstanding.
     Status synchronize(uint64_t backend);
+    // Events: a mark is the position of the last command sent; the host works in
+    // order, so everything up to a mark is done once any later reply has come.
+    uint64_t mark();
+    Status wait_for_mark(uint64_t mark, uint64_t backend);
     // Frees a host buffer; the host then forgets its kept graphs, and so do we.
     Status free_buffer(uint64_t buffer);
 
@@ -88,10 +109,20 @@ class RemoteSession {
         size_t tail_into_size = 0;
         UniqueFd *received_fd = nullptr;
         bool send_now = false;  // a one-way command that should not wait in the queue
+        const char *deferred = nullptr;  // call_later(): what to name in a failure
+    };
+    // A reply not read yet (call_later), in the order the host sends them.
+    struct PendingReply {
+        protocol::CommandId id;
+        uint64_t sequence;
+        Exchange exchange;
     };
     Status run(protocol::CommandId id, Exchange &exchange);  // takes the lock
     Status run_locked(protocol::CommandId id, Exchange &exchange);
-    Status read_reply(protocol::CommandId id, Exchange &exchange);
+    Status read_reply(protocol::CommandId id, uint64_t sequence, Exchange &exchange);
+    // Reads every pending reply; false only when the connection is lost.
+    Status read_pending_replies();
+    Status synchronize_locked(uint64_t backend, uint64_t up_to);
     void queue(protocol::CommandId id, const Exchange &exchange);
     Status flush_queue();
     Status lost(const Status &cause);
@@ -106,7 +137,12 @@ class RemoteSession {
     // the inputs of a token and its compute then cost no extra trips.
     std::vector<uint8_t> queued_;
     GraphCache graphs_;
-    bool compute_outstanding_ = false;
+    std::deque<PendingReply> pending_;
+    // Commands are numbered as they are sent; a reply to command n means the host
+    // has finished every command up to n.
+    uint64_t sent_ = 0;
+    uint64_t finished_ = 0;
+    uint64_t last_compute_ = 0;
     Counters counters_;
 };
 

@@ -1,0 +1,8 @@
+# The asynchronous stream: ggml's async set/get/copy and events on a remote device,
+# and llama.cpp's pipeline parallelism across two servers, which needs them.
+add_executable(ggml-remote-async-client ${CMAKE_CURRENT_LIST_DIR}/async_stream_client.cpp)
+target_link_libraries(ggml-remote-async-client PRIVATE ggml_all)
+
+add_integration_test(async_stream async_stream.sh $<TARGET_FILE:ggml-remote-async-client>)
+add_integration_test(llama_pipeline_unix llama_pipeline.sh unix)
+add_integration_test(llama_pipeline_shm llama_pipeline.sh shm)
