@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "guest/log.h"
@@ -18,6 +19,13 @@ void set_io_timeout(int fd, int timeout_ms) {
     timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+// Small commands go through the shared ring on shm: sessions unless
+// GGML_REMOTE_SHARED_RING=0 (to compare with the socket).
+bool shared_ring_wanted() {
+    const char *setting = std::getenv("GGML_REMOTE_SHARED_RING");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
 }
 
 }  // namespace
@@ -36,7 +44,10 @@ Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique
     // never answers must not hang the application at start-up.
     set_io_timeout(raw_fd, timeout_ms);
     Hello::Request hello;
-    if (endpoint.kind == Endpoint::Kind::shared_memory) hello.capabilities |= kSessionSharedMemory;
+    if (endpoint.kind == Endpoint::Kind::shared_memory) {
+        hello.capabilities |= kSessionSharedMemory;
+        if (shared_ring_wanted()) hello.capabilities |= kSessionSharedRing;
+    }
     FrameHeader header;
     header.command = static_cast<uint16_t>(CommandId::hello);
     // A server that turns us away writes its reason and closes, so our send may
@@ -69,6 +80,15 @@ Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique
         return error(Code::error, "handshake with " + name + " failed: short reply");
     }
     set_io_timeout(raw_fd, 0);  // computes may take long; a dead server is noticed by the socket
+    if (reply.capabilities & kSessionSharedRing) {
+        std::unique_ptr<RingChannel> ring;
+        status = stream.received_fds().empty()
+                     ? error(Code::error, "the server granted a shared ring but sent no memory file")
+                     : RingChannel::attach(stream.received_fds().front().get(), &ring);
+        if (!status) return error(status.code(), "handshake with " + name + " failed: " + status.message());
+        stream.attach_ring(std::move(ring));
+    }
+    stream.received_fds().clear();
 
     session->device_count_ = reply.device_count;
     session->shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;

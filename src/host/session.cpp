@@ -149,7 +149,7 @@ void Session::set_threads(SessionBackend *record, int n_threads) {
 }
 
 void Session::register_handlers() {
-    dispatcher_.on<Hello>([this](const Hello::Request &request, ByteView, Hello::Reply *reply, ReplyTail *) {
+    dispatcher_.on<Hello>([this](const Hello::Request &request, ByteView, Hello::Reply *reply, ReplyTail *tail) {
         if (request.magic != kHelloMagic) {
             return error(Code::bad_request, "not a ggml-remote guest (bad handshake magic)");
         }
@@ -164,6 +164,12 @@ void Session::register_handlers() {
         reply->protocol_version = kProtocolVersion;
         reply->device_count = static_cast<uint32_t>(devices_.size());
         reply->capabilities = shared_memory_ ? uint64_t(kSessionSharedMemory) : 0;
+        if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {
+            // serve() switches to the ring once this reply, which carries it, is out.
+            Status status = RingChannel::create(kRingCapacity, &tail->fd, &pending_ring_);
+            if (!status) return status;
+            reply->capabilities |= kSessionSharedRing;
+        }
         return Status::success();
     });
 
@@ -689,6 +695,7 @@ Status Session::serve(FramedStream &stream) {
             sent = stream.send(out, {ByteView(status.message().data(), status.message().size())});
         }
         if (!sent) return Status::success();
+        if (pending_ring_ != nullptr) stream.attach_ring(std::move(pending_ring_));
         // A guest that cannot get the handshake or the command set right is not
         // given a second chance.
         if (!status.ok() && (!handshaken_ || !known)) return status;

@@ -10,6 +10,7 @@
 #include "protocol/tensor_codec.h"
 #include "transport/connection.h"
 #include "transport/shared_memory.h"
+#include "transport/shared_ring.h"
 
 #include <ggml-backend.h>
 
@@ -136,6 +137,7 @@ class Session {
     bool shared_memory_allowed_ = false;
     bool shared_memory_ = false;  // granted in the handshake
     std::vector<UniqueFd> *fds_ = nullptr;  // descriptors of the frame being handled
+    std::unique_ptr<RingChannel> pending_ring_;  // granted in the handshake, used after its reply
     const StatusBoard *status_board_ = nullptr;
     SessionSlot *status_slot_ = nullptr;
     bool status_query_allowed_ = false;

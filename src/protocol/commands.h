@@ -58,6 +58,9 @@ enum SessionCaps : uint64_t {
     // Buffers in host memory are memory files mapped by both sides, and model
     // files are mapped instead of copied (unix sockets only).
     kSessionSharedMemory = 1 << 0,
+    // With shared memory: after the handshake, frames go through two rings in a
+    // memory file that comes with the hello reply (transport/shared_ring.h).
+    kSessionSharedRing = 1 << 1,
 };
 
 #pragma pack(push, 1)

@@ -34,6 +34,8 @@ struct ByteView {
 
 enum FrameFlags : uint16_t {
     kFrameReply = 1 << 0,
+    // Shared-ring sessions: the frame's descriptors were sent on the socket just before.
+    kFrameCarriesFds = 1 << 1,
 };
 
 #pragma pack(push, 1)

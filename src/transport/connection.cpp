@@ -23,6 +23,7 @@ Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> pa
 Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts, const int *fds,
                           size_t fd_count) {
     if (fd_count > kMaxFdsPerFrame) return error(Code::error, "send: too many descriptors in one frame");
+    if (ring_ != nullptr && fd_count > 0) header.flags |= protocol::kFrameCarriesFds;
     header.payload_size = 0;
     iovec iov[8];
     size_t count = 0;
@@ -43,6 +44,14 @@ Status FramedStream::send_frames(ByteView frames) {
 
 Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t fd_count) {
     if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
+    if (ring_ != nullptr) {
+        if (fd_count > 0) {
+            Status status = send_fds(fds, fd_count);
+            if (!status) return status;
+        }
+        Status status = ring_->write(next, count, fd_.get());
+        return status ? status : error(status.code(), "send to " + peer_ + ": " + status.message());
+    }
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
     bool fds_pending = fd_count > 0;
     while (count > 0) {
@@ -80,8 +89,69 @@ Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t
     return Status::success();
 }
 
+Status FramedStream::send_fds(const int *fds, size_t fd_count) {
+    uint8_t marker = 0;
+    iovec iov{&marker, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
+    std::memset(control, 0, sizeof(control));
+    msghdr message{};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = CMSG_SPACE(sizeof(int) * fd_count);
+    cmsghdr *cmsg = CMSG_FIRSTHDR(&message);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fd_count);
+    std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * fd_count);
+    ssize_t sent;
+    do {
+        sent = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    return sent == 1 ? Status::success() : failure("send to", sent < 0 ? errno : 0);
+}
+
+Status FramedStream::receive_fds(void *first_bytes, size_t size, bool wait, size_t *got) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
+    iovec iov{first_bytes, size};
+    msghdr message{};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    ssize_t n;
+    do {
+        n = ::recvmsg(fd_.get(), &message, MSG_CMSG_CLOEXEC | (wait ? 0 : MSG_DONTWAIT));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (!wait && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return error(Code::bad_request, "receive from " + peer_ + ": a frame announced descriptors that never came");
+        }
+        return failure("receive from", errno);
+    }
+    if (n == 0) return failure("receive from", 0);
+    for (cmsghdr *cmsg = CMSG_FIRSTHDR(&message); cmsg != nullptr; cmsg = CMSG_NXTHDR(&message, cmsg)) {
+        if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+        const size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+            received_fds_.emplace_back(fd);
+        }
+    }
+    if (message.msg_flags & MSG_CTRUNC) {
+        return error(Code::bad_request, "receive from " + peer_ + ": too many descriptors with one message");
+    }
+    *got = static_cast<size_t>(n);
+    return Status::success();
+}
+
 Status FramedStream::receive(void *data, size_t size) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
+    if (ring_ != nullptr) {
+        Status status = ring_->read(data, size, fd_.get());
+        return status ? status : error(status.code(), "receive from " + peer_ + ": " + status.message());
+    }
     auto *out = static_cast<uint8_t *>(data);
     while (size > 0) {
         const ssize_t got = ::recv(fd_.get(), out, size, 0);
@@ -99,34 +169,24 @@ Status FramedStream::receive(void *data, size_t size) {
 Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
     received_fds_.clear();
-    // The first read takes any descriptors that came with the frame.
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
-    iovec iov{header, sizeof(*header)};
-    msghdr message{};
-    message.msg_iov = &iov;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    ssize_t got;
-    do {
-        got = ::recvmsg(fd_.get(), &message, MSG_CMSG_CLOEXEC);
-    } while (got < 0 && errno == EINTR);
-    if (got < 0) return failure("receive from", errno);
-    if (got == 0) return failure("receive from", 0);
-    for (cmsghdr *cmsg = CMSG_FIRSTHDR(&message); cmsg != nullptr; cmsg = CMSG_NXTHDR(&message, cmsg)) {
-        if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
-        const size_t n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < n; ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-            received_fds_.emplace_back(fd);
+    if (ring_ != nullptr) {
+        Status status = receive(header, sizeof(*header));
+        if (!status) return status;
+        if (header->flags & protocol::kFrameCarriesFds) {
+            header->flags &= static_cast<uint16_t>(~protocol::kFrameCarriesFds);
+            uint8_t marker;
+            size_t got = 0;
+            status = receive_fds(&marker, 1, false, &got);
+            if (!status) return status;
         }
+    } else {
+        // The first read takes any descriptors that came with the frame.
+        size_t got = 0;
+        Status status = receive_fds(header, sizeof(*header), true, &got);
+        if (!status) return status;
+        status = receive(reinterpret_cast<uint8_t *>(header) + got, sizeof(*header) - got);
+        if (!status) return status;
     }
-    if (message.msg_flags & MSG_CTRUNC) {
-        return error(Code::bad_request, "receive from " + peer_ + ": too many descriptors with one message");
-    }
-    Status status = receive(reinterpret_cast<uint8_t *>(header) + got, sizeof(*header) - static_cast<size_t>(got));
-    if (!status) return status;
     if (header->payload_size > max_payload) {
         return error(Code::limit_exceeded, "message of " + std::to_string(header->payload_size) +
                                                " bytes exceeds the limit of " + std::to_string(max_payload));

@@ -3,11 +3,13 @@
 
 #include "protocol/status.h"
 #include "protocol/wire.h"
+#include "transport/shared_ring.h"
 #include "transport/unique_fd.h"
 
 #include <sys/uio.h>
 
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,11 @@ class FramedStream {
     // Descriptors that arrived with the last frame header; the caller takes them.
     std::vector<UniqueFd> &received_fds() { return received_fds_; }
 
+    // From now on frames travel through shared memory; the socket carries only
+    // descriptors (announced by kFrameCarriesFds) and tells when the peer is gone.
+    void attach_ring(std::unique_ptr<RingChannel> ring) { ring_ = std::move(ring); }
+    bool uses_ring() const { return ring_ != nullptr; }
+
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }
     const std::string &peer() const { return peer_; }
@@ -50,10 +57,15 @@ class FramedStream {
   private:
     Status failure(const char *what, int err);
     Status write_all(struct iovec *iov, size_t count, const int *fds, size_t fd_count);
+    // Sends descriptors alone, on one byte (shared-ring sessions).
+    Status send_fds(const int *fds, size_t fd_count);
+    // Receives descriptors into received_fds_; `wait` false when they must be there already.
+    Status receive_fds(void *first_bytes, size_t size, bool wait, size_t *got);
 
     UniqueFd fd_;
     std::string peer_;
     std::vector<UniqueFd> received_fds_;
+    std::unique_ptr<RingChannel> ring_;
 };
 
 }  // namespace ggml_remote

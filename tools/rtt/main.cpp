@@ -2,6 +2,7 @@
 // and the bandwidth of tensor reads and writes, as the guest plugin sees them.
 #include "guest/remote_session.h"
 #include "transport/endpoint.h"
+#include "transport/shared_memory.h"
 
 #include <algorithm>
 #include <chrono>
@@ -64,14 +65,39 @@ int main(int argc, char **argv) {
                 endpoint.to_string().c_str(), percentile(samples, 0.5), percentile(samples, 0.99),
                 percentile(samples, 0.0), round_trips);
 
-    // 16 MiB writes and reads through the socket (not shared memory: this tool
-    // does not map buffers), like ggml-rpc's set_tensor / get_tensor.
+    // 16 MiB writes and reads, as ggml's set_tensor / get_tensor: through the
+    // socket (like ggml-rpc), or, in a shared-memory session, a memcpy into the
+    // buffer's memory file, mapped here as the plugin maps it.
     const size_t size = 16u << 20;
     BufferAlloc::Reply buffer{};
-    status = session->call<BufferAlloc>({0, size}, {}, &buffer);
+    UniqueFd shared_fd;
+    status = session->call<BufferAlloc>({0, size}, {}, &buffer, nullptr, nullptr, 0, -1, &shared_fd);
     if (!status) fail(status.message());
     if (buffer.shared) {
-        std::printf("(shared-memory session: tensor data is a memcpy in the plugin; socket bandwidth not measured)\n");
+        Mapping mapping;
+        status = Mapping::map(shared_fd.get(), 0, size, true, &mapping);
+        if (!status) fail(status.message());
+        std::vector<uint8_t> data(size, 0x5a), local(size, 0);
+        auto measure = [&](uint8_t *to, const uint8_t *from) {
+            std::vector<double> rates;
+            for (int i = 0; i < 50; ++i) {
+                const auto start = Clock::now();
+                std::memcpy(to, from, size);
+                rates.push_back(size / std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
+            }
+            return rates;
+        };
+        auto *base = static_cast<uint8_t *>(mapping.data());
+        const std::vector<double> rates[4] = {measure(local.data(), data.data()), measure(data.data(), local.data()),
+                                              measure(base, data.data()), measure(data.data(), base)};
+        const char *names[4] = {"local memcpy (write)", "local memcpy (read)", "set_tensor (shared memory)",
+                                "get_tensor (shared memory)"};
+        for (int i = 0; i < 4; ++i) {
+            std::printf("%s: 16 MiB %s: median %.2f GB/s (min %.2f, max %.2f)", endpoint.to_string().c_str(),
+                        names[i], percentile(rates[i], 0.5), percentile(rates[i], 0.0), percentile(rates[i], 1.0));
+            if (i >= 2) std::printf(", %.2fx local", percentile(rates[i], 0.5) / percentile(rates[i - 2], 0.5));
+            std::printf("\n");
+        }
         return 0;
     }
     std::vector<uint8_t> data(size, 0x5a);

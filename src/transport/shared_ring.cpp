@@ -1,0 +1,208 @@
+#include "transport/shared_ring.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string>
+
+namespace ggml_remote {
+
+namespace {
+
+constexpr uint32_t kRingMagic = 0x474e4952;  // "RING"
+constexpr uint32_t kRingLayoutVersion = 1;
+constexpr size_t kHeaderBytes = 4096;
+constexpr int kMaxSpinNs = 16000;
+constexpr int kMinSpinNs = 250;
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "shared counters must be lock-free to work across processes");
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a doorbell is a futex word");
+
+// The memory file: this header, then the guest-to-host ring, then the host-to-guest ring.
+struct RegionHeader {
+    uint32_t magic;
+    uint32_t version;
+    uint64_t capacity;
+    RingChannel::RingState rings[2];  // [0]: guest to host, [1]: host to guest
+};
+static_assert(sizeof(RegionHeader) <= kHeaderBytes, "ring header fits its page");
+
+uint64_t now_ns() {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+uint32_t *futex_word(std::atomic<uint32_t> *word) { return reinterpret_cast<uint32_t *>(word); }
+
+void ring_doorbell(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> *sleeping) {
+    // Pairs with the sleeper's store of `sleeping` and re-check: one of the two sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping->load(std::memory_order_relaxed) == 0) return;
+    doorbell->fetch_add(1, std::memory_order_release);
+    ::syscall(SYS_futex, futex_word(doorbell), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+bool peer_gone(int socket) {
+    pollfd watch{socket, POLLRDHUP, 0};
+    return ::poll(&watch, 1, 0) > 0 && (watch.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+Status corrupt(const char *what) {
+    return error(Code::bad_request, std::string("shared ring: the peer's ") + what + " count is impossible");
+}
+
+}  // namespace
+
+RingChannel::RingChannel(Side side, Mapping mapping, size_t capacity)
+    : side_(side), mapping_(std::move(mapping)), capacity_(capacity) {
+    auto *header = static_cast<RegionHeader *>(mapping_.data());
+    auto *data = static_cast<uint8_t *>(mapping_.data()) + kHeaderBytes;
+    const int out = side_ == Side::guest ? 0 : 1;
+    out_.state = &header->rings[out];
+    out_.data = data + static_cast<size_t>(out) * capacity_;
+    in_.state = &header->rings[1 - out];
+    in_.data = data + static_cast<size_t>(1 - out) * capacity_;
+}
+
+Status RingChannel::create(size_t capacity, UniqueFd *fd, std::unique_ptr<RingChannel> *channel) {
+    UniqueFd file;
+    const size_t size = kHeaderBytes + 2 * capacity;
+    Status status = create_shared_memory(size, "ggml-remote-ring", &file);
+    if (!status) return status;
+    Mapping mapping;
+    status = Mapping::map(file.get(), 0, size, true, &mapping);
+    if (!status) return status;
+    auto *header = new (mapping.data()) RegionHeader{};
+    header->magic = kRingMagic;
+    header->version = kRingLayoutVersion;
+    header->capacity = capacity;
+    channel->reset(new RingChannel(Side::host, std::move(mapping), capacity));
+    *fd = std::move(file);
+    return Status::success();
+}
+
+Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
+    struct stat info;
+    if (::fstat(fd, &info) != 0 || info.st_size < static_cast<off_t>(kHeaderBytes)) {
+        return error(Code::error, "shared ring: the server's memory file is too small");
+    }
+    const size_t size = static_cast<size_t>(info.st_size);
+    Mapping mapping;
+    Status status = Mapping::map(fd, 0, size, true, &mapping);
+    if (!status) return status;
+    const auto *header = static_cast<const RegionHeader *>(mapping.data());
+    if (header->magic != kRingMagic || header->version != kRingLayoutVersion || header->capacity == 0 ||
+        header->capacity > (size - kHeaderBytes) / 2) {
+        return error(Code::error, "shared ring: the server's memory file has an unknown layout");
+    }
+    const size_t capacity = header->capacity;
+    channel->reset(new RingChannel(Side::guest, std::move(mapping), capacity));
+    return Status::success();
+}
+
+template <class Ready>
+Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> *sleeping, Ready ready,
+                         int peer_socket) {
+    // A short spin: the answer to a small command often comes within microseconds,
+    // sooner than a sleep and a wake-up. It grows while it pays and shrinks while it
+    // does not, so a long compute costs little spinning.
+    const uint64_t start = now_ns();
+    while (now_ns() - start < static_cast<uint64_t>(spin_ns_)) {
+        if (ready()) {
+            spin_ns_ = std::min(spin_ns_ * 2, kMaxSpinNs);
+            return Status::success();
+        }
+        cpu_relax();
+    }
+    spin_ns_ = std::max(spin_ns_ / 2, kMinSpinNs);
+    for (;;) {
+        const uint32_t seen = doorbell->load(std::memory_order_acquire);
+        sleeping->store(1, std::memory_order_seq_cst);
+        if (ready()) {
+            sleeping->store(0, std::memory_order_relaxed);
+            return Status::success();
+        }
+        timespec limit{0, kLivenessCheckMs * 1000000L};
+        const long woken = ::syscall(SYS_futex, futex_word(doorbell), FUTEX_WAIT, seen, &limit, nullptr, 0);
+        const int err = errno;
+        sleeping->store(0, std::memory_order_relaxed);
+        if (ready()) return Status::success();
+        if (woken != 0 && err == ETIMEDOUT && peer_gone(peer_socket)) {
+            return error(Code::disconnected, "shared ring: connection closed by peer");
+        }
+    }
+}
+
+Status RingChannel::write(const iovec *parts, size_t count, int peer_socket) {
+    for (size_t i = 0; i < count; ++i) {
+        const auto *bytes = static_cast<const uint8_t *>(parts[i].iov_base);
+        size_t left = parts[i].iov_len;
+        while (left > 0) {
+            const uint64_t peer_read = out_.state->read.load(std::memory_order_acquire);
+            if (peer_read > out_.own || out_.own - peer_read > capacity_) return corrupt("read");
+            const size_t space = capacity_ - static_cast<size_t>(out_.own - peer_read);
+            if (space == 0) {
+                const uint64_t full_at = peer_read;
+                Status status = wait(
+                    &out_.state->space_doorbell, &out_.state->writer_sleeping,
+                    [&] { return out_.state->read.load(std::memory_order_acquire) != full_at; }, peer_socket);
+                if (!status) return status;
+                continue;
+            }
+            const size_t at = static_cast<size_t>(out_.own % capacity_);
+            const size_t n = std::min({left, space, capacity_ - at});
+            std::memcpy(out_.data + at, bytes, n);
+            bytes += n;
+            left -= n;
+            out_.own += n;
+            out_.state->written.store(out_.own, std::memory_order_release);
+            ring_doorbell(&out_.state->data_doorbell, &out_.state->reader_sleeping);
+        }
+    }
+    return Status::success();
+}
+
+Status RingChannel::read(void *data, size_t size, int peer_socket) {
+    auto *out = static_cast<uint8_t *>(data);
+    while (size > 0) {
+        const uint64_t peer_written = in_.state->written.load(std::memory_order_acquire);
+        if (peer_written < in_.own || peer_written - in_.own > capacity_) return corrupt("written");
+        const size_t available = static_cast<size_t>(peer_written - in_.own);
+        if (available == 0) {
+            Status status = wait(
+                &in_.state->data_doorbell, &in_.state->reader_sleeping,
+                [&] { return in_.state->written.load(std::memory_order_acquire) != in_.own; }, peer_socket);
+            if (!status) return status;
+            continue;
+        }
+        const size_t at = static_cast<size_t>(in_.own % capacity_);
+        const size_t n = std::min({size, available, capacity_ - at});
+        std::memcpy(out, in_.data + at, n);
+        out += n;
+        size -= n;
+        in_.own += n;
+        in_.state->read.store(in_.own, std::memory_order_release);
+        ring_doorbell(&in_.state->space_doorbell, &in_.state->writer_sleeping);
+    }
+    return Status::success();
+}
+
+}  // namespace ggml_remote

@@ -1,0 +1,81 @@
+// RingChannel: a session's frames through shared memory instead of the socket.
+//
+// On one host (shm: sessions) the server creates a memory file holding two byte
+// rings, guest-to-host and host-to-guest, and passes it with the handshake's
+// reply. Each ring is single-producer, single-consumer: the writer copies bytes in
+// and publishes how many it has written; the reader copies them out and
+// publishes how many it has read. A side that finds nothing to do spins briefly,
+// then sleeps on a futex "doorbell" that the other side rings only when someone
+// sleeps. The unix socket stays open, for file descriptors and to notice that the
+// peer died: a sleeping side wakes every kLivenessCheckMs to look at it.
+//
+// The host never trusts the shared bytes: it keeps its own count of what it has
+// written and read, checks the guest's counts against the ring's capacity before
+// use, and copies every frame out of the ring before decoding it.
+#pragma once
+
+#include "protocol/status.h"
+#include "transport/shared_memory.h"
+#include "transport/unique_fd.h"
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace ggml_remote {
+
+// Bytes each direction holds; longer frames stream through in pieces.
+constexpr size_t kRingCapacity = 1u << 20;
+// How often a side that sleeps on a doorbell checks that its peer is still there.
+constexpr int kLivenessCheckMs = 100;
+
+class RingChannel {
+  public:
+    enum class Side { host, guest };
+
+    // Host: creates the memory file (its descriptor goes to the guest).
+    static Status create(size_t capacity, UniqueFd *fd, std::unique_ptr<RingChannel> *channel);
+    // Guest: maps the memory file the host created.
+    static Status attach(int fd, std::unique_ptr<RingChannel> *channel);
+
+    // Writes every byte of `parts`, waiting while the ring is full.
+    // `peer_socket` is watched for the peer's death while waiting.
+    Status write(const iovec *parts, size_t count, int peer_socket);
+    // Reads exactly `size` bytes, waiting while the ring is empty.
+    Status read(void *data, size_t size, int peer_socket);
+
+    size_t capacity() const { return capacity_; }
+
+    // One direction's shared counters and doorbells, each on its own cache line.
+    struct RingState {
+        alignas(64) std::atomic<uint64_t> written;
+        alignas(64) std::atomic<uint64_t> read;
+        alignas(64) std::atomic<uint32_t> data_doorbell;  // rung when bytes arrive and the reader sleeps
+        std::atomic<uint32_t> reader_sleeping;
+        alignas(64) std::atomic<uint32_t> space_doorbell;  // rung when bytes leave and the writer sleeps
+        std::atomic<uint32_t> writer_sleeping;
+    };
+
+  private:
+    RingChannel(Side side, Mapping mapping, size_t capacity);
+    // A side's view of one direction, with its own copy of the count it owns.
+    struct Direction {
+        RingState *state = nullptr;
+        uint8_t *data = nullptr;
+        uint64_t own = 0;  // bytes this side has written (outgoing) or read (incoming)
+    };
+    // Waits on a doorbell until `ready()` holds, or fails when the peer is gone.
+    template <class Ready>
+    Status wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> *sleeping, Ready ready, int peer_socket);
+
+    Side side_;
+    Mapping mapping_;
+    size_t capacity_;
+    Direction out_, in_;
+    int spin_ns_ = 2000;  // adapted: longer while spinning pays, shorter while it does not
+};
+
+}  // namespace ggml_remote
