@@ -44,6 +44,12 @@ void print_usage(const char *program) {
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
+        "         --handshake-timeout S  a guest must complete the handshake within S seconds\n"
+        "                                of connecting (default: 10; 0: no limit)\n"
+        "         --frame-timeout S      a frame must arrive, and a reply be taken, within S\n"
+        "                                seconds plus one per MiB (default: 60; 0: no limit)\n"
+        "         --idle-timeout S       end a session that sends nothing for S seconds\n"
+        "                                (default: 0, never: llama-server idles between requests)\n"
         "         --no-sandbox           workers without the seccomp sandbox (for debugging;\n"
         "                                see docs/SECURITY.md)\n"
         "  -v,    --verbose              also log ggml's informational messages\n"
@@ -152,6 +158,12 @@ int main(int argc, char **argv) {
             options.limits.max_buffers = static_cast<uint32_t>(parse_int(arg, value(), 1));
         } else if (arg == "--max-message-size") {
             options.limits.max_message_size = parse_size(arg, value());
+        } else if (arg == "--handshake-timeout") {
+            options.limits.handshake_timeout_s = parse_int(arg, value(), 0);
+        } else if (arg == "--frame-timeout") {
+            options.limits.frame_timeout_s = parse_int(arg, value(), 0);
+        } else if (arg == "--idle-timeout") {
+            options.limits.idle_timeout_s = parse_int(arg, value(), 0);
         } else if (arg == "--no-sandbox") {
             options.sandbox = false;
         } else if (arg == "-v" || arg == "--verbose") {
