@@ -19,4 +19,5 @@ add_integration_test(errors_server_full errors_server_full.sh $<TARGET_FILE:ggml
 add_integration_test(errors_timeouts errors_timeouts.sh $<TARGET_FILE:ggml-remote-handshake-client>)
 add_integration_test(errors_server_killed_worker errors_server_killed.sh worker)
 add_integration_test(errors_server_killed_server errors_server_killed.sh server)
+add_integration_test(errors_guest_killed errors_guest_killed.sh)
 add_integration_test(llama_server llama_server.sh)
