@@ -711,7 +711,8 @@ Status Session::serve(FramedStream &stream) {
             continue;
         }
         FrameHeader out{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
-        const uint64_t reply_size = status.ok() ? reply.fixed.size() + reply.tail.bytes().size : status.message().size();
+        const uint64_t reply_size =
+            status.ok() ? reply.fixed.size() + reply.tail.bytes().size : status.message().size();
         if (limits_.frame_timeout_s > 0) {
             const double seconds = transfer_seconds(limits_.frame_timeout_s, reply_size);
             watchdog.arm(after(seconds), Watchdog::Wait::reply, seconds, reply_size);

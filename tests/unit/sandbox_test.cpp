@@ -55,7 +55,9 @@ std::string in_child(const std::function<std::string()> &body,
     ::close(fds[0]);
     int status = 0;
     ::waitpid(child, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) report += " (the child died: status " + std::to_string(status) + ")";
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        report += " (the child died: status " + std::to_string(status) + ")";
+    }
     return report;
 }
 
@@ -66,7 +68,9 @@ std::string expect_errno(const char *name, long result, int expected) {
            std::strerror(errno) + "); ";
 }
 
-std::string expect_ok(const char *name, bool ok) { return ok ? "" : std::string(name) + " failed: " + std::strerror(errno) + "; "; }
+std::string expect_ok(const char *name, bool ok) {
+    return ok ? "" : std::string(name) + " failed: " + std::strerror(errno) + "; ";
+}
 
 std::string status_line(const std::string &key) {
     std::ifstream status("/proc/self/status");
@@ -209,7 +213,9 @@ TEST(SandboxTest, ClosesEveryDescriptorButTheKeptOnes) {
             std::string failures;
             for (int i = 0; i < 6; ++i) {
                 const bool open = ::fcntl(opened[i], F_GETFD) != -1;
-                if (open != (i == 1 || i == 4)) failures += "descriptor " + std::to_string(opened[i]) + (open ? " open; " : " closed; ");
+                if (open != (i == 1 || i == 4)) {
+                    failures += "descriptor " + std::to_string(opened[i]) + (open ? " open; " : " closed; ");
+                }
             }
             for (int fd : {1, 2}) {
                 if (::fcntl(fd, F_GETFD) == -1) failures += "stdout or stderr closed; ";
