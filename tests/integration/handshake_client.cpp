@@ -6,7 +6,7 @@
 //
 // usage: ggml-remote-handshake-client ENDPOINT [--protocol-version N|next] [--magic N]
 //                                     [--command ID] [--raw TEXT] [--hold SECONDS]
-//                                     [--then idle|half-frame]
+//                                     [--then idle|half-frame] [--reply-timeout SECONDS]
 // prints:
 //   sent: ...
 //   reply: code=NAME status=N            (or "reply: none (...)")
@@ -17,6 +17,7 @@
 // --then, after an accepted handshake, sends nothing more (idle) or the header and
 // the first bytes of a frame (half-frame), and waits up to 30 s for the server to
 // hang up; prints "then: closed by the server after N ms" or "then: still open".
+// --reply-timeout: how long to wait for the server's reply (default 10 s).
 // exits 0 when the server replied, 1 when it did not, 2 on a usage error.
 #include "protocol/commands.h"
 #include "transport/connection.h"
@@ -58,7 +59,7 @@ const char *code_name(int32_t code) {
     std::fprintf(stderr,
                  "handshake_client: %s\n"
                  "usage: handshake_client ENDPOINT [--protocol-version N|next] [--magic N] [--command ID] "
-                 "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame]\n",
+                 "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame] [--reply-timeout SECONDS]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -131,6 +132,7 @@ int main(int argc, char **argv) {
     bool send_raw = false;
     uint32_t hold_seconds = 0;
     std::string then;
+    uint32_t reply_timeout_s = 10;
     for (int i = 2; i < argc; ++i) {
         const std::string arg = argv[i];
         if (i + 1 >= argc) usage(arg + " needs a value");
@@ -143,6 +145,8 @@ int main(int argc, char **argv) {
             command = static_cast<uint16_t>(parse_number(arg, value));
         } else if (arg == "--hold") {
             hold_seconds = parse_number(arg, value);
+        } else if (arg == "--reply-timeout") {
+            reply_timeout_s = parse_number(arg, value);
         } else if (arg == "--then") {
             if (value != "idle" && value != "half-frame") usage("--then: idle or half-frame, not " + value);
             then = value;
@@ -164,7 +168,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     // A server that never answers must not hang the test.
-    timeval timeout{10, 0};
+    timeval timeout{static_cast<time_t>(reply_timeout_s), 0};
     ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     FramedStream stream(std::move(fd), endpoint.to_string());
 
