@@ -192,6 +192,9 @@ systemd_units() {
         grep -qw "$syscall" <<<"$out" || die "SystemCallFilter=@system-service lacks $syscall" || return
     done
     say "@system-service allows clone/fork, execve, memfd_create, mmap, sendmsg/recvmsg, signalfd4 and sockets"
+    # The workers install their own seccomp filter (with TSYNC: the seccomp call, not prctl).
+    grep -qE '^SystemCallFilter=.*[[:space:]]seccomp([[:space:]]|$)' /usr/lib/systemd/system/ggml-remote.service ||
+        die "ggml-remote.service does not allow seccomp: the server could not sandbox its workers" || return
     systemd-analyze security --offline=yes --no-pager /usr/lib/systemd/system/ggml-remote.service 2>/dev/null |
         tail -n 1 | indent || true
 }

@@ -1,5 +1,6 @@
 #include "host/listener.h"
 
+#include "host/sandbox.h"
 #include "host/status_board.h"
 #include "transport/socket.h"
 
@@ -71,6 +72,8 @@ pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int s
 }  // namespace
 
 int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
+    // Nothing this process holds reaches a worker unless spawn_worker hands it over.
+    mark_descriptors_cloexec(3);
     std::vector<ListeningSocket> sockets;
     for (InheritedSocket &inherited : inherited_listening_sockets()) {
         log_line("listening on " + inherited.endpoint.to_string() + " (from systemd)");

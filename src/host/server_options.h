@@ -14,6 +14,7 @@ struct ServerOptions {
     SessionLimits limits;
     int max_sessions = 64;
     bool verbose = false;
+    bool sandbox = true;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
     // Worker only: the listener's status board and this session's slot in it.
     int status_fd = -1;
     int status_slot = -1;

@@ -1,6 +1,7 @@
 #include "host/session.h"
 
 #include "abi/ggml_backend_abi_v3.h"
+#include "host/watchdog.h"
 
 #include <unistd.h>
 
@@ -644,24 +645,55 @@ void Session::publish_status() {
     status_slot_->buffers.store(buffers_.size(), std::memory_order_relaxed);
 }
 
+namespace {
+
+// The time a frame (or a reply) of `bytes` may take on top of --frame-timeout:
+// a second per MiB, so that a slow link still carries the largest message.
+double transfer_seconds(int timeout_s, uint64_t bytes) { return timeout_s + static_cast<double>(bytes) / (1 << 20); }
+
+Watchdog::Clock::time_point after(double seconds) {
+    return Watchdog::Clock::now() +
+           std::chrono::duration_cast<Watchdog::Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
 Status Session::serve(FramedStream &stream) {
     std::vector<uint8_t> payload;
     Status deferred;  // the first failure of a one-way command, told with the next reply
+    // A guest must not hold its worker by sending nothing or half a frame; the clock
+    // never runs while the session computes.
+    Watchdog watchdog(stream.fd());
+    const auto handshake_deadline = after(limits_.handshake_timeout_s);
     for (;;) {
+        if (!handshaken_ && limits_.handshake_timeout_s > 0) {
+            watchdog.arm(handshake_deadline, Watchdog::Wait::handshake, limits_.handshake_timeout_s);
+        } else if (handshaken_ && limits_.idle_timeout_s > 0) {
+            watchdog.arm(after(limits_.idle_timeout_s), Watchdog::Wait::idle, limits_.idle_timeout_s);
+        }
         FrameHeader header;
         Status status = stream.receive_header(&header, limits_.max_message_size);
         if (!status) {
+            if (watchdog.expired()) return watchdog.failure();
             if (status.code() == Code::disconnected) return Status::success();
             FrameHeader reply{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
             const std::string &message = status.message();
             (void)stream.send(reply, {ByteView(message.data(), message.size())});
             return status;
         }
+        if (handshaken_) {
+            if (limits_.frame_timeout_s > 0 && header.payload_size > 0) {
+                const double seconds = transfer_seconds(limits_.frame_timeout_s, header.payload_size);
+                watchdog.arm(after(seconds), Watchdog::Wait::frame, seconds, header.payload_size);
+            } else {
+                watchdog.disarm();
+            }
+        }
         payload.resize(header.payload_size);
         status = stream.receive(payload.data(), payload.size());
+        if (!watchdog.disarm()) return watchdog.failure();
         if (!status) return Status::success();  // the guest went away mid-message
         counters_.bytes_received += sizeof(header) + payload.size();
-
         ReplyFrame reply;
         std::vector<UniqueFd> fds = std::move(stream.received_fds());
         stream.received_fds().clear();
@@ -685,6 +717,12 @@ Status Session::serve(FramedStream &stream) {
             continue;
         }
         FrameHeader out{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
+        const uint64_t reply_size =
+            status.ok() ? reply.fixed.size() + reply.tail.bytes().size : status.message().size();
+        if (limits_.frame_timeout_s > 0) {
+            const double seconds = transfer_seconds(limits_.frame_timeout_s, reply_size);
+            watchdog.arm(after(seconds), Watchdog::Wait::reply, seconds, reply_size);
+        }
         Status sent;
         if (status.ok()) {
             const ByteView tail = reply.tail.bytes();
@@ -694,6 +732,7 @@ Status Session::serve(FramedStream &stream) {
         } else {
             sent = stream.send(out, {ByteView(status.message().data(), status.message().size())});
         }
+        if (!watchdog.disarm()) return watchdog.failure();
         if (!sent) return Status::success();
         if (pending_ring_ != nullptr) stream.attach_ring(std::move(pending_ring_));
         // A guest that cannot get the handshake or the command set right is not

@@ -1,5 +1,6 @@
 #include "host/worker.h"
 
+#include "host/sandbox.h"
 #include "transport/connection.h"
 
 #include <sys/socket.h>
@@ -27,6 +28,11 @@ std::string human_bytes(uint64_t bytes) {
 int run_worker(int client_fd, int session_id, const std::string &peer, const ServerOptions &options) {
     const auto started = std::chrono::steady_clock::now();
     const std::string label = "session " + std::to_string(session_id) + " (" + peer + ")";
+    // Only the guest's socket and the status board: nothing the listener or the
+    // listener's parents happened to leave open.
+    std::vector<int> kept{client_fd};
+    if (options.status_fd >= 0) kept.push_back(options.status_fd);
+    close_descriptors_except(kept);
     FramedStream stream(UniqueFd(client_fd), peer);
 
     load_host_backends(options.verbose);
@@ -35,6 +41,15 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     if (!status) {
         log_line(label + ": " + status.message());
         return 1;
+    }
+    // The backends are loaded (and GPU drivers opened their devices): from here on
+    // the worker only serves. Without the sandbox the guest is not served at all.
+    if (options.sandbox) {
+        status = enter_sandbox();
+        if (!status) {
+            log_line(label + ": refused: cannot sandbox the worker: " + status.message());
+            return 1;
+        }
     }
 
     Status outcome;

@@ -7,3 +7,6 @@ target_link_libraries(ggml-remote-attack-client PRIVATE ggml_remote_transport gg
 add_integration_test(attacks_unix attacks_refused.sh unix $<TARGET_FILE:ggml-remote-attack-client>)
 add_integration_test(attacks_tcp attacks_refused.sh tcp $<TARGET_FILE:ggml-remote-attack-client>)
 add_integration_test(attacks_contained attacks_contained.sh $<TARGET_FILE:ggml-remote-attack-client>)
+
+# What an attacker who took over a worker would find: the sandbox, minimal descriptors.
+add_integration_test(worker_sandbox worker_sandbox.sh $<TARGET_FILE:ggml-remote-handshake-client>)

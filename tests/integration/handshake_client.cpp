@@ -6,6 +6,7 @@
 //
 // usage: ggml-remote-handshake-client ENDPOINT [--protocol-version N|next] [--magic N]
 //                                     [--command ID] [--raw TEXT] [--hold SECONDS]
+//                                     [--then idle|half-frame] [--reply-timeout SECONDS]
 // prints:
 //   sent: ...
 //   reply: code=NAME status=N            (or "reply: none (...)")
@@ -13,6 +14,10 @@
 //   accepted: protocol_version=N device_count=N   (when it is not)
 //   connection: closed|open              (after an error reply: within 5 s)
 // --hold keeps an accepted session open that long (to fill a server's session slots).
+// --then, after an accepted handshake, sends nothing more (idle) or the header and
+// the first bytes of a frame (half-frame), and waits up to 30 s for the server to
+// hang up; prints "then: closed by the server after N ms" or "then: still open".
+// --reply-timeout: how long to wait for the server's reply (default 10 s).
 // exits 0 when the server replied, 1 when it did not, 2 on a usage error.
 #include "protocol/commands.h"
 #include "transport/connection.h"
@@ -24,6 +29,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,7 +59,7 @@ const char *code_name(int32_t code) {
     std::fprintf(stderr,
                  "handshake_client: %s\n"
                  "usage: handshake_client ENDPOINT [--protocol-version N|next] [--magic N] [--command ID] "
-                 "[--raw TEXT] [--hold SECONDS]\n",
+                 "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame] [--reply-timeout SECONDS]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -81,6 +87,41 @@ const char *connection_state(int fd) {
     }
 }
 
+// --then: stalls the session, and reports when (if) the server hangs up.
+int wait_for_hang_up(FramedStream &stream, bool half_frame) {
+    if (half_frame) {
+        FrameHeader header;
+        header.command = static_cast<uint16_t>(CommandId::hello);
+        header.payload_size = 4096;
+        const char start[100] = {};
+        if (::send(stream.fd(), &header, sizeof(header), MSG_NOSIGNAL) != sizeof(header) ||
+            ::send(stream.fd(), start, sizeof(start), MSG_NOSIGNAL) != sizeof(start)) {
+            std::printf("then: send: %s\n", std::strerror(errno));
+            return 1;
+        }
+        std::printf("then: sent a frame header for 4096 bytes and 100 of them\n");
+    }
+    std::fflush(stdout);
+    timeval timeout{30, 0};
+    ::setsockopt(stream.fd(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    const auto started = std::chrono::steady_clock::now();
+    char byte;
+    ssize_t got;
+    do {
+        got = ::recv(stream.fd(), &byte, 1, 0);
+    } while (got < 0 && errno == EINTR);
+    const long long waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now() - started).count();
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        std::printf("then: still open after %lld ms\n", waited);
+    } else if (got > 0) {
+        std::printf("then: the server sent a byte after %lld ms\n", waited);
+    } else {
+        std::printf("then: closed by the server after %lld ms\n", waited);
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -90,6 +131,8 @@ int main(int argc, char **argv) {
     std::string raw;
     bool send_raw = false;
     uint32_t hold_seconds = 0;
+    std::string then;
+    uint32_t reply_timeout_s = 10;
     for (int i = 2; i < argc; ++i) {
         const std::string arg = argv[i];
         if (i + 1 >= argc) usage(arg + " needs a value");
@@ -102,6 +145,11 @@ int main(int argc, char **argv) {
             command = static_cast<uint16_t>(parse_number(arg, value));
         } else if (arg == "--hold") {
             hold_seconds = parse_number(arg, value);
+        } else if (arg == "--reply-timeout") {
+            reply_timeout_s = parse_number(arg, value);
+        } else if (arg == "--then") {
+            if (value != "idle" && value != "half-frame") usage("--then: idle or half-frame, not " + value);
+            then = value;
         } else if (arg == "--raw") {
             raw = value;
             send_raw = true;
@@ -120,7 +168,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     // A server that never answers must not hang the test.
-    timeval timeout{10, 0};
+    timeval timeout{static_cast<time_t>(reply_timeout_s), 0};
     ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     FramedStream stream(std::move(fd), endpoint.to_string());
 
@@ -169,6 +217,7 @@ int main(int argc, char **argv) {
                     accepted.device_count);
         std::fflush(stdout);
         if (hold_seconds > 0) ::sleep(hold_seconds);
+        if (!then.empty()) return wait_for_hang_up(stream, then == "half-frame");
         return 0;  // an accepted session stays open: nothing to wait for
     }
     std::printf("connection: %s\n", connection_state(stream.fd()));

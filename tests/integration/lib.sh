@@ -45,7 +45,8 @@ start_server() {
     SERVER_PIDS+=("$pid")
     local port="" i
     for i in $(seq 100); do
-        port=$(sed -n 's|.*listening on tcp://127.0.0.1:\([0-9]*\).*|\1|p' "$log" | head -n1)
+        # (the log may not exist yet: the server's shell creates it)
+        port=$(sed -n 's|.*listening on tcp://127.0.0.1:\([0-9]*\).*|\1|p' "$log" 2>/dev/null | head -n1 || true)
         [ -n "$port" ] && [ -S "$sock" ] && break
         kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; fail "server $name exited at start-up"; }
         sleep 0.1

@@ -163,6 +163,18 @@ start_guest() {
     GUEST_PID=$!
     GUEST_PIDS+=("$GUEST_PID")
 }
+
+# wait_generating NAME PID: waits until the guest started with start_guest prints
+# tokens after the prompt (and fails if it ends before that).
+wait_generating() {
+    local deadline=$(($(now_ms) + 120000))
+    while [ "$(wc -c <"$WORK/$1.out")" -lt $((${#PROMPT} + 8)) ]; do
+        kill -0 "$2" 2>/dev/null || { tail -n 20 "$WORK/$1.err" >&2; fail "$1 ended before the kill"; }
+        [ "$(now_ms)" -lt "$deadline" ] || fail "$1 generated nothing in 120 s"
+        sleep 0.05
+    done
+}
+
 stop_guests_then_cleanup() {
     local pid
     for pid in "${GUEST_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done

@@ -1,5 +1,6 @@
 // ggml-remote-server: serves the host's ggml devices to ggml-remote guests.
 #include "host/listener.h"
+#include "host/sandbox.h"
 #include "host/server_options.h"
 #include "status_command.h"
 #include "host/worker.h"
@@ -43,6 +44,14 @@ void print_usage(const char *program) {
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
+        "         --handshake-timeout S  a guest must complete the handshake within S seconds\n"
+        "                                of connecting (default: 10; 0: no limit)\n"
+        "         --frame-timeout S      a frame must arrive, and a reply be taken, within S\n"
+        "                                seconds plus one per MiB (default: 60; 0: no limit)\n"
+        "         --idle-timeout S       end a session that sends nothing for S seconds\n"
+        "                                (default: 0, never: llama-server idles between requests)\n"
+        "         --no-sandbox           workers without the seccomp sandbox (for debugging;\n"
+        "                                see docs/SECURITY.md)\n"
         "  -v,    --verbose              also log ggml's informational messages\n"
         "\n"
         "status of a running server (its devices and live sessions):\n"
@@ -149,6 +158,14 @@ int main(int argc, char **argv) {
             options.limits.max_buffers = static_cast<uint32_t>(parse_int(arg, value(), 1));
         } else if (arg == "--max-message-size") {
             options.limits.max_message_size = parse_size(arg, value());
+        } else if (arg == "--handshake-timeout") {
+            options.limits.handshake_timeout_s = parse_int(arg, value(), 0);
+        } else if (arg == "--frame-timeout") {
+            options.limits.frame_timeout_s = parse_int(arg, value(), 0);
+        } else if (arg == "--idle-timeout") {
+            options.limits.idle_timeout_s = parse_int(arg, value(), 0);
+        } else if (arg == "--no-sandbox") {
+            options.sandbox = false;
         } else if (arg == "-v" || arg == "--verbose") {
             options.verbose = true;
         } else if (arg == "--worker-fd") {
@@ -195,6 +212,17 @@ int main(int argc, char **argv) {
     for (ggml_backend_dev_t device : devices) {
         host::log_line(std::string("serving ") + ggml_backend_dev_name(device) + ": " +
                        ggml_backend_dev_description(device));
+    }
+    // A sandbox that cannot work here is found now, once, rather than by every guest.
+    if (options.sandbox) {
+        status = host::probe_sandbox();
+        if (!status) {
+            fail("cannot sandbox session workers on this system: " + status.message() +
+                 "; --no-sandbox serves without (see docs/SECURITY.md)");
+        }
+        host::log_line("session workers: seccomp sandbox, no new privileges, no core dumps");
+    } else {
+        host::log_line("session workers: NOT sandboxed (--no-sandbox)");
     }
     return host::run_listener(options, worker_command);
 }

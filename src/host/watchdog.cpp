@@ -1,0 +1,90 @@
+#include "host/watchdog.h"
+
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <string>
+
+namespace ggml_remote::host {
+
+Watchdog::~Watchdog() {
+    if (!thread_.joinable()) return;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+}
+
+void Watchdog::arm(Clock::time_point deadline, Wait what, double seconds, uint64_t bytes) {
+    if (!thread_.joinable()) thread_ = std::thread(&Watchdog::run, this);
+    bool earlier;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (expired_) return;
+        deadline_ = deadline;
+        what_ = what;
+        seconds_ = seconds;
+        bytes_ = bytes;
+        // A later deadline needs no wake-up (one per frame would cost a system
+        // call): the thread wakes at the earlier one and looks again.
+        earlier = deadline < sleeping_until_;
+    }
+    if (earlier) wake_.notify_one();
+}
+
+bool Watchdog::disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    deadline_ = Clock::time_point::max();
+    return !expired_;
+}
+
+bool Watchdog::expired() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return expired_;
+}
+
+Status Watchdog::failure() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    char text[160];
+    switch (what_) {
+        case Wait::handshake:
+            std::snprintf(text, sizeof(text), "no handshake within %.0f s of connecting (--handshake-timeout)",
+                          seconds_);
+            break;
+        case Wait::idle:
+            std::snprintf(text, sizeof(text), "idle for %.0f s (--idle-timeout)", seconds_);
+            break;
+        case Wait::frame:
+            std::snprintf(text, sizeof(text), "a frame of %llu bytes was not complete within %.0f s (--frame-timeout)",
+                          static_cast<unsigned long long>(bytes_), seconds_);
+            break;
+        case Wait::reply:
+            std::snprintf(text, sizeof(text),
+                          "the guest did not take a reply of %llu bytes within %.0f s (--frame-timeout)",
+                          static_cast<unsigned long long>(bytes_), seconds_);
+            break;
+    }
+    return error(Code::limit_exceeded, text);
+}
+
+void Watchdog::run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+        if (deadline_ == Clock::time_point::max()) {
+            sleeping_until_ = Clock::time_point::max();
+            wake_.wait(lock);
+        } else if (Clock::now() >= deadline_) {
+            expired_ = true;
+            deadline_ = Clock::time_point::max();
+            // Both ways: a blocked recv returns 0, a blocked send fails.
+            ::shutdown(socket_fd_, SHUT_RDWR);
+        } else {
+            sleeping_until_ = deadline_;
+            wake_.wait_until(lock, sleeping_until_);
+        }
+    }
+}
+
+}  // namespace ggml_remote::host

@@ -1,0 +1,241 @@
+// The worker sandbox: what a sandboxed process can no longer do, and what a
+// session worker still needs (threads, memory files, its socket, the CPU backend).
+// Each test sandboxes a child process of its own and reports back through a pipe.
+#include "host/sandbox.h"
+#include "host/server_options.h"
+
+#include <ggml-alloc.h>
+#include <ggml-backend.h>
+#include <ggml.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ggml_remote::host {
+namespace {
+
+// Runs `body` in a child process after `prepare` (sandboxing, by default); returns
+// what body reported (empty when every check held) or why the child failed.
+std::string in_child(const std::function<std::string()> &body,
+                     const std::function<Status()> &prepare = enter_sandbox) {
+    int fds[2];
+    if (::pipe(fds) != 0) return "pipe failed";
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::close(fds[0]);
+        Status status = prepare();
+        const std::string report = status.ok() ? body() : "prepare: " + status.message();
+        (void)!::write(fds[1], report.data(), report.size());
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string report;
+    char chunk[512];
+    ssize_t got;
+    while ((got = ::read(fds[0], chunk, sizeof(chunk))) > 0) report.append(chunk, static_cast<size_t>(got));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        report += " (the child died: status " + std::to_string(status) + ")";
+    }
+    return report;
+}
+
+// "name: expected errno E, got R/errno" when a call did not fail as it should.
+std::string expect_errno(const char *name, long result, int expected) {
+    if (result == -1 && errno == expected) return "";
+    return std::string(name) + ": expected " + std::strerror(expected) + ", got " + std::to_string(result) + " (" +
+           std::strerror(errno) + "); ";
+}
+
+std::string expect_ok(const char *name, bool ok) {
+    return ok ? "" : std::string(name) + " failed: " + std::strerror(errno) + "; ";
+}
+
+std::string status_line(const std::string &key) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind(key + ":", 0) == 0) return line;
+    }
+    return "";
+}
+
+TEST(SandboxTest, RefusesNewProgramsProcessesAndConnections) {
+    const std::string report = in_child([] {
+        std::string failures;
+        // A path that does not exist: the filter answers before the kernel looks.
+        char *const argv[] = {const_cast<char *>("/nonexistent/true"), nullptr};
+        failures += expect_errno("execve", ::execve(argv[0], argv, environ), EPERM);
+        const pid_t forked = ::fork();
+        if (forked == 0) ::_exit(0);
+        failures += expect_errno("fork", forked, EPERM);
+        const long cloned = ::syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+        if (cloned == 0) ::_exit(0);
+        failures += expect_errno("clone without CLONE_THREAD", cloned, EPERM);
+        failures += expect_errno("clone3", ::syscall(SYS_clone3, nullptr, 0), ENOSYS);
+        failures += expect_errno("socket(AF_INET)", ::socket(AF_INET, SOCK_STREAM, 0), EPERM);
+        failures += expect_errno("socket(AF_UNIX)", ::socket(AF_UNIX, SOCK_STREAM, 0), EPERM);
+        failures += expect_errno("ptrace", ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr), EPERM);
+        failures += expect_errno("unshare", ::unshare(CLONE_NEWUSER), EPERM);
+        failures += expect_errno("io_uring_setup", ::syscall(SYS_io_uring_setup, 1, nullptr), EPERM);
+        failures += expect_errno("kill(parent)", ::kill(::getppid(), 0), EPERM);
+        failures += expect_errno("kill(process group)", ::kill(0, 0), EPERM);
+        failures += expect_ok("kill(self, 0)", ::kill(::getpid(), 0) == 0);
+        rlimit files{};
+        failures += expect_ok("getrlimit", ::getrlimit(RLIMIT_NOFILE, &files) == 0);
+        files.rlim_cur = files.rlim_max = files.rlim_max + 1;
+        failures += expect_errno("setrlimit(RLIMIT_NOFILE) up", ::setrlimit(RLIMIT_NOFILE, &files), EPERM);
+        rlimit core{};
+        ::getrlimit(RLIMIT_CORE, &core);
+        if (core.rlim_max != 0) failures += "core dumps still allowed; ";
+        if (status_line("NoNewPrivs") != "NoNewPrivs:\t1") failures += status_line("NoNewPrivs") + "; ";
+        if (status_line("Seccomp") != "Seccomp:\t2") failures += status_line("Seccomp") + "; ";
+        return failures;
+    });
+    EXPECT_EQ(report, "");
+}
+
+TEST(SandboxTest, KeepsThreadsMemoryFilesAndTheGuestSocket) {
+    int pair[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    const std::string report = in_child([&pair] {
+        std::string failures;
+        std::atomic<int> ran{0};
+        std::vector<std::thread> threads;
+        for (int i = 0; i < 4; ++i) threads.emplace_back([&ran] { ran++; });
+        for (std::thread &thread : threads) thread.join();
+        if (ran != 4) failures += "threads did not run; ";
+
+        // A shared-memory buffer as Session::allocate_shared makes one.
+        const int memory = ::memfd_create("sandbox-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        failures += expect_ok("memfd_create", memory >= 0);
+        failures += expect_ok("ftruncate", ::ftruncate(memory, 1 << 20) == 0);
+        failures += expect_ok("F_ADD_SEALS", ::fcntl(memory, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+        void *mapped = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, memory, 0);
+        failures += expect_ok("mmap", mapped != MAP_FAILED);
+        if (mapped != MAP_FAILED) {
+            std::memset(mapped, 7, 1 << 20);
+            ::munmap(mapped, 1 << 20);
+        }
+
+        // The guest's socket, with a descriptor passed along (SCM_RIGHTS).
+        char byte = 'x';
+        iovec iov{&byte, 1};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+        msghdr message{};
+        message.msg_iov = &iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control;
+        message.msg_controllen = sizeof(control);
+        cmsghdr *cmsg = CMSG_FIRSTHDR(&message);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(cmsg), &memory, sizeof(int));
+        failures += expect_ok("sendmsg", ::sendmsg(pair[0], &message, 0) == 1);
+        failures += expect_ok("recv", ::recv(pair[1], &byte, 1, 0) == 1);
+        return failures;
+    });
+    EXPECT_EQ(report, "");
+    ::close(pair[0]);
+    ::close(pair[1]);
+}
+
+// The CPU backend computes with threads of its own (clone with CLONE_THREAD, after
+// clone3 was refused): a matrix product with four threads gives the right numbers.
+TEST(SandboxTest, CpuBackendComputesWithItsThreads) {
+    load_host_backends(false);
+    const std::string report = in_child([] {
+        ggml_backend_t backend = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+        if (backend == nullptr) return std::string("no CPU backend");
+        ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(ggml_backend_get_device(backend));
+        auto set_n_threads = reinterpret_cast<ggml_backend_set_n_threads_t>(
+            ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads"));
+        if (set_n_threads != nullptr) set_n_threads(backend, 4);
+
+        ggml_init_params params{16 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+        ggml_context *ctx = ggml_init(params);
+        const int n = 64;
+        ggml_tensor *a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, n);
+        ggml_tensor *b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, n);
+        ggml_tensor *product = ggml_mul_mat(ctx, a, b);
+        ggml_cgraph *graph = ggml_new_graph(ctx);
+        ggml_build_forward_expand(graph, product);
+        ggml_backend_buffer_t buffer = ggml_backend_alloc_ctx_tensors(ctx, backend);
+        std::vector<float> ones(n * n, 1.0f);
+        ggml_backend_tensor_set(a, ones.data(), 0, ggml_nbytes(a));
+        ggml_backend_tensor_set(b, ones.data(), 0, ggml_nbytes(b));
+        std::string failures;
+        if (ggml_backend_graph_compute(backend, graph) != GGML_STATUS_SUCCESS) failures += "compute failed; ";
+        std::vector<float> out(n * n);
+        ggml_backend_tensor_get(product, out.data(), 0, ggml_nbytes(product));
+        for (float value : out) {
+            if (value != n) {
+                failures += "wrong product: " + std::to_string(value) + "; ";
+                break;
+            }
+        }
+        ggml_backend_buffer_free(buffer);
+        ggml_free(ctx);
+        ggml_backend_free(backend);
+        return failures;
+    });
+    EXPECT_EQ(report, "");
+}
+
+TEST(SandboxTest, ClosesEveryDescriptorButTheKeptOnes) {
+    const std::string report = in_child(
+        [] {
+            std::vector<int> opened;
+            for (int i = 0; i < 6; ++i) opened.push_back(::open("/dev/null", O_RDONLY));
+            close_descriptors_except({opened[1], opened[4]});
+            std::string failures;
+            for (int i = 0; i < 6; ++i) {
+                const bool open = ::fcntl(opened[i], F_GETFD) != -1;
+                if (open != (i == 1 || i == 4)) {
+                    failures += "descriptor " + std::to_string(opened[i]) + (open ? " open; " : " closed; ");
+                }
+            }
+            for (int fd : {1, 2}) {
+                if (::fcntl(fd, F_GETFD) == -1) failures += "stdout or stderr closed; ";
+            }
+            char target[64] = {};
+            if (::readlink("/proc/self/fd/0", target, sizeof(target) - 1) <= 0 || std::string(target) != "/dev/null") {
+                failures += std::string("stdin is ") + target + "; ";
+            }
+            return failures;
+        },
+        [] { return Status::success(); });
+    EXPECT_EQ(report, "");
+}
+
+TEST(SandboxTest, ProbeSaysTheSandboxWorksHereAndLeavesTheCallerAsItWas) {
+    const std::string before = status_line("NoNewPrivs") + status_line("Seccomp_filters");
+    Status status = probe_sandbox();
+    EXPECT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(status_line("NoNewPrivs") + status_line("Seccomp_filters"), before);
+}
+
+}  // namespace
+}  // namespace ggml_remote::host
