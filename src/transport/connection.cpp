@@ -43,6 +43,10 @@ Status FramedStream::send_frames(ByteView frames) {
 
 Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t fd_count) {
     if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
+    if (tls_) {
+        if (fd_count > 0) return error(Code::error, "send to " + peer_ + ": descriptors cannot travel over TLS");
+        return write_tls(next, count);
+    }
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
     bool fds_pending = fd_count > 0;
     while (count > 0) {
@@ -80,8 +84,39 @@ Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t
     return Status::success();
 }
 
+Status FramedStream::write_tls(const iovec *iov, size_t count) {
+    // Small parts are gathered into one record (a record per part would cost a
+    // system call and a record's overhead each); large ones go out as they are.
+    uint8_t gathered[16 * 1024];  // TLS's largest record
+    size_t used = 0;
+    Status status;
+    for (size_t i = 0; i < count; ++i) {
+        const auto *data = static_cast<const uint8_t *>(iov[i].iov_base);
+        const size_t size = iov[i].iov_len;
+        if (used > 0 && used + size > sizeof(gathered)) {
+            status = tls_->write(gathered, used);
+            used = 0;
+        }
+        if (!status) break;
+        if (size >= sizeof(gathered)) {
+            status = tls_->write(data, size);
+        } else {
+            std::memcpy(gathered + used, data, size);
+            used += size;
+        }
+    }
+    if (status && used > 0) status = tls_->write(gathered, used);
+    if (!status) return error(status.code(), "send to " + peer_ + ": " + status.message());
+    return Status::success();
+}
+
 Status FramedStream::receive(void *data, size_t size) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
+    if (tls_) {
+        Status status = tls_->read(data, size);
+        if (!status) return error(status.code(), "receive from " + peer_ + ": " + status.message());
+        return Status::success();
+    }
     auto *out = static_cast<uint8_t *>(data);
     while (size > 0) {
         const ssize_t got = ::recv(fd_.get(), out, size, 0);
@@ -99,6 +134,16 @@ Status FramedStream::receive(void *data, size_t size) {
 Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
     received_fds_.clear();
+    Status status = tls_ ? receive(header, sizeof(*header)) : receive_header_and_fds(header);
+    if (!status) return status;
+    if (header->payload_size > max_payload) {
+        return error(Code::limit_exceeded, "message of " + std::to_string(header->payload_size) +
+                                               " bytes exceeds the limit of " + std::to_string(max_payload));
+    }
+    return Status::success();
+}
+
+Status FramedStream::receive_header_and_fds(FrameHeader *header) {
     // The first read takes any descriptors that came with the frame.
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
     iovec iov{header, sizeof(*header)};
@@ -125,13 +170,7 @@ Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
     if (message.msg_flags & MSG_CTRUNC) {
         return error(Code::bad_request, "receive from " + peer_ + ": too many descriptors with one message");
     }
-    Status status = receive(reinterpret_cast<uint8_t *>(header) + got, sizeof(*header) - static_cast<size_t>(got));
-    if (!status) return status;
-    if (header->payload_size > max_payload) {
-        return error(Code::limit_exceeded, "message of " + std::to_string(header->payload_size) +
-                                               " bytes exceeds the limit of " + std::to_string(max_payload));
-    }
-    return Status::success();
+    return receive(reinterpret_cast<uint8_t *>(header) + got, sizeof(*header) - static_cast<size_t>(got));
 }
 
 Status FramedStream::discard(uint64_t size) {
