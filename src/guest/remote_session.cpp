@@ -61,17 +61,16 @@ Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &k
         stream->start_tls(std::move(tls));
         return Status::success();
     }
+    // A listener that turns guests away (--max-sessions) does so before TLS, in the
+    // plain protocol; so does a server without --tls-psk, confused by our hello.
     bool refused_hello = false;
     const std::string reason = first_bytes.empty() ? "" : plain_reply_reason(stream->fd(), first_bytes, &refused_hello);
     if (refused_hello) return error(Code::disconnected, name + " refused the session: " + reason);
-    if (!reason.empty()) {
-        return error(Code::disconnected, name + ": TLS handshake failed: the server answered without TLS ('" + reason +
-                                             "'); is it started with --tls-psk?");
-    }
+    constexpr unsigned char kFirstTlsRecordType = 20, kLastTlsRecordType = 23;
     const unsigned char first = first_bytes.empty() ? 0 : static_cast<unsigned char>(first_bytes[0]);
-    if (!first_bytes.empty() && (first < 20 || first > 23)) {
-        return error(Code::disconnected, name + ": TLS handshake failed: the server does not speak TLS there; is it "
-                                                "started with --tls-psk?");
+    if (!reason.empty() || (!first_bytes.empty() && (first < kFirstTlsRecordType || first > kLastTlsRecordType))) {
+        return error(Code::disconnected, name + ": TLS handshake failed: the server answered without TLS (is it "
+                                                "started with --tls-psk?)");
     }
     return error(status.code(), name + ": TLS handshake failed: " + status.message());
 }

@@ -92,7 +92,7 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
             return 2;
         }
         const TlsSession *tls = stream.tls();
-        log_line(label + ": TLS as '" + tls->peer_identity() + "', " + tls->description());
+        log_line(label + ": TLS as '" + tls->peer_identity() + "': " + tls->description());
     }
 
     load_host_backends(options.verbose);

@@ -15,7 +15,8 @@ namespace {
 
 // TLS 1.3 only, and only key exchanges that pair the key with (EC)DHE: plain PSK
 // (no forward secrecy) and certificates are off.
-constexpr const char *kPriority = "NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK";
+constexpr const char *kPriority =
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305";
 // What a guest keeps of the server's first bytes, to explain a failed handshake.
 constexpr size_t kCaptureLimit = 4096;
 

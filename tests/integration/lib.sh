@@ -39,6 +39,7 @@ model() {
 start_server() {
     local name=$1; shift
     local sock=$WORK/$name.sock log=$WORK/$name.log
+    : >"$log"  # exists before the first look below, however late the server starts
     "$SERVER_BIN" --listen "unix:$sock" --listen tcp://127.0.0.1:0 "$@" >"$log" 2>&1 &
     local pid=$!
     SERVER_PIDS+=("$pid")
