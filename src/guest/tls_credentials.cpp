@@ -18,13 +18,12 @@ Status tls_key_from_environment(PreSharedKey *key) {
                      "no pre-shared key for TLS: set GGML_REMOTE_TLS_PSK_FILE=/path/to/keyfile (a line of the "
                      "server's --tls-psk file, as psktool -u NAME -p FILE writes it) or GGML_REMOTE_TLS_PSK=hexkey");
     }
+    const std::string source = have_file ? "GGML_REMOTE_TLS_PSK_FILE: " : "GGML_REMOTE_TLS_PSK: ";
     std::vector<PreSharedKey> keys;
     Status status = have_file ? read_psk_file(file, &keys) : parse_psk_text(text, &keys);
-    if (!status) return error(status.code(), (have_file ? "GGML_REMOTE_TLS_PSK_FILE: " : "GGML_REMOTE_TLS_PSK: ") +
-                                                 status.message());
+    if (!status) return error(status.code(), source + status.message());
     if (keys.size() != 1) {
-        return error(Code::bad_request, std::string(have_file ? "GGML_REMOTE_TLS_PSK_FILE: " : "GGML_REMOTE_TLS_PSK: ") +
-                                            std::to_string(keys.size()) +
+        return error(Code::bad_request, source + std::to_string(keys.size()) +
                                             " keys; a guest presents one (its own identity:hexkey line)");
     }
     *key = std::move(keys.front());

@@ -15,8 +15,10 @@ namespace {
 
 // TLS 1.3 only, and only key exchanges that pair the key with (EC)DHE: plain PSK
 // (no forward secrecy) and certificates are off.
+// AES-GCM first: GnuTLS chose ChaCha20 otherwise, at a third of AES-NI's speed.
 constexpr const char *kPriority =
-    "NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305";
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:+DHE-PSK"
+    ":-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305";
 // What a guest keeps of the server's first bytes, to explain a failed handshake.
 constexpr size_t kCaptureLimit = 4096;
 
@@ -34,9 +36,9 @@ struct TlsSession::State {
     gnutls_session_t session = nullptr;
     gnutls_psk_client_credentials_t client_credentials = nullptr;
     gnutls_psk_server_credentials_t server_credentials = nullptr;
-    ServerKeys server_keys;          // server: the keys a guest may hold
-    int last_errno = 0;              // of the socket call that failed last
-    bool capturing = false;          // guest, during the handshake
+    ServerKeys server_keys;  // server: the keys a guest may hold
+    int last_errno = 0;      // of the socket call that failed last
+    bool capturing = false;  // guest, during the handshake
     std::string captured;
 
     ~State() {
@@ -137,8 +139,8 @@ Status TlsSession::failure(int code) const {
         return error(Code::disconnected, std::strerror(state_->last_errno));
     }
     if (code == GNUTLS_E_FATAL_ALERT_RECEIVED) {
-        return error(Code::disconnected,
-                     std::string("TLS alert from the peer: ") + gnutls_alert_get_name(gnutls_alert_get(state_->session)));
+        return error(Code::disconnected, std::string("TLS alert from the peer: ") +
+                                             gnutls_alert_get_name(gnutls_alert_get(state_->session)));
     }
     return error(Code::bad_request, std::string("TLS: ") + gnutls_strerror(code));
 }
@@ -157,8 +159,8 @@ Status start(S *state, unsigned flags, int timeout_ms) {
     gnutls_transport_set_pull_function(state->session, pull<S>);
     gnutls_transport_set_pull_timeout_function(state->session, pull_timeout<S>);
     gnutls_transport_set_vec_push_function(state->session, push<S>);
-    gnutls_handshake_set_timeout(state->session, timeout_ms > 0 ? static_cast<unsigned>(timeout_ms)
-                                                                 : GNUTLS_INDEFINITE_TIMEOUT);
+    gnutls_handshake_set_timeout(state->session,
+                                 timeout_ms > 0 ? static_cast<unsigned>(timeout_ms) : GNUTLS_INDEFINITE_TIMEOUT);
     return Status::success();
 }
 
@@ -182,8 +184,8 @@ Status TlsSession::connect(int fd, const PreSharedKey &key, int timeout_ms, std:
     const std::string identity = key.identity.empty() ? kDefaultPskIdentity : key.identity;
     gnutls_datum_t secret{const_cast<unsigned char *>(key.key.data()), static_cast<unsigned>(key.key.size())};
     if (rc >= 0) {
-        rc = gnutls_psk_set_client_credentials(state->client_credentials, identity.c_str(), &secret,
-                                               GNUTLS_PSK_KEY_RAW);
+        rc =
+            gnutls_psk_set_client_credentials(state->client_credentials, identity.c_str(), &secret, GNUTLS_PSK_KEY_RAW);
     }
     if (rc >= 0) rc = gnutls_credentials_set(state->session, GNUTLS_CRD_PSK, state->client_credentials);
     if (rc < 0) return error(Code::error, std::string("TLS credentials: ") + gnutls_strerror(rc));
@@ -239,9 +241,10 @@ Status TlsSession::accept(int fd, const std::vector<PreSharedKey> &keys, int tim
             return error(Code::bad_request, "unknown identity '" + asked.identity + "' (not in the key file)");
         }
         (void)gnutls_alert_send_appropriate(state->session, rc);
-        if (!asked.identity.empty() && (rc == GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER || rc == GNUTLS_E_DECRYPTION_FAILED)) {
-            return error(Code::bad_request, "wrong pre-shared key for identity '" + asked.identity + "' (" +
-                                                gnutls_strerror(rc) + ")");
+        if (!asked.identity.empty() &&
+            (rc == GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER || rc == GNUTLS_E_DECRYPTION_FAILED)) {
+            return error(Code::bad_request,
+                         "wrong pre-shared key for identity '" + asked.identity + "' (" + gnutls_strerror(rc) + ")");
         }
         TlsSession failed(std::move(state));
         return failed.failure(rc);

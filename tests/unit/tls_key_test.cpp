@@ -84,7 +84,8 @@ TEST(TlsKey, KeyShorterThanSixteenBytesIsRefused) {
 TEST(TlsKey, MalformedKeysAreRefusedWithoutEchoingTheKey) {
     const std::string secret_part = "0123456789abcdef0123456789abcdeZ";
     Status status = parse_error("# comment\nguest:" + secret_part);
-    EXPECT_THAT(status.message(), AllOf(HasSubstr("line 2"), HasSubstr("not hexadecimal"), Not(HasSubstr("0123456789"))));
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr("line 2"), HasSubstr("not hexadecimal"), Not(HasSubstr("0123456789"))));
     EXPECT_THAT(parse_error("guest:" + kHex16 + "a").message(), HasSubstr("odd number"));
     EXPECT_THAT(parse_error("guest:").message(), HasSubstr("no key"));
     EXPECT_THAT(parse_error(":" + kHex16).message(), HasSubstr("empty identity"));

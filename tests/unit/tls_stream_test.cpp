@@ -45,8 +45,10 @@ struct TlsPair {
         });
         std::unique_ptr<TlsSession> tls;
         guest_status = TlsSession::connect(guest.fd(), guest_key, kTimeoutMs, &tls);
-        if (guest_status) guest.start_tls(std::move(tls));
-        else guest.close();  // as the guest does: the host then sees the end
+        if (guest_status)
+            guest.start_tls(std::move(tls));
+        else
+            guest.close();  // as the guest does: the host then sees the end
         host_status = accepted.get();
     }
     FramedStream guest, host;
