@@ -161,7 +161,7 @@ man_page() {
         grep -q "^$word" <<<"$text" || die "no section $word" || return
     done
     for word in GGML_BACKEND_PATH GGML_REMOTE_SERVERS GGML_REMOTE_CONNECT_TIMEOUT_MS GGML_REMOTE_STATS \
-        --insecure --listen --memory-quota; do
+        GGML_REMOTE_TLS_PSK_FILE --insecure --tls-psk --listen --memory-quota; do
         grep -q -- "$word" <<<"$text" || die "the page does not mention $word" || return
     done
     say "$(wc -l <<<"$text") lines; all sections and variables there; no groff warnings"

@@ -3,11 +3,13 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include "guest/log.h"
+#include "guest/tls_credentials.h"
+#include "transport/socket.h"
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-
-#include "guest/log.h"
-#include "transport/socket.h"
 
 namespace ggml_remote::guest {
 
@@ -28,21 +30,84 @@ bool shared_ring_wanted() {
     return setting == nullptr || std::strcmp(setting, "0") != 0;
 }
 
+// A server's answer in the plain protocol to our TLS hello: the reason of its reply
+// frame (`received` is what came so far; the rest is read here). Empty if the bytes
+// are not such a frame.
+std::string plain_reply_reason(int fd, std::string received, bool *refused_hello) {
+    constexpr size_t kMaxReason = 4096;
+    auto read_up_to = [&](size_t size) {
+        char chunk[512];
+        while (received.size() < size) {
+            const ssize_t got = ::recv(fd, chunk, std::min(sizeof(chunk), size - received.size()), 0);
+            if (got <= 0) break;
+            received.append(chunk, static_cast<size_t>(got));
+        }
+    };
+    read_up_to(sizeof(FrameHeader));
+    if (received.size() < sizeof(FrameHeader)) return "";
+    FrameHeader header;
+    std::memcpy(&header, received.data(), sizeof(header));
+    // A TLS record's third byte is the minor version (3 and up): never flags == 1.
+    if (header.flags != kFrameReply || header.status <= 0 || header.status > static_cast<int32_t>(Code::disconnected) ||
+        header.payload_size == 0 || header.payload_size > kMaxReason) {
+        return "";
+    }
+    read_up_to(sizeof(header) + header.payload_size);
+    if (received.size() < sizeof(header) + header.payload_size) return "";
+    *refused_hello = header.command == static_cast<uint16_t>(CommandId::hello);
+    return received.substr(sizeof(header), header.payload_size);
+}
+
+// Puts TLS under `stream`, just connected to a tls:// endpoint; the error says
+// whether the key was wrong, the server refused, or it does not speak TLS.
+Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &key, FramedStream *stream) {
+    const std::string name = endpoint.to_string();
+    std::unique_ptr<TlsSession> tls;
+    std::string first_bytes;
+    Status status = TlsSession::connect(stream->fd(), key, timeout_ms, &tls, &first_bytes);
+    if (status) {
+        stream->start_tls(std::move(tls));
+        return Status::success();
+    }
+    // A listener that turns guests away (--max-sessions) does so before TLS, in the
+    // plain protocol; so does a server without --tls-psk, confused by our hello.
+    bool refused_hello = false;
+    const std::string reason = first_bytes.empty() ? "" : plain_reply_reason(stream->fd(), first_bytes, &refused_hello);
+    if (refused_hello) return error(Code::disconnected, name + " refused the session: " + reason);
+    constexpr unsigned char kFirstTlsRecordType = 20, kLastTlsRecordType = 23;
+    const unsigned char first = first_bytes.empty() ? 0 : static_cast<unsigned char>(first_bytes[0]);
+    if (!reason.empty() || (!first_bytes.empty() && (first < kFirstTlsRecordType || first > kLastTlsRecordType))) {
+        return error(Code::disconnected, name + ": TLS handshake failed: the server answered without TLS (is it "
+                                                "started with --tls-psk?)");
+    }
+    return error(status.code(), name + ": TLS handshake failed: " + status.message());
+}
+
 }  // namespace
 
 Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *out) {
     std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string()));
+    const std::string name = endpoint.to_string();
+    PreSharedKey key;
+    if (endpoint.uses_tls()) {
+        Status status = tls_key_from_environment(&key);
+        if (!status) return error(status.code(), name + ": " + status.message());
+    }
     UniqueFd fd;
     Status status = connect_endpoint(endpoint, timeout_ms, &fd);
     if (!status) return status;
     const int raw_fd = fd.get();
     session->stream_ = FramedStream(std::move(fd), endpoint.to_string());
     FramedStream &stream = session->stream_;
-    const std::string name = endpoint.to_string();
 
     // The handshake is done by hand, with a time limit: a peer that accepts and
     // never answers must not hang the application at start-up.
     set_io_timeout(raw_fd, timeout_ms);
+    if (endpoint.uses_tls()) {
+        status = start_tls(endpoint, timeout_ms, key, &stream);
+        ::explicit_bzero(key.key.data(), key.key.size());
+        if (!status) return status;
+    }
     Hello::Request hello;
     if (endpoint.kind == Endpoint::Kind::shared_memory) {
         hello.capabilities |= kSessionSharedMemory;

@@ -74,21 +74,30 @@ pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int s
 int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
     // Nothing this process holds reaches a worker unless spawn_worker hands it over.
     mark_descriptors_cloexec(3);
+    // With --tls-psk every TCP listener speaks TLS; its workers do the handshake.
+    const bool tls = !options.tls_psk_file.empty();
+    auto describe = [tls](const Endpoint &endpoint) {
+        if (endpoint.uses_unix_socket() || !tls) return endpoint.to_string();
+        Endpoint guests = endpoint;
+        guests.kind = Endpoint::Kind::tls;
+        return endpoint.to_string() + " with TLS (guests use " + guests.to_string() + ")";
+    };
     std::vector<ListeningSocket> sockets;
     for (InheritedSocket &inherited : inherited_listening_sockets()) {
-        log_line("listening on " + inherited.endpoint.to_string() + " (from systemd)");
+        log_line("listening on " + describe(inherited.endpoint) + " (from systemd)");
         // Socket activation: systemd owns the socket file, so it is not unlinked at exit.
         sockets.push_back({inherited.endpoint, std::move(inherited.fd), false});
     }
     for (const std::string &text : options.listen) {
         ListeningSocket socket;
         Status status = parse_endpoint(text, &socket.endpoint);
+        if (socket.endpoint.uses_tls()) socket.endpoint.kind = Endpoint::Kind::tcp;  // TLS is the workers' part
         if (status) status = listen_endpoint(&socket.endpoint, &socket.fd);
         if (!status) {
             log_line(status.message());
             return 1;
         }
-        log_line("listening on " + socket.endpoint.to_string());
+        log_line("listening on " + describe(socket.endpoint));
         socket.unlink_at_exit = socket.endpoint.uses_unix_socket();
         sockets.push_back(std::move(socket));
     }
@@ -157,6 +166,7 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                 log_line(status.message());
                 continue;
             }
+            if (tls && peer.rfind("tcp://", 0) == 0) peer.replace(0, 3, "tls");
             if (static_cast<int>(live.size()) >= options.max_sessions) {
                 log_line("refused " + peer + ": " + std::to_string(live.size()) + " sessions already (--max-sessions)");
                 refuse(client.get(), Code::limit_exceeded,

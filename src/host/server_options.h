@@ -15,6 +15,9 @@ struct ServerOptions {
     int max_sessions = 64;
     bool verbose = false;
     bool sandbox = true;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
+    // --tls-psk: every TCP listener speaks TLS with a key from this file (read by
+    // the listener at start-up and by each worker, so a changed file applies to new sessions).
+    std::string tls_psk_file;
     // Worker only: the listener's status board and this session's slot in it.
     int status_fd = -1;
     int status_slot = -1;

@@ -2,10 +2,13 @@
 
 #include "host/sandbox.h"
 #include "transport/connection.h"
+#include "transport/tls_key.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -23,6 +26,60 @@ std::string human_bytes(uint64_t bytes) {
     return text;
 }
 
+// How long a TCP guest of a --tls-psk server has to finish the TLS handshake: a
+// client that connects and stays silent does not hold a worker for longer.
+constexpr int kTlsHandshakeTimeoutMs = 5000;
+
+bool is_tcp(int fd) {
+    int domain = 0;
+    socklen_t length = sizeof(domain);
+    return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 &&
+           (domain == AF_INET || domain == AF_INET6);
+}
+
+// The first byte a guest sends, without taking it: 22 (a TLS handshake record)
+// from a tls:// guest. -1 when nothing came within the time limit or it hung up.
+int peek_first_byte(int fd, int timeout_ms) {
+    pollfd p{fd, POLLIN, 0};
+    int ready;
+    do {
+        ready = ::poll(&p, 1, timeout_ms);
+    } while (ready < 0 && errno == EINTR);
+    unsigned char byte = 0;
+    if (ready <= 0 || ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != 1) return -1;
+    return byte;
+}
+
+// TLS with a pre-shared key on a TCP guest's connection (--tls-psk). A guest that
+// speaks the plain protocol is told, in it, to use tls://.
+Status accept_tls(const ServerOptions &options, FramedStream *stream) {
+    std::vector<PreSharedKey> keys;
+    Status status = read_psk_file(options.tls_psk_file, &keys);
+    if (!status) return error(Code::error, "cannot start TLS: " + status.message());
+    constexpr int kTlsHandshakeRecord = 22;
+    const int first = peek_first_byte(stream->fd(), kTlsHandshakeTimeoutMs);
+    if (first < 0) {
+        status = error(Code::disconnected, "no TLS handshake within " + std::to_string(kTlsHandshakeTimeoutMs) + " ms");
+    } else if (first != kTlsHandshakeRecord) {
+        const std::string reason = "this server speaks TLS on TCP: connect to tls://host:port with its pre-shared "
+                                   "key (GGML_REMOTE_TLS_PSK_FILE)";
+        protocol::FrameHeader reply{static_cast<uint16_t>(protocol::CommandId::hello), protocol::kFrameReply,
+                                    static_cast<int32_t>(Code::bad_request), 0};
+        (void)stream->send(reply, {protocol::ByteView(reason.data(), reason.size())});
+        status = error(Code::bad_request, "refused a guest without TLS (a tcp:// guest?)");
+    } else {
+        std::unique_ptr<TlsSession> tls;
+        status = TlsSession::accept(stream->fd(), keys, kTlsHandshakeTimeoutMs, &tls);
+        if (status) {
+            stream->start_tls(std::move(tls));
+        } else {
+            status = error(status.code(), "TLS handshake failed: " + status.message());
+        }
+    }
+    for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
+    return status;
+}
+
 }  // namespace
 
 int run_worker(int client_fd, int session_id, const std::string &peer, const ServerOptions &options) {
@@ -34,6 +91,15 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     if (options.status_fd >= 0) kept.push_back(options.status_fd);
     close_descriptors_except(kept);
     FramedStream stream(UniqueFd(client_fd), peer);
+    if (!options.tls_psk_file.empty() && is_tcp(client_fd)) {
+        Status status = accept_tls(options, &stream);
+        if (!status) {
+            log_line(label + ": " + status.message());
+            return 2;
+        }
+        const TlsSession *tls = stream.tls();
+        log_line(label + ": TLS as '" + tls->peer_identity() + "': " + tls->description());
+    }
 
     load_host_backends(options.verbose);
     std::vector<ggml_backend_dev_t> devices;

@@ -44,6 +44,10 @@ Status FramedStream::send_frames(ByteView frames) {
 
 Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t fd_count) {
     if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
+    if (tls_) {
+        if (fd_count > 0) return error(Code::error, "send to " + peer_ + ": descriptors cannot travel over TLS");
+        return write_tls(next, count);
+    }
     if (ring_ != nullptr) {
         if (fd_count > 0) {
             Status status = send_fds(fds, fd_count);
@@ -86,6 +90,32 @@ Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t
             next->iov_len -= left;
         }
     }
+    return Status::success();
+}
+
+Status FramedStream::write_tls(const iovec *iov, size_t count) {
+    // Small parts are gathered into one record (a record per part would cost a
+    // system call and a record's overhead each); large ones go out as they are.
+    uint8_t gathered[16 * 1024];  // TLS's largest record
+    size_t used = 0;
+    Status status;
+    for (size_t i = 0; i < count; ++i) {
+        const auto *data = static_cast<const uint8_t *>(iov[i].iov_base);
+        const size_t size = iov[i].iov_len;
+        if (used > 0 && used + size > sizeof(gathered)) {
+            status = tls_->write(gathered, used);
+            used = 0;
+        }
+        if (!status) break;
+        if (size >= sizeof(gathered)) {
+            status = tls_->write(data, size);
+        } else {
+            std::memcpy(gathered + used, data, size);
+            used += size;
+        }
+    }
+    if (status && used > 0) status = tls_->write(gathered, used);
+    if (!status) return error(status.code(), "send to " + peer_ + ": " + status.message());
     return Status::success();
 }
 
@@ -148,6 +178,11 @@ Status FramedStream::receive_fds(void *first_bytes, size_t size, bool wait, size
 
 Status FramedStream::receive(void *data, size_t size) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
+    if (tls_) {
+        Status status = tls_->read(data, size);
+        if (!status) return error(status.code(), "receive from " + peer_ + ": " + status.message());
+        return Status::success();
+    }
     if (ring_ != nullptr) {
         Status status = ring_->read(data, size, fd_.get());
         return status ? status : error(status.code(), "receive from " + peer_ + ": " + status.message());
@@ -169,7 +204,10 @@ Status FramedStream::receive(void *data, size_t size) {
 Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
     received_fds_.clear();
-    if (ring_ != nullptr) {
+    if (tls_) {
+        Status status = receive(header, sizeof(*header));
+        if (!status) return status;
+    } else if (ring_ != nullptr) {
         Status status = receive(header, sizeof(*header));
         if (!status) return status;
         if (header->flags & protocol::kFrameCarriesFds) {

@@ -1,9 +1,11 @@
-// FramedStream: frames (header + payload) over a connected stream socket.
+// FramedStream: frames (header + payload) over a connected stream socket, or over
+// a TLS session on one (tls:// endpoints).
 #pragma once
 
 #include "protocol/status.h"
 #include "protocol/wire.h"
 #include "transport/shared_ring.h"
+#include "transport/tls_session.h"
 #include "transport/unique_fd.h"
 
 #include <sys/uio.h>
@@ -23,10 +25,14 @@ class FramedStream {
     FramedStream() = default;
     FramedStream(UniqueFd fd, std::string peer) : fd_(std::move(fd)), peer_(std::move(peer)) {}
 
+    // From now on frames travel through `tls`, a session on this stream's socket.
+    void start_tls(std::unique_ptr<TlsSession> tls) { tls_ = std::move(tls); }
+    const TlsSession *tls() const { return tls_.get(); }
+
     // Sends one frame whose payload is the concatenation of `parts`; the header's
     // payload_size is filled in. Never raises SIGPIPE.
     Status send(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts);
-    // The same, passing file descriptors along (unix sockets only; SCM_RIGHTS).
+    // The same, passing file descriptors along (unix sockets only; SCM_RIGHTS; not over TLS).
     Status send(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts, const int *fds,
                 size_t fd_count);
 
@@ -52,7 +58,10 @@ class FramedStream {
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }
     const std::string &peer() const { return peer_; }
-    void close() { fd_.reset(); }
+    void close() {
+        tls_.reset();
+        fd_.reset();
+    }
 
   private:
     Status failure(const char *what, int err);
@@ -61,8 +70,10 @@ class FramedStream {
     Status send_fds(const int *fds, size_t fd_count);
     // Receives descriptors into received_fds_; `wait` false when they must be there already.
     Status receive_fds(void *first_bytes, size_t size, bool wait, size_t *got);
+    Status write_tls(const struct iovec *iov, size_t count);
 
     UniqueFd fd_;
+    std::unique_ptr<TlsSession> tls_;  // declared after fd_: ends before the socket closes
     std::string peer_;
     std::vector<UniqueFd> received_fds_;
     std::unique_ptr<RingChannel> ring_;

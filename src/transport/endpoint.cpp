@@ -10,7 +10,7 @@ namespace {
 
 Status bad_endpoint(const std::string &text, const std::string &why) {
     return error(Code::bad_request, "invalid endpoint '" + text + "': " + why +
-                                        " (expected unix:/path/to.sock, shm:/path/to.sock or tcp://host:port)");
+                                        " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port or tls://host:port)");
 }
 
 }  // namespace
@@ -19,7 +19,7 @@ std::string Endpoint::to_string() const {
     if (kind == Kind::unix_socket) return "unix:" + path;
     if (kind == Kind::shared_memory) return "shm:" + path;
     const bool v6 = host.find(':') != std::string::npos;
-    return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    return (kind == Kind::tls ? "tls://" : "tcp://") + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 bool Endpoint::is_loopback() const {
@@ -35,8 +35,8 @@ Status parse_endpoint(const std::string &text, Endpoint *endpoint) {
         result.path = text.substr(shm ? 4 : 5);
         if (result.path.empty()) return bad_endpoint(text, "empty socket path");
         if (result.path.size() >= sizeof(sockaddr_un{}.sun_path)) return bad_endpoint(text, "socket path too long");
-    } else if (text.rfind("tcp://", 0) == 0) {
-        result.kind = Endpoint::Kind::tcp;
+    } else if (text.rfind("tcp://", 0) == 0 || text.rfind("tls://", 0) == 0) {
+        result.kind = text.rfind("tls://", 0) == 0 ? Endpoint::Kind::tls : Endpoint::Kind::tcp;
         std::string rest = text.substr(6);
         std::string port_text;
         if (!rest.empty() && rest[0] == '[') {

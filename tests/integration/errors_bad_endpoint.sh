@@ -1,9 +1,10 @@
 # errors_bad_endpoint: a malformed endpoint is reported clearly on both sides.
 # Guest: GGML_REMOTE_SERVERS=garbage (and other malformed forms) gives one line
 # that names the bad text and the accepted forms; the application runs on, on the
-# CPU. Server: a malformed --listen, a public TCP address without --insecure, an
-# unknown flag and a flag without its value all exit non-zero at once with a
-# message that says what to do; --help exits 0.
+# CPU. Server: a malformed --listen, a public TCP address without --tls-psk or
+# --insecure, a bad --tls-psk key file, a tls:// listener without a key, an unknown
+# flag and a flag without its value all exit non-zero at once with a message that
+# says what to do; --help exits 0.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
@@ -63,8 +64,16 @@ expect_refusal listen-second-bad "invalid endpoint 'garbage'" -- --listen "unix:
 
 port=$(perl -MIO::Socket::INET -e \
     '$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0, Listen => 1) or die; print $s->sockport')
-expect_refusal listen-public "refusing to listen on tcp://0\.0\.0\.0:$port" "--insecure" -- \
+expect_refusal listen-public "refusing to listen on tcp://0\.0\.0\.0:$port" "--tls-psk FILE" "--insecure" -- \
     --listen "tcp://0.0.0.0:$port"
+# TLS needs a usable key file, and a tls:// listener needs --tls-psk.
+printf 'guest:0011\n' >"$WORK/short.psk"
+expect_refusal tls-short-key "--tls-psk: key file .*short\.psk: line 1: .*at least 16" -- \
+    --listen "tcp://0.0.0.0:$port" --tls-psk "$WORK/short.psk"
+expect_refusal tls-missing-key "--tls-psk: key file .*missing\.psk: No such file" -- \
+    --listen "tcp://0.0.0.0:$port" --tls-psk "$WORK/missing.psk"
+expect_refusal tls-listen-without-key "--listen tls://127\.0\.0\.1:$port needs --tls-psk FILE" -- \
+    --listen "tls://127.0.0.1:$port"
 expect_refusal unknown-flag "unknown argument: --frobnicate" "--help" -- --frobnicate
 expect_refusal missing-value "--listen needs a value" -- --listen
 expect_refusal bad-threads "--threads" "got 'many'" -- --threads many --listen "unix:$WORK/x.sock"
@@ -75,11 +84,22 @@ SERVER_PIDS+=($!)
 wait_for_line "$WORK/insecure.log" "listening on tcp://0\.0\.0\.0:$port" 10 >/dev/null ||
     { cat "$WORK/insecure.log" >&2; fail "--insecure did not let the server listen on 0.0.0.0"; }
 note "--insecure: $(grep 'listening on' "$WORK/insecure.log")"
+kill "${SERVER_PIDS[-1]}"
+wait "${SERVER_PIDS[-1]}" 2>/dev/null || true
+
+# With --tls-psk (a key psktool made) the public address is accepted, with TLS.
+psktool -u guest -p "$WORK/keys.psk" >/dev/null
+"$SERVER_BIN" --listen "tcp://0.0.0.0:$port" --tls-psk "$WORK/keys.psk" >"$WORK/tls.log" 2>&1 &
+SERVER_PIDS+=($!)
+wait_for_line "$WORK/tls.log" "listening on tcp://0\.0\.0\.0:$port with TLS" 10 >/dev/null ||
+    { cat "$WORK/tls.log" >&2; fail "--tls-psk did not let the server listen on 0.0.0.0 with TLS"; }
+note "--tls-psk: $(grep 'listening on' "$WORK/tls.log")"
 
 server help --help
 [ "$(cat "$WORK/help.rc")" = 0 ] || fail "--help exited $(cat "$WORK/help.rc")"
 grep -q '^usage: ' "$WORK/help.out" || fail "--help printed no usage line on stdout"
 grep -q -- '--listen ENDPOINT' "$WORK/help.out" || fail "--help does not document --listen"
 grep -q -- '--insecure' "$WORK/help.out" || fail "--help does not document --insecure"
+grep -q -- '--tls-psk FILE' "$WORK/help.out" || fail "--help does not document --tls-psk"
 [ ! -s "$WORK/help.err" ] || fail "--help wrote to stderr: $(cat "$WORK/help.err")"
 echo PASS

@@ -1,20 +1,28 @@
-# llama_tokens_{unix,tcp}: llama.cpp generates the same 32 greedy tokens through a
-# remote device as it does on the local CPU, over the given transport, and the
-# work really happened on the server: every layer was assigned to REMOTE0, and the
-# server's log shows that session ran graph computes. Over shm, the model's weights
-# are not sent at all: the server maps the guest's model file.
-# usage: llama_tokens.sh unix|tcp|shm
+# llama_tokens_{unix,tcp,shm,tls}: llama.cpp generates the same 32 greedy tokens
+# through a remote device as it does on the local CPU, over the given transport, and
+# the work really happened on the server: every layer was assigned to REMOTE0, and
+# the server's log shows that session ran graph computes. Over shm, the model's
+# weights are not sent at all: the server maps the guest's model file. Over tls, the
+# server runs with --tls-psk and the guest holds the key psktool made.
+# usage: llama_tokens.sh unix|tcp|shm|tls
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
-transport=${1:?usage: llama_tokens.sh unix|tcp|shm}
-case $transport in unix | tcp | shm) ;; *) fail "unknown transport '$transport'" ;; esac
+transport=${1:?usage: llama_tokens.sh unix|tcp|shm|tls}
+case $transport in unix | tcp | shm | tls) ;; *) fail "unknown transport '$transport'" ;; esac
 
-start_server srv
+if [ "$transport" = tls ]; then
+    psktool -u guest -p "$WORK/keys.psk" >/dev/null
+    export GGML_REMOTE_TLS_PSK_FILE=$WORK/keys.psk
+    start_server srv --tls-psk "$WORK/keys.psk"
+else
+    start_server srv
+fi
 case $transport in
     unix) endpoint=$srv_UNIX ;;
     tcp) endpoint=$srv_TCP ;;
     shm) endpoint=shm:${srv_UNIX#unix:} ;;
+    tls) endpoint=tls://${srv_TCP#tcp://} ;;
 esac
 # The server sees an shm guest on its unix socket.
 server_side=$transport
@@ -37,6 +45,10 @@ for spec in "tiny f16" "tiny q8_0" "small f16"; do
     assert_session_computed "$srv_LOG" "$session" $((N - 1))
     grep -q "session $session ($server_side" "$srv_LOG" ||
         fail "session $session did not come over $transport: $(grep "session $session " "$srv_LOG")"
+    if [ "$transport" = tls ]; then
+        grep -q "session $session (.*): TLS as 'guest': (TLS1.3)" "$srv_LOG" ||
+            fail "session $session did not log its TLS 1.3 identity: $(grep "session $session " "$srv_LOG")"
+    fi
     if [ "$transport" = shm ]; then
         # Weights mapped, not copied: the session received far less than the model's size
         # (for models big enough that their weights would dominate the graphs).

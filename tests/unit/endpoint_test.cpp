@@ -55,6 +55,18 @@ TEST(Endpoint, TcpFormSplitsHostAndPort) {
     EXPECT_EQ(endpoint.path, "");
 }
 
+TEST(Endpoint, TlsFormIsTcpWithTls) {
+    const Endpoint endpoint = parse_ok("tls://gpu-box.lan:50053");
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::tls);
+    EXPECT_EQ(endpoint.host, "gpu-box.lan");
+    EXPECT_EQ(endpoint.port, 50053);
+    EXPECT_TRUE(endpoint.uses_tls());
+    EXPECT_FALSE(endpoint.uses_unix_socket());
+    EXPECT_FALSE(parse_ok("tcp://gpu-box.lan:50053").uses_tls());
+    EXPECT_EQ(parse_ok("tls://[::1]:9").to_string(), "tls://[::1]:9");
+    EXPECT_TRUE(parse_ok("tls://127.0.0.1:9").is_loopback());
+}
+
 TEST(Endpoint, TcpPortZeroAndMaximumAreAccepted) {
     EXPECT_EQ(parse_ok("tcp://127.0.0.1:0").port, 0);
     EXPECT_EQ(parse_ok("tcp://127.0.0.1:65535").port, 65535);
@@ -73,6 +85,7 @@ TEST(Endpoint, UnknownSchemeIsRefusedNamingTheAcceptedForms) {
         EXPECT_EQ(status.code(), Code::bad_request) << text;
         EXPECT_THAT(status.message(), HasSubstr("unix:/path/to.sock")) << text;
         EXPECT_THAT(status.message(), HasSubstr("tcp://host:port")) << text;
+        EXPECT_THAT(status.message(), HasSubstr("tls://host:port")) << text;
     }
 }
 
@@ -98,6 +111,7 @@ TEST(Endpoint, BadTcpPortsAreRefused) {
         EXPECT_EQ(status.code(), Code::bad_request) << text;
         EXPECT_THAT(status.message(), HasSubstr("unix:/path/to.sock")) << text;
         EXPECT_THAT(status.message(), HasSubstr("tcp://host:port")) << text;
+        EXPECT_THAT(status.message(), HasSubstr("tls://host:port")) << text;
     }
 }
 

@@ -6,6 +6,7 @@
 #include "host/worker.h"
 #include "protocol/wire.h"
 #include "transport/endpoint.h"
+#include "transport/tls_key.h"
 
 #include <ggml-backend.h>
 
@@ -35,6 +36,10 @@ void print_usage(const char *program) {
         "  -l,    --listen ENDPOINT      where to listen; repeatable (default: %s, or the\n"
         "                                sockets systemd passes with socket activation)\n"
         "                                ENDPOINT is unix:/path/to.sock or tcp://host:port\n"
+        "         --tls-psk FILE         every tcp:// listener speaks TLS 1.3 and admits only\n"
+        "                                guests that hold a key of FILE (identity:hexkey lines,\n"
+        "                                made with psktool -u NAME -p FILE); guests connect to\n"
+        "                                tls://host:port\n"
         "         --insecure             allow plain TCP on a non-loopback address (anyone who\n"
         "                                can reach it can use the host's devices)\n"
         "  -d,    --device NAME          expose only this host device; repeatable (default: all)\n"
@@ -143,6 +148,8 @@ int main(int argc, char **argv) {
         } else if (arg == "-l" || arg == "--listen") {
             options.listen.push_back(value());
             continue;
+        } else if (arg == "--tls-psk") {
+            options.tls_psk_file = value();
         } else if (arg == "--insecure") {
             insecure = true;
             continue;
@@ -198,10 +205,23 @@ int main(int argc, char **argv) {
         Endpoint endpoint;
         Status status = parse_endpoint(text, &endpoint);
         if (!status) fail(status.message());
-        if (!endpoint.is_loopback() && !insecure) {
+        if (endpoint.uses_tls() && options.tls_psk_file.empty()) {
+            fail("--listen " + text + " needs --tls-psk FILE (the pre-shared key guests must hold)");
+        }
+        if (!endpoint.is_loopback() && !insecure && options.tls_psk_file.empty()) {
             fail("refusing to listen on " + endpoint.to_string() +
-                 " without authentication: TLS is not available yet; pass --insecure to accept anyone who can "
-                 "reach that address");
+                 " without authentication: pass --tls-psk FILE for TLS with a pre-shared key (psktool -u NAME -p "
+                 "FILE makes one), or --insecure to accept anyone who can reach that address");
+        }
+    }
+    if (!options.tls_psk_file.empty()) {
+        std::vector<PreSharedKey> keys;
+        Status status = read_psk_file(options.tls_psk_file, &keys);
+        if (!status) fail("--tls-psk: " + status.message());
+        for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
+        if (psk_file_readable_by_others(options.tls_psk_file)) {
+            host::log_line("warning: every user of this machine can read the key file " + options.tls_psk_file +
+                           " (chmod o-r it)");
         }
     }
     // Fail early on a --device that does not exist, and say what is served.

@@ -1,0 +1,34 @@
+// Pre-shared keys for TLS over TCP, in the file format gnutls' psktool writes:
+// one "identity:hexkey" per line (`psktool -u guest -p keyfile`), or a file that
+// holds just the hex key.
+#pragma once
+
+#include "protocol/status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ggml_remote {
+
+// Keys shorter than this are refused: a guessable key is no authentication.
+constexpr size_t kMinPskBytes = 16;
+// The identity a guest presents when its key has none (a file with just the hex key).
+constexpr const char *kDefaultPskIdentity = "ggml-remote";
+
+struct PreSharedKey {
+    std::string identity;  // empty: a bare key; a server accepts it under any identity
+    std::vector<uint8_t> key;
+};
+
+// Parses key text: lines "identity:hexkey" or one bare "hexkey"; blank lines and
+// lines starting with '#' are skipped. Errors name the line, never the key.
+Status parse_psk_text(const std::string &text, std::vector<PreSharedKey> *keys);
+
+// Reads and parses a key file; errors name the file.
+Status read_psk_file(const std::string &path, std::vector<PreSharedKey> *keys);
+
+// Whether every user of the machine can read a key file (worth a warning).
+bool psk_file_readable_by_others(const std::string &path);
+
+}  // namespace ggml_remote

@@ -1,0 +1,50 @@
+// TlsSession: TLS 1.3 with a pre-shared key over a connected TCP socket (GnuTLS).
+// The key exchange is (EC)DHE authenticated by the key, so a recorded session stays
+// secret even if the key leaks later. FramedStream sends its frames through one.
+#pragma once
+
+#include "protocol/status.h"
+#include "transport/tls_key.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ggml_remote {
+
+class TlsSession {
+  public:
+    ~TlsSession();
+    TlsSession(const TlsSession &) = delete;
+    TlsSession &operator=(const TlsSession &) = delete;
+
+    // The guest's side: the handshake on `fd`, presenting `key`, within timeout_ms.
+    // When it fails, `first_bytes` (if given) gets what the server sent, for telling
+    // a server that does not speak TLS from one that refused the key.
+    static Status connect(int fd, const PreSharedKey &key, int timeout_ms, std::unique_ptr<TlsSession> *session,
+                          std::string *first_bytes = nullptr);
+    // The server's side: accepts a guest that holds one of `keys`, within timeout_ms.
+    static Status accept(int fd, const std::vector<PreSharedKey> &keys, int timeout_ms,
+                         std::unique_ptr<TlsSession> *session);
+
+    // Sends all of `data`; the error's message is the reason alone.
+    Status write(const void *data, size_t size);
+    // Receives exactly `size` bytes; Code::disconnected when the peer went away.
+    Status read(void *data, size_t size);
+
+    // The protocol and cipher suite, e.g. "(TLS1.3)-(ECDHE-SECP256R1)-(AES-256-GCM)".
+    std::string description() const;
+    // The identity the guest presented (server side).
+    std::string peer_identity() const;
+    // Whether the key exchange gives forward secrecy ((EC)DHE with the key).
+    bool forward_secret() const;
+
+  private:
+    struct State;
+    explicit TlsSession(std::unique_ptr<State> state);
+    Status failure(int code) const;
+
+    std::unique_ptr<State> state_;
+};
+
+}  // namespace ggml_remote
