@@ -19,7 +19,6 @@ namespace {
 
 constexpr uint32_t kRingMagic = 0x474e4952;  // "RING"
 constexpr uint32_t kRingLayoutVersion = 1;
-constexpr size_t kHeaderBytes = 4096;
 constexpr int kMaxSpinNs = 16000;
 constexpr int kMinSpinNs = 250;
 
@@ -27,14 +26,8 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
               "shared counters must be lock-free to work across processes");
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a doorbell is a futex word");
 
-// The memory file: this header, then the guest-to-host ring, then the host-to-guest ring.
-struct RegionHeader {
-    uint32_t magic;
-    uint32_t version;
-    uint64_t capacity;
-    RingChannel::RingState rings[2];  // [0]: guest to host, [1]: host to guest
-};
-static_assert(sizeof(RegionHeader) <= kHeaderBytes, "ring header fits its page");
+using RegionHeader = RingChannel::RegionHeader;
+static_assert(sizeof(RegionHeader) <= kRingHeaderBytes, "ring header fits its page");
 
 uint64_t now_ns() {
     timespec ts;
@@ -74,7 +67,7 @@ Status corrupt(const char *what) {
 RingChannel::RingChannel(Side side, Mapping mapping, size_t capacity)
     : side_(side), mapping_(std::move(mapping)), capacity_(capacity) {
     auto *header = static_cast<RegionHeader *>(mapping_.data());
-    auto *data = static_cast<uint8_t *>(mapping_.data()) + kHeaderBytes;
+    auto *data = static_cast<uint8_t *>(mapping_.data()) + kRingHeaderBytes;
     const int out = side_ == Side::guest ? 0 : 1;
     out_.state = &header->rings[out];
     out_.data = data + static_cast<size_t>(out) * capacity_;
@@ -84,7 +77,7 @@ RingChannel::RingChannel(Side side, Mapping mapping, size_t capacity)
 
 Status RingChannel::create(size_t capacity, UniqueFd *fd, std::unique_ptr<RingChannel> *channel) {
     UniqueFd file;
-    const size_t size = kHeaderBytes + 2 * capacity;
+    const size_t size = kRingHeaderBytes + 2 * capacity;
     Status status = create_shared_memory(size, "ggml-remote-ring", &file);
     if (!status) return status;
     Mapping mapping;
@@ -101,7 +94,7 @@ Status RingChannel::create(size_t capacity, UniqueFd *fd, std::unique_ptr<RingCh
 
 Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
     struct stat info;
-    if (::fstat(fd, &info) != 0 || info.st_size < static_cast<off_t>(kHeaderBytes)) {
+    if (::fstat(fd, &info) != 0 || info.st_size < static_cast<off_t>(kRingHeaderBytes)) {
         return error(Code::error, "shared ring: the server's memory file is too small");
     }
     const size_t size = static_cast<size_t>(info.st_size);
@@ -110,7 +103,7 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
     if (!status) return status;
     const auto *header = static_cast<const RegionHeader *>(mapping.data());
     if (header->magic != kRingMagic || header->version != kRingLayoutVersion || header->capacity == 0 ||
-        header->capacity > (size - kHeaderBytes) / 2) {
+        header->capacity > (size - kRingHeaderBytes) / 2) {
         return error(Code::error, "shared ring: the server's memory file has an unknown layout");
     }
     const size_t capacity = header->capacity;

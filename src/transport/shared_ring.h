@@ -29,6 +29,8 @@ namespace ggml_remote {
 
 // Bytes each direction holds; longer frames stream through in pieces.
 constexpr size_t kRingCapacity = 1u << 20;
+// Bytes before the rings' data in the memory file.
+constexpr size_t kRingHeaderBytes = 4096;
 // How often a side that sleeps on a doorbell checks that its peer is still there.
 constexpr int kLivenessCheckMs = 100;
 
@@ -57,6 +59,14 @@ class RingChannel {
         std::atomic<uint32_t> reader_sleeping;
         alignas(64) std::atomic<uint32_t> space_doorbell;  // rung when bytes leave and the writer sleeps
         std::atomic<uint32_t> writer_sleeping;
+    };
+    // The memory file starts with this; the guest-to-host ring's bytes follow at
+    // kRingHeaderBytes, then the host-to-guest ring's.
+    struct RegionHeader {
+        uint32_t magic;
+        uint32_t version;
+        uint64_t capacity;
+        RingState rings[2];  // [0]: guest to host, [1]: host to guest
     };
 
   private:

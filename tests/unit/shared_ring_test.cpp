@@ -1,0 +1,190 @@
+// RingChannel and FramedStream over it: frames through shared memory, descriptors
+// on the socket, a dead peer noticed, and a guest's impossible counts refused.
+#include "transport/connection.h"
+#include "transport/shared_ring.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ggml_remote {
+namespace {
+
+using protocol::ByteView;
+using protocol::FrameHeader;
+using ::testing::HasSubstr;
+
+// A guest and a host stream over a socketpair, both switched to one ring, as
+// after an shm: handshake.
+struct RingPair {
+    explicit RingPair(size_t capacity = 4096) {
+        int fds[2] = {-1, -1};
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+        guest = FramedStream(UniqueFd(fds[0]), "host-peer");
+        host = FramedStream(UniqueFd(fds[1]), "guest-peer");
+        std::unique_ptr<RingChannel> host_ring, guest_ring;
+        EXPECT_TRUE(RingChannel::create(capacity, &memory, &host_ring).ok());
+        EXPECT_TRUE(RingChannel::attach(memory.get(), &guest_ring).ok());
+        host.attach_ring(std::move(host_ring));
+        guest.attach_ring(std::move(guest_ring));
+    }
+    FramedStream guest;
+    FramedStream host;
+    UniqueFd memory;
+};
+
+ByteView text(const std::string &s) { return ByteView(s.data(), s.size()); }
+
+TEST(SharedRing, FramesGoBothWaysWithoutTouchingTheSocket) {
+    RingPair pair;
+    FrameHeader header;
+    header.command = 7;
+    ASSERT_TRUE(pair.guest.send(header, {text("request")}).ok());
+    // Nothing went through the socket.
+    char probe;
+    EXPECT_EQ(::recv(pair.host.fd(), &probe, 1, MSG_DONTWAIT), -1);
+
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.command, 7);
+    std::string body(received.payload_size, '\0');
+    ASSERT_TRUE(pair.host.receive(body.data(), body.size()).ok());
+    EXPECT_EQ(body, "request");
+
+    header.flags = protocol::kFrameReply;
+    ASSERT_TRUE(pair.host.send(header, {text("reply")}).ok());
+    ASSERT_TRUE(pair.guest.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.flags, protocol::kFrameReply);
+    body.assign(received.payload_size, '\0');
+    ASSERT_TRUE(pair.guest.receive(body.data(), body.size()).ok());
+    EXPECT_EQ(body, "reply");
+}
+
+TEST(SharedRing, AFrameManyTimesTheCapacityStreamsThroughWhileTheReaderReads) {
+    RingPair pair(4096);
+    std::vector<uint8_t> big(1 << 20);
+    std::iota(big.begin(), big.end(), 0);
+    std::thread writer([&] {
+        for (int i = 0; i < 3; ++i) EXPECT_TRUE(pair.guest.send(FrameHeader{}, {ByteView(big)}).ok());
+    });
+    for (int i = 0; i < 3; ++i) {
+        FrameHeader received;
+        ASSERT_TRUE(pair.host.receive_header(&received, 1u << 30).ok());
+        ASSERT_EQ(received.payload_size, big.size());
+        std::vector<uint8_t> got(big.size());
+        ASSERT_TRUE(pair.host.receive(got.data(), got.size()).ok());
+        EXPECT_EQ(got, big);
+    }
+    writer.join();
+}
+
+TEST(SharedRing, ManySmallRoundTripsFromTwoThreadsKeepTheirOrder) {
+    RingPair pair(256);  // small, so the ring wraps many times
+    constexpr int kRounds = 20000;
+    std::thread host([&] {
+        for (int i = 0; i < kRounds; ++i) {
+            FrameHeader received;
+            ASSERT_TRUE(pair.host.receive_header(&received, 64).ok());
+            uint32_t value = 0;
+            ASSERT_TRUE(pair.host.receive(&value, sizeof(value)).ok());
+            value += 1;
+            ASSERT_TRUE(pair.host.send(received, {ByteView(&value, sizeof(value))}).ok());
+        }
+    });
+    for (uint32_t i = 0; i < kRounds; ++i) {
+        ASSERT_TRUE(pair.guest.send(FrameHeader{}, {ByteView(&i, sizeof(i))}).ok());
+        FrameHeader received;
+        ASSERT_TRUE(pair.guest.receive_header(&received, 64).ok());
+        uint32_t value = 0;
+        ASSERT_TRUE(pair.guest.receive(&value, sizeof(value)).ok());
+        ASSERT_EQ(value, i + 1);
+    }
+    host.join();
+}
+
+TEST(SharedRing, DescriptorsTakeTheSocketAndArriveWithTheirFrame) {
+    RingPair pair;
+    UniqueFd memory;
+    ASSERT_TRUE(create_shared_memory(4096, "ring-test", &memory).ok());
+    const int fds[] = {memory.get()};
+    ASSERT_TRUE(pair.host.send(FrameHeader{}, {text("buffer")}, fds, 1).ok());
+    FrameHeader received;
+    ASSERT_TRUE(pair.guest.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.flags & protocol::kFrameCarriesFds, 0) << "the flag is the transport's, not the command's";
+    ASSERT_EQ(pair.guest.received_fds().size(), 1u);
+    EXPECT_GE(pair.guest.received_fds()[0].get(), 0);
+}
+
+TEST(SharedRing, AFrameThatAnnouncesDescriptorsThatNeverCameIsRefusedNotWaitedFor) {
+    RingPair pair;
+    FrameHeader header;
+    header.flags = protocol::kFrameCarriesFds;  // a lie: nothing on the socket
+    ASSERT_TRUE(pair.guest.send(header, {}).ok());
+    FrameHeader received;
+    Status status = pair.host.receive_header(&received, 1024);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("descriptors that never came"));
+}
+
+TEST(SharedRing, AReaderWaitingForADeadPeerIsToldWithinALivenessPeriod) {
+    RingPair pair;
+    std::thread killer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        pair.guest.close();  // the guest's process dies: its socket closes
+    });
+    const auto start = std::chrono::steady_clock::now();
+    FrameHeader received;
+    Status status = pair.host.receive_header(&received, 1024);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    killer.join();
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_LT(waited, std::chrono::milliseconds(50 + 3 * kLivenessCheckMs));
+}
+
+TEST(SharedRing, AGuestThatForgesItsWrittenCountIsRefused) {
+    RingPair pair;
+    // The guest's side of the memory file, as a hostile guest would write it.
+    void *region = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pair.memory.get(), 0);
+    ASSERT_NE(region, MAP_FAILED);
+    using Layout = RingChannel::RegionHeader;
+    auto *layout = static_cast<Layout *>(region);
+    layout->rings[0].written.store(1ull << 40);  // far more than the ring holds
+    FrameHeader received;
+    Status status = pair.host.receive_header(&received, 1024);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("impossible"));
+    ::munmap(region, 4096);
+}
+
+TEST(SharedRing, AGuestThatForgesItsReadCountCannotMakeTheHostOverwrite) {
+    RingPair pair;
+    void *region = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pair.memory.get(), 0);
+    ASSERT_NE(region, MAP_FAILED);
+    using Layout = RingChannel::RegionHeader;
+    // "Read" more than the host ever wrote.
+    static_cast<Layout *>(region)->rings[1].read.store(12345);
+    Status status = pair.host.send(FrameHeader{}, {text("reply")});
+    EXPECT_EQ(status.code(), Code::bad_request);
+    ::munmap(region, 4096);
+}
+
+TEST(SharedRing, AttachRefusesAMemoryFileWithoutTheRingLayout) {
+    UniqueFd memory;
+    ASSERT_TRUE(create_shared_memory(8192, "not-a-ring", &memory).ok());
+    std::unique_ptr<RingChannel> ring;
+    Status status = RingChannel::attach(memory.get(), &ring);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("unknown layout"));
+}
+
+}  // namespace
+}  // namespace ggml_remote
