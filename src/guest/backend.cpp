@@ -11,9 +11,49 @@ using namespace protocol;
 
 namespace {
 
+// The last graph a backend encoded. llama.cpp hands over the same decode graph
+// for every token (the same tensors, changed only in their data), so a graph
+// whose nodes and tensors are byte for byte what they were is named by its slot
+// again without being encoded and hashed: encoding a small model's graph costs
+// more than a fifth of its token.
+struct LastGraph {
+    bool valid = false;
+    std::vector<const ggml_tensor *> nodes;
+    std::vector<const ggml_tensor *> tensors;  // every tensor the encoding read, sources first
+    std::vector<ggml_tensor> contents;         // what they held then
+    RemoteSession::GraphTicket ticket;
+
+    // Whether `graph` is the graph recorded. Safe against tensors freed since:
+    // nodes are compared by address first (they are the live graph's), and the
+    // other tensors from users to sources, so each is read only after a user of
+    // it, unchanged, showed that it is still referenced.
+    bool same_as(ggml_cgraph *graph) const {
+        if (!valid || static_cast<size_t>(ggml_graph_n_nodes(graph)) != nodes.size()) return false;
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            if (ggml_graph_node(graph, static_cast<int>(i)) != nodes[i]) return false;
+        }
+        for (size_t k = tensors.size(); k-- > 0;) {
+            if (std::memcmp(tensors[k], &contents[k], sizeof(ggml_tensor)) != 0) return false;
+        }
+        return true;
+    }
+
+    void record(ggml_cgraph *graph, const std::vector<const ggml_tensor *> &order,
+                const RemoteSession::GraphTicket &graph_ticket) {
+        nodes.resize(static_cast<size_t>(ggml_graph_n_nodes(graph)));
+        for (size_t i = 0; i < nodes.size(); ++i) nodes[i] = ggml_graph_node(graph, static_cast<int>(i));
+        tensors = order;
+        contents.resize(order.size());
+        for (size_t k = 0; k < order.size(); ++k) std::memcpy(&contents[k], order[k], sizeof(ggml_tensor));
+        ticket = graph_ticket;
+        valid = true;
+    }
+};
+
 struct RemoteBackend {
     RemoteDevice *device = nullptr;
     uint64_t handle = 0;
+    LastGraph last_graph;
 };
 
 RemoteBackend *context_of(ggml_backend_t backend) { return static_cast<RemoteBackend *>(backend->context); }
@@ -33,9 +73,16 @@ void backend_free(ggml_backend_t backend) {
     delete backend;
 }
 
+enum ggml_status finish_compute(RemoteBackend *remote, Status status);
+
 enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
     RemoteBackend *remote = context_of(backend);
     RemoteSession &session = remote->device->session();
+    bool replayed = false;
+    if (remote->last_graph.same_as(graph)) {
+        Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket, &replayed);
+        if (replayed) return finish_compute(remote, status);
+    }
     TensorListEncoder encoder([&session](const ggml_tensor *t, TensorLocation *location) {
         RemoteBuffer *owner = remote_buffer_of(t->buffer != nullptr ? t->buffer : t->view_src ? t->view_src->buffer : nullptr);
         if (owner == nullptr || &owner->device->session() != &session) return false;
@@ -50,7 +97,18 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
             encoder.error().c_str());
         return GGML_STATUS_FAILED;
     }
-    Status status = session.compute_graph(remote->handle, encoder.finish());
+    RemoteSession::GraphTicket ticket;
+    Status status = session.compute_graph(remote->handle, encoder.finish(), &ticket);
+    if (status) {
+        remote->last_graph.record(graph, encoder.order(), ticket);
+    } else {
+        remote->last_graph.valid = false;
+    }
+    return finish_compute(remote, status);
+}
+
+enum ggml_status finish_compute(RemoteBackend *remote, Status status) {
+    RemoteSession &session = remote->device->session();
     // Shared memory is read in place, by this process's own backends too (a CPU
     // split may read a result without any copy), so the compute must be over when
     // we return. Remote buffers are read through the session, after the compute.
@@ -181,7 +239,7 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
         log(GGML_LOG_LEVEL_ERROR, "%s: cannot start a backend: %s", device->name().c_str(), status.message().c_str());
         return nullptr;
     }
-    auto *remote = new RemoteBackend{device, reply.backend};
+    auto *remote = new RemoteBackend{device, reply.backend, {}};
     auto *backend = new ggml_backend{};
     backend->guid = remote_guid();
     backend->iface.get_name = backend_get_name;

@@ -30,7 +30,7 @@ GraphCache::Choice GraphCache::choose(const std::vector<uint8_t> &graph) {
         Slot &slot = slots_[i];
         if (slot.filled && slot.hash == hash && slot.bytes == graph) {
             slot.last_used = clock_;
-            return {i, protocol::kGraphReplay};
+            return {i, protocol::kGraphReplay, slot.stamp};
         }
         const Slot &current = slots_[oldest];
         if (!slot.filled || (current.filled && slot.last_used < current.last_used)) oldest = i;
@@ -39,8 +39,15 @@ GraphCache::Choice GraphCache::choose(const std::vector<uint8_t> &graph) {
     slot.filled = true;
     slot.hash = hash;
     slot.last_used = clock_;
+    slot.stamp = ++stamps_;
     slot.bytes = graph;
-    return {oldest, protocol::kGraphStore};
+    return {oldest, protocol::kGraphStore, slot.stamp};
+}
+
+bool GraphCache::holds(uint32_t slot, uint64_t stamp) {
+    if (slot >= slots_.size() || !slots_[slot].filled || slots_[slot].stamp != stamp) return false;
+    slots_[slot].last_used = ++clock_;
+    return true;
 }
 
 void GraphCache::clear() {

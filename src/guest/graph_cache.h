@@ -14,11 +14,15 @@ class GraphCache {
     struct Choice {
         uint32_t slot;
         protocol::GraphMode mode;  // kGraphReplay on a hit, kGraphStore on a miss
+        uint64_t stamp;            // names what the slot holds now (see holds())
     };
 
     // Picks the slot for an encoded graph: the one holding the same bytes, or the
     // least recently used one, which from then on holds these bytes.
     Choice choose(const std::vector<uint8_t> &graph);
+    // Whether `slot` still holds the graph `stamp` named (not replaced, not
+    // cleared); then it counts as used now.
+    bool holds(uint32_t slot, uint64_t stamp);
     // Every slot empty, as on the host after a buffer is freed.
     void clear();
 
@@ -27,10 +31,12 @@ class GraphCache {
         bool filled = false;
         uint64_t hash = 0;
         uint64_t last_used = 0;
+        uint64_t stamp = 0;
         std::vector<uint8_t> bytes;
     };
     std::array<Slot, protocol::kGraphSlots> slots_;
     uint64_t clock_ = 0;
+    uint64_t stamps_ = 0;
 };
 
 }  // namespace ggml_remote::guest

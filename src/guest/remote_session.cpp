@@ -270,14 +270,26 @@ Status RemoteSession::read_pending_replies() {
     return Status::success();
 }
 
-Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t> &graph) {
+Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, GraphTicket *ticket) {
     std::lock_guard<std::mutex> lock(mutex_);
     const GraphCache::Choice choice = graphs_.choose(graph);
-    ++(choice.mode == kGraphReplay ? counters_.graphs_replayed : counters_.graphs_sent);
-    GraphCompute::Request request{backend, choice.slot, choice.mode};
+    if (ticket != nullptr) *ticket = {choice.slot, choice.stamp};
+    return send_compute(backend, choice.slot, choice.mode, choice.mode == kGraphReplay ? ByteView() : ByteView(graph));
+}
+
+Status RemoteSession::compute_graph_again(uint64_t backend, const GraphTicket &ticket, bool *replayed) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *replayed = graphs_.holds(ticket.slot, ticket.stamp);
+    if (!*replayed) return Status::success();
+    return send_compute(backend, ticket.slot, kGraphReplay, {});
+}
+
+Status RemoteSession::send_compute(uint64_t backend, uint32_t slot, GraphMode mode, ByteView graph) {
+    ++(mode == kGraphReplay ? counters_.graphs_replayed : counters_.graphs_sent);
+    GraphCompute::Request request{backend, slot, mode};
     Exchange x;
     x.fixed = ByteView(&request, sizeof(request));
-    if (choice.mode != kGraphReplay) x.tail = ByteView(graph);
+    x.tail = graph;
     x.send_now = true;  // the host can start while we wait for nothing
     Status status = run_locked(CommandId::graph_compute, x);
     last_compute_ = sent_;

@@ -61,8 +61,15 @@ class RemoteSession {
 
     // Computes an encoded graph on a host backend: sent once, then named by its
     // slot while the host keeps it. Returns at once; a failure on the host comes
-    // back with the next reply.
-    Status compute_graph(uint64_t backend, const std::vector<uint8_t> &graph);
+    // back with the next reply. `ticket` names the graph for compute_graph_again.
+    struct GraphTicket {
+        uint32_t slot = 0;
+        uint64_t stamp = 0;
+    };
+    Status compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, GraphTicket *ticket = nullptr);
+    // Computes the graph a ticket names again, if the host still keeps it
+    // (*replayed false otherwise: nothing was sent, encode it and compute_graph).
+    Status compute_graph_again(uint64_t backend, const GraphTicket &ticket, bool *replayed);
     // Waits for the host to finish the computes sent so far and reads the replies
     // of call_later(); a round trip only when one of those is outstanding.
     Status synchronize(uint64_t backend);
@@ -123,6 +130,7 @@ class RemoteSession {
     // Reads every pending reply; false only when the connection is lost.
     Status read_pending_replies();
     Status synchronize_locked(uint64_t backend, uint64_t up_to);
+    Status send_compute(uint64_t backend, uint32_t slot, protocol::GraphMode mode, protocol::ByteView graph);
     void queue(protocol::CommandId id, const Exchange &exchange);
     Status flush_queue();
     Status lost(const Status &cause);

@@ -140,6 +140,7 @@ void Session::set_threads(SessionBackend *record, int n_threads) {
         reinterpret_cast<SetPool>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_cpu_set_threadpool"));
     if (new_pool == nullptr || free_pool == nullptr || set_pool == nullptr) return;
     ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
+    params.poll = static_cast<uint32_t>(limits_.cpu_poll);
     ThreadPool replacement;
     replacement.pool = new_pool(&params);
     replacement.free = free_pool;

@@ -28,6 +28,7 @@ struct SessionLimits {
     uint32_t max_buffers = 65536;
     int max_threads = 0;        // cap for set_n_threads; 0 = hardware threads
     int default_threads = 0;    // threads of a new CPU backend; 0 = hardware threads
+    int cpu_poll = 50;          // ggml's threadpool poll level: how long idle CPU threads spin
     // How long a guest may keep its worker waiting, in seconds (0 = no limit): for
     // the handshake after connecting; for the rest of a frame once its header has
     // come, and for taking a reply, each plus a second per MiB; between frames.

@@ -89,6 +89,7 @@ int32_t TensorListEncoder::add(const ggml_tensor *root) {
         const int32_t index = static_cast<int32_t>(tensors_.size());
         index_.emplace(tensor, index);
         tensors_.push_back(wire);
+        order_.push_back(tensor);
     }
     return index_.at(root);
 }
@@ -111,11 +112,13 @@ int32_t TensorListEncoder::add_op_with_sources(const ggml_tensor *op) {
             std::memset(leaf.op_params, 0, sizeof(leaf.op_params));
             found = index_.emplace(src, static_cast<int32_t>(tensors_.size())).first;
             tensors_.push_back(leaf);
+            order_.push_back(src);
         }
         wire.src[i] = found->second;
     }
     const int32_t index = static_cast<int32_t>(tensors_.size());
     tensors_.push_back(wire);
+    order_.push_back(op);
     return index;
 }
 

@@ -72,6 +72,9 @@ class TensorListEncoder {
     // device needs to say whether it supports the op, and a small cache key.
     int32_t add_op_with_sources(const ggml_tensor *op);
 
+    // The tensors added so far, in list order (sources before their users).
+    const std::vector<const ggml_tensor *> &order() const { return order_; }
+
     bool failed() const { return !error_.empty(); }
     const std::string &error() const { return error_; }
     std::vector<uint8_t> finish();
@@ -82,6 +85,7 @@ class TensorListEncoder {
     Locator locator_;
     std::unordered_map<const ggml_tensor *, int32_t> index_;
     std::vector<WireTensor> tensors_;
+    std::vector<const ggml_tensor *> order_;
     std::vector<int32_t> nodes_;
     std::string error_;
 };

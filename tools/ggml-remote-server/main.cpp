@@ -45,6 +45,8 @@ void print_usage(const char *program) {
         "  -d,    --device NAME          expose only this host device; repeatable (default: all)\n"
         "         --list-devices         print the host devices and exit\n"
         "  -t,    --threads N            threads of each CPU backend (default: all cores)\n"
+        "         --poll 0..100          how long CPU threads spin for the next graph before they\n"
+        "                                sleep (ggml's poll level; default 50; 0: sleep at once)\n"
         "         --max-sessions N       guests served at once (default: 64)\n"
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
@@ -157,6 +159,12 @@ int main(int argc, char **argv) {
             options.devices.push_back(value());
         } else if (arg == "-t" || arg == "--threads") {
             options.limits.default_threads = parse_int(arg, value(), 1);
+        } else if (arg == "--poll") {
+            options.limits.cpu_poll = parse_int(arg, value(), 0);
+            if (options.limits.cpu_poll > 100) {
+                std::fprintf(stderr, "ggml-remote-server: --poll takes 0 to 100\n");
+                return 2;
+            }
         } else if (arg == "--max-sessions") {
             options.max_sessions = parse_int(arg, value(), 1);
         } else if (arg == "--memory-quota") {
