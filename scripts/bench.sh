@@ -130,4 +130,41 @@ for name in $whisper_models; do
     done
 done
 
+# Transport microbenchmarks: the round trip of an empty command and 16 MiB writes
+# and reads (over shm: the shared-memory copy against a local memcpy).
+if [ "${BENCH_RTT:-1}" = 1 ]; then
+    for transport in shm shm-socket unix tcp; do
+        echo "bench: round trips through $transport" >&2
+        case $transport in
+            shm) endpoint=shm:$work/remote.sock ring=1 ;;
+            shm-socket) endpoint=shm:$work/remote.sock ring=0 ;;
+            unix) endpoint=unix:$work/remote.sock ring=1 ;;
+            tcp) endpoint=tcp://127.0.0.1:$port ring=1 ;;
+        esac
+        GGML_REMOTE_SHARED_RING=$ring "$build/bin/ggml-remote-rtt" "$endpoint" 20000 2>&1 |
+            python3 "$here/bench_report.py" record-rtt "$transport" >>"$raw" || echo "bench: rtt failed for $transport" >&2
+    done
+fi
+
+# Per generated token: the difference between a 32- and a 64-token generation.
+if [ "${BENCH_ACCOUNTING:-1}" = 1 ]; then
+    for name in $models; do
+        model=$build/models/$name-f16.gguf
+        for transport in shm unix tcp; do
+            case $transport in
+                shm) endpoint=shm:$work/remote.sock ;;
+                unix) endpoint=unix:$work/remote.sock ;;
+                tcp) endpoint=tcp://127.0.0.1:$port ;;
+            esac
+            for n in 32 64; do
+                GGML_REMOTE_STATS=1 "${plugin[@]}" GGML_REMOTE_SERVERS="$endpoint" \
+                    llama-simple -m "$model" -n "$n" -ngl 99 "Hello world" 2>&1 >/dev/null |
+                    grep 'ggml-remote: .* commands' >"$work/stats-$n" || true
+            done
+            python3 "$here/bench_report.py" record-accounting "$name" "$transport" "$work/stats-32" "$work/stats-64" \
+                >>"$raw" || echo "bench: no accounting for $name $transport" >&2
+        done
+    done
+fi
+
 python3 "$here/bench_report.py" report "$out/results.json" <"$raw"

@@ -31,6 +31,38 @@ def record_whisper(model, transport, rep):
     print(json.dumps(out))
 
 
+def record_rtt(transport):
+    """ggml-remote-rtt's output: the empty round trip and the 16 MiB rates."""
+    out = {"kind": "rtt", "transport": transport}
+    for line in sys.stdin:
+        m = re.search(r"empty round trip: median ([0-9.]+) us, p99 ([0-9.]+) us", line)
+        if m:
+            out["rtt_median_us"], out["rtt_p99_us"] = float(m[1]), float(m[2])
+        m = re.search(r"16 MiB (.+?): median ([0-9.]+) GB/s \(min ([0-9.]+), max ([0-9.]+)\)", line)
+        if m:
+            out[m[1]] = {"median_gbs": float(m[2]), "min_gbs": float(m[3]), "max_gbs": float(m[4])}
+    print(json.dumps(out))
+
+
+def record_accounting(model, transport, short_path, long_path):
+    """GGML_REMOTE_STATS of a 32- and a 64-token run: the traffic of one more token."""
+    def totals(path):
+        line = open(path).read()
+        fields = {}
+        for key, pattern in (("commands", r"([0-9]+) commands"), ("round_trips", r"([0-9]+) round trips"),
+                             ("bytes_sent", r"([0-9]+) bytes sent"), ("bytes_received", r"([0-9]+) bytes received")):
+            m = re.search(pattern, line)
+            if not m:
+                raise SystemExit(f"no statistics in {path}: {line!r}")
+            fields[key] = int(m[1])
+        return fields
+    short, long = totals(short_path), totals(long_path)
+    out = {"kind": "accounting", "model": model, "transport": transport}
+    for key in short:
+        out[key + "_per_token"] = (long[key] - short[key]) / 32.0
+    print(json.dumps(out))
+
+
 def spread(values):
     values = [v for v in values if v is not None and not math.isnan(v)]
     if not values:
@@ -54,7 +86,9 @@ def ratio(stats, base):
 def report(path):
     rows = [json.loads(line) for line in sys.stdin if line.strip()]
     whisper = [r for r in rows if r.get("kind") == "whisper"]
-    rows = [r for r in rows if r.get("kind") != "whisper"]
+    rtts = [r for r in rows if r.get("kind") == "rtt"]
+    accounting = [r for r in rows if r.get("kind") == "accounting"]
+    rows = [r for r in rows if r.get("kind") is None]
     models = list(dict.fromkeys(r["model"] for r in rows))
     transports = list(dict.fromkeys(r["transport"] for r in rows))
     results = []
@@ -101,6 +135,31 @@ def report(path):
                 results.extend(runs)
         print("(times: lower is better; x local is the ratio of medians. Over unix and tcp a compute returns\n"
               " before the host finishes, so whisper-bench books the encoder under decode: compare totals.)")
+    if rtts:
+        print()
+        print("| transport  | empty round trip median | p99 | 16 MiB write GB/s (x local memcpy) | 16 MiB read GB/s (x local memcpy) |")
+        print("|------------|------------|------------|------------------------------------|-----------------------------------|")
+        for r in rtts:
+            def rate(kind):
+                shared = r.get(f"{kind}_tensor (shared memory)")
+                plain = r.get(f"{kind}_tensor")
+                local = r.get(f"local memcpy ({'write' if kind == 'set' else 'read'})")
+                if shared and local:
+                    return f"{shared['median_gbs']:.2f} ({shared['median_gbs'] / local['median_gbs']:.2f}x)"
+                return f"{plain['median_gbs']:.2f}" if plain else "-"
+            print(f"| {r['transport']:<10} | {r.get('rtt_median_us', float('nan')):7.1f} us | {r.get('rtt_p99_us', float('nan')):7.1f} us | "
+                  f"{rate('set'):<34} | {rate('get'):<33} |")
+        print("(shm: commands through the shared-memory ring; shm-socket: the same session with GGML_REMOTE_SHARED_RING=0)")
+        results.extend(rtts)
+    if accounting:
+        print()
+        print("| model  | transport | round trips/token | commands/token | bytes sent/token | bytes received/token |")
+        print("|--------|-----------|-------------------|----------------|------------------|----------------------|")
+        for r in accounting:
+            print(f"| {r['model']:<6} | {r['transport']:<9} | {r['round_trips_per_token']:17.2f} | {r['commands_per_token']:14.2f} | "
+                  f"{r['bytes_sent_per_token']:16.0f} | {r['bytes_received_per_token']:20.0f} |")
+        print("(llama-simple, GGML_REMOTE_STATS=1: a 64-token run minus a 32-token run, divided by 32)")
+        results.extend(accounting)
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
     print(f"\nper-run records: {path}")
@@ -111,5 +170,9 @@ if __name__ == "__main__":
         record(*sys.argv[2:6])
     elif sys.argv[1] == "record-whisper":
         record_whisper(*sys.argv[2:5])
+    elif sys.argv[1] == "record-rtt":
+        record_rtt(sys.argv[2])
+    elif sys.argv[1] == "record-accounting":
+        record_accounting(*sys.argv[2:6])
     else:
         report(sys.argv[2])
