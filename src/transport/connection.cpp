@@ -11,6 +11,22 @@ namespace ggml_remote {
 using protocol::ByteView;
 using protocol::FrameHeader;
 
+namespace {
+
+// Puts `count` descriptors (at most kMaxFdsPerFrame) on a message, in `control`.
+void attach_fds(msghdr *message, char *control, size_t control_size, const int *fds, size_t count) {
+    std::memset(control, 0, control_size);
+    message->msg_control = control;
+    message->msg_controllen = CMSG_SPACE(sizeof(int) * count);
+    cmsghdr *cmsg = CMSG_FIRSTHDR(message);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * count);
+}
+
+}  // namespace
+
 Status FramedStream::failure(const char *what, int err) {
     std::string reason = err == 0 ? "connection closed by peer" : std::strerror(err);
     return error(Code::disconnected, std::string(what) + " " + peer_ + ": " + reason);
@@ -62,17 +78,8 @@ Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t
         msghdr message{};
         message.msg_iov = next;
         message.msg_iovlen = count;
-        if (fds_pending) {
-            // The descriptors ride on the first bytes of the frame.
-            std::memset(control, 0, sizeof(control));
-            message.msg_control = control;
-            message.msg_controllen = CMSG_SPACE(sizeof(int) * fd_count);
-            cmsghdr *cmsg = CMSG_FIRSTHDR(&message);
-            cmsg->cmsg_level = SOL_SOCKET;
-            cmsg->cmsg_type = SCM_RIGHTS;
-            cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fd_count);
-            std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * fd_count);
-        }
+        // The descriptors ride on the first bytes of the frame.
+        if (fds_pending) attach_fds(&message, control, sizeof(control), fds, fd_count);
         const ssize_t sent = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL);
         if (sent < 0) {
             if (errno == EINTR) continue;
@@ -123,17 +130,10 @@ Status FramedStream::send_fds(const int *fds, size_t fd_count) {
     uint8_t marker = 0;
     iovec iov{&marker, 1};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
-    std::memset(control, 0, sizeof(control));
     msghdr message{};
     message.msg_iov = &iov;
     message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = CMSG_SPACE(sizeof(int) * fd_count);
-    cmsghdr *cmsg = CMSG_FIRSTHDR(&message);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fd_count);
-    std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * fd_count);
+    attach_fds(&message, control, sizeof(control), fds, fd_count);
     ssize_t sent;
     do {
         sent = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL);
