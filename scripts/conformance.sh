@@ -8,6 +8,7 @@
 #        scripts/conformance.sh build -o ADD,ROPE      only some ops (a quick check)
 # Exits non-zero if any case failed, or if REMOTE0 did not really run (test-backend-ops
 # alone prints OK when the device it was asked for does not exist).
+# CONFORMANCE_TRANSPORT=shm|tcp runs through that transport instead of unix.
 # Logs stay in BUILD_DIR/conformance/.
 #
 # test-backend-ops runs with tests/integration/backend_ops_zero_buffers.cpp preloaded
@@ -38,6 +39,12 @@ fi
 start_server conformance
 # shellcheck disable=SC2154 # start_server sets conformance_UNIX and conformance_LOG
 ENDPOINT=$conformance_UNIX SERVER_LOG=$conformance_LOG
+case ${CONFORMANCE_TRANSPORT:-unix} in
+    unix) ;;
+    shm) ENDPOINT=shm:${conformance_UNIX#unix:} ;;  # shared buffers, commands through the shared ring
+    tcp) ENDPOINT=$conformance_TCP ;;
+    *) fail "CONFORMANCE_TRANSPORT: unix, shm or tcp" ;;
+esac
 command=("$TEST_BACKEND_OPS" test -b REMOTE0 -j "$JOBS" "$@")
 ZERO_BUFFERS=$BUILD_DIR/lib/libggml_remote_backend_ops_zero_buffers.so
 if [ "${CONFORMANCE_ZERO_BUFFERS:-1}" != 0 ]; then

@@ -150,6 +150,26 @@ TEST(SharedRing, AReaderWaitingForADeadPeerIsToldWithinALivenessPeriod) {
     EXPECT_LT(waited, std::chrono::milliseconds(50 + 3 * kLivenessCheckMs));
 }
 
+// The server's watchdog ends a stalled session by shutting its socket down; a
+// worker waiting on the ring (a guest that sent half a frame) must then give up.
+TEST(SharedRing, AReaderWaitingOnAHalfFrameGivesUpWhenItsOwnSocketIsShutDown) {
+    RingPair pair;
+    const uint8_t half_header[8] = {};
+    // Half a frame header from the guest, then nothing.
+    ASSERT_TRUE(pair.guest.send_frames(ByteView(half_header, sizeof(half_header))).ok());
+    std::thread watchdog([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        ::shutdown(pair.host.fd(), SHUT_RDWR);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    FrameHeader received;
+    Status status = pair.host.receive_header(&received, 1024);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    watchdog.join();
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_LT(waited, std::chrono::milliseconds(50 + 3 * kLivenessCheckMs));
+}
+
 TEST(SharedRing, AGuestThatForgesItsWrittenCountIsRefused) {
     RingPair pair;
     // The guest's side of the memory file, as a hostile guest would write it.
