@@ -15,16 +15,14 @@ bool op_carries_function_pointers(int32_t op) {
 Status bad(const std::string &what) { return error(Code::bad_request, what); }
 
 // Whether ggml_new_tensor accepts the shape: it asserts (GGML_ASSERT, an abort) that
-// the element count, multiplied up one dimension at a time, stays below INT64_MAX.
-// Its exact rule, so that every shape it would abort on is refused here first. A
+// the element count, multiplied up one dimension at a time, stays below INT64_MAX,
+// and a zero extent does not end its check. The same rule, with zeros counted as
+// ones, refuses every shape it aborts on (and a few absurd ones it would take). A
 // tensor with zero strides can claim that many elements and still fit its buffer.
 bool element_count_fits(const WireTensor &t) {
-    int64_t count = t.ne[0];
+    int64_t count = t.ne[0] > 0 ? t.ne[0] : 1;
     for (int d = 1; d < GGML_MAX_DIMS; ++d) {
-        if (t.ne[d] == 0) {
-            count = 0;
-            continue;
-        }
+        if (t.ne[d] <= 1) continue;
         if (INT64_MAX / t.ne[d] <= count) return false;
         count *= t.ne[d];
     }
