@@ -488,6 +488,12 @@ Why check_soft_max(const ggml_tensor *node) {
             return "mask " + shape_of(mask) + " does not fit " + described("src[0]", a);
         }
     }
+    // The accumulator precision (ggml_prec_set_acc): ggml-cpu computes the default and
+    // F32 (what llama.cpp asks for) and aborts on any other value, BF16 and F16 included.
+    const int32_t precision = node->op_params[3];
+    if (precision != GGML_PREC_UNDEFINED && precision != GGML_PREC_F32) {
+        return "accumulator precision " + std::to_string(precision) + " is not supported";
+    }
     float max_bias = 0.0f;
     std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
     if (max_bias > 0.0f && mask == nullptr) return "ALiBi (max_bias > 0) needs a mask";
@@ -543,6 +549,12 @@ Why check_flash_attn_ext(const ggml_tensor *node) {
             !divides(mask->ne[3], q->ne[3])) {
             return "mask " + shape_of(mask) + " does not fit " + described("q", q) + " and " + described("k", k);
         }
+    }
+    // The accumulator precision (ggml_prec_set_acc): ggml-cpu computes the default and
+    // F32 (what llama.cpp asks for) and aborts on any other value, BF16 and F16 included.
+    const int32_t precision = node->op_params[3];
+    if (precision != GGML_PREC_UNDEFINED && precision != GGML_PREC_F32) {
+        return "accumulator precision " + std::to_string(precision) + " is not supported";
     }
     float max_bias = 0.0f;
     std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));

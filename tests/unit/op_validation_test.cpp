@@ -523,6 +523,17 @@ TEST_F(FlashAttention, RefusesAResultOfTheWrongShape) {
     EXPECT_TRUE(Refused(node, "should be [64, 8, 4, 1]"));
 }
 
+// Found by the dispatcher fuzzer: ggml-cpu aborts on an accumulator precision other
+// than these two.
+TEST_F(FlashAttention, AcceptsTheDefaultAndF32AccumulatorsOnly) {
+    ASSERT_TRUE(ggml_prec_set_acc(node, GGML_PREC_F32));
+    EXPECT_TRUE(Accepted(node));
+    ASSERT_TRUE(ggml_prec_set_acc(node, GGML_PREC_F16));
+    EXPECT_TRUE(Refused(node, "accumulator precision 20 is not supported"));
+    node->op_params[3] = -2;
+    EXPECT_TRUE(Refused(node, "accumulator precision -2 is not supported"));
+}
+
 TEST_F(FlashAttention, ChecksItsSinks) {
     ggml_tensor *sinks = f32(8);
     ggml_flash_attn_ext_add_sinks(node, sinks);
