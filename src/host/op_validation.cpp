@@ -270,12 +270,39 @@ int required_sources(ggml_op op) {
     return -1;
 }
 
+bool is_float(ggml_type type) { return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16; }
+
+// Whether a tensor's elements are adjacent along its rows (nb[0] is one element).
+bool rows_are_dense(const ggml_tensor *t) { return t->nb[0] == ggml_type_size(t->type); }
+
+// What ggml-cpu's binary kernels compute, found by fuzzing: anything else ends in
+// a GGML_ASSERT or GGML_ABORT inside the kernel. The result and src[0] dense along
+// their rows, src[1] too unless it has src[0]'s very shape; the same float type
+// throughout, or an F16/BF16 src[0] with an F32 src[1]; and for ADD, a quantized
+// src[0] with a dense F32 src[1] of the same shape, into a float result.
+Why check_binary_kernel(const ggml_tensor *node) {
+    const ggml_tensor *a = node->src[0], *b = node->src[1];
+    if (!rows_are_dense(node)) return "the result's rows are not dense";
+    if (!rows_are_dense(a)) return "src[0] rows are not dense";
+    if (!rows_are_dense(b) && !ggml_are_same_shape(a, b)) return "src[1] rows are not dense and it is broadcast";
+    const ggml_type ta = a->type, tb = b->type, td = node->type;
+    if (is_float(ta) && ((ta == tb && tb == td) || (ta != GGML_TYPE_F32 && tb == GGML_TYPE_F32 && (td == ta || td == GGML_TYPE_F32)))) {
+        return {};
+    }
+    if (node->op == GGML_OP_ADD && ggml_is_quantized(ta) && tb == GGML_TYPE_F32 && is_float(td)) {
+        if (!rows_are_dense(b) || !ggml_are_same_shape(a, b)) return "a quantized src[0] needs a dense src[1] of its shape";
+        return {};
+    }
+    return std::string("types ") + ggml_type_name(ta) + ", " + ggml_type_name(tb) + " into " + ggml_type_name(td) +
+           " are not supported";
+}
+
 // ADD, SUB, MUL, DIV: src[1] broadcasts over src[0]; the result has src[0]'s shape
 // (its type may differ: ggml_add_cast).
 Why check_binary(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     if (!ggml_can_repeat(b, a)) return described("src[1]", b) + " cannot be broadcast to " + described("src[0]", a);
-    return same_shape_as_source(node);
+    return first({same_shape_as_source(node), check_binary_kernel(node)});
 }
 
 Why check_add_id(const ggml_tensor *node) {

@@ -177,6 +177,29 @@ TEST_F(OpValidation, BinaryOpsRefuseAResultOfAnotherShape) {
     EXPECT_TRUE(Refused(node, "result [8, 4, 1, 1] differs from src[0] [8, 3, 1, 1]"));
 }
 
+// Found by the dispatcher fuzzer: ggml-cpu's binary kernels assert dense rows and
+// abort on type combinations they do not have.
+TEST_F(OpValidation, BinaryOpsRefuseResultsAndFirstSourcesWithSparseRows) {
+    ggml_tensor *node = ggml_mul(ctx.get(), f32(8, 3), f32(8));
+    ASSERT_TRUE(Accepted(node));
+    node->nb[0] = 8;
+    EXPECT_TRUE(Refused(node, "the result's rows are not dense"));
+    node = ggml_mul(ctx.get(), ggml_transpose(ctx.get(), f32(3, 8)), f32(8));
+    EXPECT_TRUE(Refused(node, "src[0] rows are not dense"));
+}
+
+TEST_F(OpValidation, BinaryOpsAcceptTheTypeCombinationsOfTheCpuKernels) {
+    EXPECT_TRUE(Accepted(ggml_add(ctx.get(), tensor(GGML_TYPE_F16, 8, 2), f32(8))));
+    EXPECT_TRUE(Accepted(ggml_add_cast(ctx.get(), tensor(GGML_TYPE_BF16, 8, 2), f32(8), GGML_TYPE_F32)));
+    EXPECT_TRUE(Accepted(ggml_add(ctx.get(), tensor(GGML_TYPE_F16, 8, 2), tensor(GGML_TYPE_F16, 8))));
+    EXPECT_TRUE(Accepted(ggml_add_cast(ctx.get(), tensor(GGML_TYPE_Q8_0, 32, 2), f32(32, 2), GGML_TYPE_F32)));
+    EXPECT_TRUE(Refused(ggml_add(ctx.get(), f32(8, 2), tensor(GGML_TYPE_F16, 8)), "types f32, f16 into f32"));
+    EXPECT_TRUE(Refused(ggml_mul(ctx.get(), i32(8, 2), i32(8)), "types i32, i32 into i32"));
+    EXPECT_TRUE(Refused(ggml_mul(ctx.get(), tensor(GGML_TYPE_Q8_0, 32, 2), f32(32, 2)), "types q8_0, f32 into q8_0"));
+    EXPECT_TRUE(Refused(ggml_add_cast(ctx.get(), tensor(GGML_TYPE_Q8_0, 32, 2), f32(32), GGML_TYPE_F32),
+                        "a quantized src[0] needs a dense src[1] of its shape"));
+}
+
 TEST_F(OpValidation, AddIdNeedsI32IdsThatFitItsSources) {
     ggml_tensor *ids = i32(2, 5);
     ggml_tensor *node = ggml_add_id(ctx.get(), f32(16, 2, 5), f32(16, 4), ids);
