@@ -26,6 +26,7 @@ failed=()
 for target in $targets; do
     mkdir -p "$scratch/$target"
     echo "== fuzzing $target for $seconds s (corpus $scratch/$target, seeds tests/fuzz/corpus/$target)"
+    artifacts_before=$(ls "$build/crashes" | wc -l)
     # One process at a time, at the lowest priority: fuzzing shares the machine.
     set +e
     nice -n 19 "$build/bin/ggml-remote-fuzz-$target" -max_total_time="$seconds" -timeout=25 \
@@ -33,8 +34,10 @@ for target in $targets; do
         ${FUZZ_ARGS:-} "$scratch/$target" "$repo/tests/fuzz/corpus/$target" >"$build/fuzz-$target.log" 2>&1
     rc=$?
     set -e
-    grep -E '^(#[0-9]+ *(INITED|DONE)|stat::|==[0-9]+==ERROR|SUMMARY|.*GGML_ASSERT|artifact_prefix)' \
+    grep -E '^(#[0-9]+ *(INITED|DONE)|INFO: exiting|stat::|==[0-9]+==ERROR|SUMMARY|.*GGML_ASSERT|artifact_prefix)' \
         "$build/fuzz-$target.log" || true
+    # With FUZZ_ARGS="-fork=1 -ignore_crashes=1" a run goes on after a finding: count them.
+    [ "$(ls "$build/crashes" | wc -l)" = "$artifacts_before" ] || rc=${rc/#0/1}
     [ "$rc" = 0 ] || failed+=("$target (exit $rc, see $build/fuzz-$target.log)")
 done
 if [ ${#failed[@]} -gt 0 ]; then
