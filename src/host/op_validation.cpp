@@ -410,6 +410,27 @@ Why check_same_shape_pair(const ggml_tensor *node) {
 }
 
 // MUL_MAT: result[i, j] = src0 row i . src1 row j; src0 broadcasts over dims 2 and 3.
+// What ggml-cpu's matrix products (MUL_MAT, MUL_MAT_ID) compute, found by fuzzing:
+// src[0] and src[1] dense along their rows, a result that is neither transposed nor
+// permuted (it asserts all that), a float or quantized src[0] (other types have no
+// dot product), and an F32 src[1] or one of src[0]'s float type (it converts any
+// other src[1] as if it were F32).
+Why check_mat_mul_kernel(const ggml_tensor *node) {
+    const ggml_tensor *a = node->src[0], *b = node->src[1];
+    if (!rows_are_dense(a)) return "src[0] rows are not dense";
+    if (!rows_are_dense(b)) return "src[1] rows are not dense";
+    if (!rows_are_dense(node) || node->nb[1] < node->nb[0] || node->nb[2] < node->nb[1] || node->nb[3] < node->nb[2]) {
+        return "the result is transposed or permuted";
+    }
+    if (!is_float(a->type) && !ggml_is_quantized(a->type)) {
+        return std::string("src[0] type ") + ggml_type_name(a->type) + " has no dot product";
+    }
+    if (b->type != GGML_TYPE_F32 && !(b->type == a->type && is_float(a->type))) {
+        return std::string("src[1] type ") + ggml_type_name(b->type) + " should be f32";
+    }
+    return {};
+}
+
 Why check_mul_mat(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     if (a->ne[0] != b->ne[0]) {
@@ -419,7 +440,8 @@ Why check_mul_mat(const ggml_tensor *node) {
         return described("src[0]", a) + " cannot be broadcast over " + described("src[1]", b) + " in dims 2 and 3";
     }
     if (ggml_is_transposed(a)) return "src[0] is transposed";
-    return first({result_shape(node, a->ne[1], b->ne[1], b->ne[2], b->ne[3]), result_type(node, GGML_TYPE_F32)});
+    return first({result_shape(node, a->ne[1], b->ne[1], b->ne[2], b->ne[3]), result_type(node, GGML_TYPE_F32),
+                  check_mat_mul_kernel(node)});
 }
 
 // MUL_MAT_ID: as [cols, rows, n_expert], b [cols, n_used or 1, n_tokens], ids [n_used, n_tokens].
@@ -437,7 +459,8 @@ Why check_mul_mat_id(const ggml_tensor *node) {
     if (ids->ne[1] != b->ne[2] || !divides(b->ne[1], ids->ne[0])) {
         return "ids " + shape_of(ids) + " do not fit " + described("src[1]", b);
     }
-    return first({result_shape(node, as->ne[1], ids->ne[0], b->ne[2], 1), result_type(node, GGML_TYPE_F32)});
+    return first({result_shape(node, as->ne[1], ids->ne[0], b->ne[2], 1), result_type(node, GGML_TYPE_F32),
+                  check_mat_mul_kernel(node)});
 }
 
 Why check_out_prod(const ggml_tensor *node) {

@@ -368,6 +368,23 @@ TEST_F(OpValidation, MulMatRefusesATransposedFirstSource) {
     EXPECT_TRUE(Refused(node, "src[0] is transposed"));
 }
 
+// Found by the dispatcher fuzzer: ggml-cpu's matrix product asserts these.
+TEST_F(OpValidation, MulMatRefusesAPermutedResult) {
+    ggml_tensor *node = ggml_mul_mat(ctx.get(), f32(64, 16, 1, 2), f32(64, 5, 3, 2));
+    ASSERT_TRUE(Accepted(node));
+    std::swap(node->nb[2], node->nb[3]);
+    EXPECT_TRUE(Refused(node, "the result is transposed or permuted"));
+}
+
+TEST_F(OpValidation, MulMatNeedsADotProductAndAnF32OrMatchingSecondSource) {
+    EXPECT_TRUE(Accepted(ggml_mul_mat(ctx.get(), tensor(GGML_TYPE_F16, 64, 16), tensor(GGML_TYPE_F16, 64, 5))));
+    EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), i32(64, 16), f32(64, 5)), "src[0] type i32 has no dot product"));
+    EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), f32(64, 16), tensor(GGML_TYPE_F16, 64, 5)),
+                        "src[1] type f16 should be f32"));
+    EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), tensor(GGML_TYPE_Q8_0, 64, 16), tensor(GGML_TYPE_Q8_0, 64, 5)),
+                        "src[1] type q8_0 should be f32"));
+}
+
 TEST_F(OpValidation, MulMatIdChecksTheExpertIds) {
     ggml_tensor *ids = i32(2, 7);
     ggml_tensor *node = ggml_mul_mat_id(ctx.get(), tensor(GGML_TYPE_Q4_0, 64, 32, 4), f32(64, 1, 7), ids);
