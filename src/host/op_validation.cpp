@@ -410,6 +410,12 @@ Why check_same_shape_pair(const ggml_tensor *node) {
 }
 
 // MUL_MAT: result[i, j] = src0 row i . src1 row j; src0 broadcasts over dims 2 and 3.
+// Whether a result is dense along its rows and neither transposed nor permuted.
+bool result_in_order(const ggml_tensor *node) {
+    return rows_are_dense(node) && node->nb[0] <= node->nb[1] && node->nb[1] <= node->nb[2] &&
+           node->nb[2] <= node->nb[3];
+}
+
 // What ggml-cpu's matrix products (MUL_MAT, MUL_MAT_ID) compute, found by fuzzing:
 // src[0] and src[1] dense along their rows, a result that is neither transposed nor
 // permuted (it asserts all that), a float or quantized src[0] (other types have no
@@ -419,9 +425,7 @@ Why check_mat_mul_kernel(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     if (!rows_are_dense(a)) return "src[0] rows are not dense";
     if (!rows_are_dense(b)) return "src[1] rows are not dense";
-    if (!rows_are_dense(node) || node->nb[1] < node->nb[0] || node->nb[2] < node->nb[1] || node->nb[3] < node->nb[2]) {
-        return "the result is transposed or permuted";
-    }
+    if (!result_in_order(node)) return "the result is transposed or permuted";
     if (!is_float(a->type) && !ggml_is_quantized(a->type)) {
         return std::string("src[0] type ") + ggml_type_name(a->type) + " has no dot product";
     }
@@ -538,12 +542,6 @@ Why check_soft_max(const ggml_tensor *node) {
             return "mask " + shape_of(mask) + " does not fit " + described("src[0]", a);
         }
     }
-    // The accumulator precision (ggml_prec_set_acc): ggml-cpu computes the default and
-    // F32 (what llama.cpp asks for) and aborts on any other value, BF16 and F16 included.
-    const int32_t precision = node->op_params[3];
-    if (precision != GGML_PREC_UNDEFINED && precision != GGML_PREC_F32) {
-        return "accumulator precision " + std::to_string(precision) + " is not supported";
-    }
     float max_bias = 0.0f;
     std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
     if (max_bias > 0.0f && mask == nullptr) return "ALiBi (max_bias > 0) needs a mask";
@@ -598,6 +596,17 @@ Why check_flash_attn_ext(const ggml_tensor *node) {
         if (mask->ne[0] < k->ne[1] || mask->ne[1] < q->ne[1] || !divides(mask->ne[2], q->ne[2]) ||
             !divides(mask->ne[3], q->ne[3])) {
             return "mask " + shape_of(mask) + " does not fit " + described("q", q) + " and " + described("k", k);
+        }
+    }
+    // ggml-cpu's kernel asserts dense rows and a result in order, and finds no dot
+    // product or conversion for k and v of other than float or quantized types.
+    for (int i = 0; i < 3; ++i) {
+        if (!rows_are_dense(node->src[i])) return src_label(i) + " rows are not dense";
+    }
+    if (!result_in_order(node)) return "the result is transposed or permuted";
+    for (const ggml_tensor *t : {k, v}) {
+        if (!is_float(t->type) && !ggml_is_quantized(t->type)) {
+            return std::string("k and v cannot be of type ") + ggml_type_name(t->type);
         }
     }
     // The accumulator precision (ggml_prec_set_acc): ggml-cpu computes the default and

@@ -574,6 +574,19 @@ TEST_F(FlashAttention, AcceptsTheDefaultAndF32AccumulatorsOnly) {
     EXPECT_TRUE(Refused(node, "accumulator precision -2 is not supported"));
 }
 
+// Found by the dispatcher fuzzer: ggml-cpu's kernel asserts these.
+TEST_F(FlashAttention, RefusesSparseRowsAPermutedResultAndIntegerKeys) {
+    q->nb[0] = 8;
+    EXPECT_TRUE(Refused(node, "src[0] rows are not dense"));
+    q->nb[0] = 4;
+    ASSERT_TRUE(Accepted(node));
+    std::swap(node->nb[2], node->nb[3]);
+    EXPECT_TRUE(Refused(node, "the result is transposed or permuted"));
+    std::swap(node->nb[2], node->nb[3]);
+    retype(k, GGML_TYPE_I16);
+    EXPECT_TRUE(Refused(node, "k and v cannot be of type i16"));
+}
+
 TEST_F(FlashAttention, ChecksItsSinks) {
     ggml_tensor *sinks = f32(8);
     ggml_flash_attn_ext_add_sinks(node, sinks);
