@@ -43,12 +43,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ByteView payload;
     std::vector<uint8_t> sink;
     size_t frames = 0, refused = 0;
+    // GGML_REMOTE_FUZZ_VERBOSE=1: what each input did (for checking seeds by hand).
+    static const bool verbose = std::getenv("GGML_REMOTE_FUZZ_VERBOSE") != nullptr;
     while (fuzz::next_session_frame(&input, &command, &payload)) {
         host::ReplyFrame reply;
         std::vector<UniqueFd> fds;
         const Status status = session.handle(command, payload, &reply, &fds);
         ++frames;
         refused += status.ok() ? 0 : 1;
+        if (verbose && !status.ok()) {
+            std::fprintf(stderr, "frame %zu (%s): %s\n", frames - 1,
+                         command_name(static_cast<CommandId>(command)), status.message().c_str());
+        }
         // Everything a reply would send must be readable: the sanitizers check
         // the copy (a get_tensor tail is a view of buffer memory).
         const ByteView tail = reply.tail.bytes();
@@ -56,8 +62,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sink.insert(sink.end(), tail.data, tail.data + tail.size);
         sink.insert(sink.end(), status.message().begin(), status.message().end());
     }
-    // GGML_REMOTE_FUZZ_VERBOSE=1: what each input did (for checking seeds by hand).
-    static const bool verbose = std::getenv("GGML_REMOTE_FUZZ_VERBOSE") != nullptr;
     if (verbose) {
         std::fprintf(stderr, "session: %zu frames, %zu refused, %llu graphs computed\n", frames, refused,
                      static_cast<unsigned long long>(session.counters().graph_computes));
