@@ -286,11 +286,14 @@ Why check_binary_kernel(const ggml_tensor *node) {
     if (!rows_are_dense(a)) return "src[0] rows are not dense";
     if (!rows_are_dense(b) && !ggml_are_same_shape(a, b)) return "src[1] rows are not dense and it is broadcast";
     const ggml_type ta = a->type, tb = b->type, td = node->type;
-    if (is_float(ta) && ((ta == tb && tb == td) || (ta != GGML_TYPE_F32 && tb == GGML_TYPE_F32 && (td == ta || td == GGML_TYPE_F32)))) {
-        return {};
-    }
+    const bool same_float = is_float(ta) && ta == tb && tb == td;
+    const bool half_and_f32 = (ta == GGML_TYPE_F16 || ta == GGML_TYPE_BF16) && tb == GGML_TYPE_F32 &&
+                              (td == ta || td == GGML_TYPE_F32);
+    if (same_float || half_and_f32) return {};
     if (node->op == GGML_OP_ADD && ggml_is_quantized(ta) && tb == GGML_TYPE_F32 && is_float(td)) {
-        if (!rows_are_dense(b) || !ggml_are_same_shape(a, b)) return "a quantized src[0] needs a dense src[1] of its shape";
+        if (!rows_are_dense(b) || !ggml_are_same_shape(a, b)) {
+            return "a quantized src[0] needs a dense src[1] of its shape";
+        }
         return {};
     }
     return std::string("types ") + ggml_type_name(ta) + ", " + ggml_type_name(tb) + " into " + ggml_type_name(td) +
