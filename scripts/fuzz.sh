@@ -34,7 +34,7 @@ for target in $targets; do
         ${FUZZ_ARGS:-} "$scratch/$target" "$repo/tests/fuzz/corpus/$target" >"$build/fuzz-$target.log" 2>&1
     rc=$?
     set -e
-    grep -E '^(#[0-9]+ *(INITED|DONE)|INFO: exiting|stat::|==[0-9]+==ERROR|SUMMARY|.*GGML_ASSERT|artifact_prefix)' \
+    grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|INFO: exiting|stat::|==[0-9]+==ERROR|SUMMARY|.*GGML_ASSERT|artifact_prefix)' \
         "$build/fuzz-$target.log" || true
     # With FUZZ_ARGS="-fork=1 -ignore_crashes=1" a run goes on after a finding: count them.
     [ "$(ls "$build/crashes" | wc -l)" = "$artifacts_before" ] || rc=${rc/#0/1}
