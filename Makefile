@@ -5,7 +5,7 @@ BUILD ?= build
 RUN := scripts/in-sysroot
 CTEST_ARGS ?=
 
-.PHONY: all build test unit demo conformance bench sysroot clean
+.PHONY: all build test unit demo conformance bench sysroot clean fuzz
 
 all: build
 
@@ -29,6 +29,13 @@ demo: build
 
 conformance: build
 	$(RUN) scripts/conformance.sh $(BUILD)
+
+# make fuzz: the libFuzzer targets (clang, ASan + UBSan) in build-fuzz/, FUZZ_SECONDS
+# each over the committed corpus; findings in build-fuzz/crashes/ (see tests/fuzz/README.md).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(RUN) env FUZZ_SECONDS=$(FUZZ_SECONDS) $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") scripts/fuzz.sh $(FUZZ_BUILD)
 
 clean:
 	rm -rf $(BUILD)

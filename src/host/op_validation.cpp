@@ -270,12 +270,42 @@ int required_sources(ggml_op op) {
     return -1;
 }
 
+bool is_float(ggml_type type) { return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16; }
+
+// Whether a tensor's elements are adjacent along its rows (nb[0] is one element).
+bool rows_are_dense(const ggml_tensor *t) { return t->nb[0] == ggml_type_size(t->type); }
+
+// What ggml-cpu's binary kernels compute, found by fuzzing: anything else ends in
+// a GGML_ASSERT or GGML_ABORT inside the kernel. The result and src[0] dense along
+// their rows, src[1] too unless it has src[0]'s very shape; the same float type
+// throughout, or an F16/BF16 src[0] with an F32 src[1]; and for ADD, a quantized
+// src[0] with a dense F32 src[1] of the same shape, into a float result.
+Why check_binary_kernel(const ggml_tensor *node) {
+    const ggml_tensor *a = node->src[0], *b = node->src[1];
+    if (!rows_are_dense(node)) return "the result's rows are not dense";
+    if (!rows_are_dense(a)) return "src[0] rows are not dense";
+    if (!rows_are_dense(b) && !ggml_are_same_shape(a, b)) return "src[1] rows are not dense and it is broadcast";
+    const ggml_type ta = a->type, tb = b->type, td = node->type;
+    const bool same_float = is_float(ta) && ta == tb && tb == td;
+    const bool half_and_f32 = (ta == GGML_TYPE_F16 || ta == GGML_TYPE_BF16) && tb == GGML_TYPE_F32 &&
+                              (td == ta || td == GGML_TYPE_F32);
+    if (same_float || half_and_f32) return {};
+    if (node->op == GGML_OP_ADD && ggml_is_quantized(ta) && tb == GGML_TYPE_F32 && is_float(td)) {
+        if (!rows_are_dense(b) || !ggml_are_same_shape(a, b)) {
+            return "a quantized src[0] needs a dense src[1] of its shape";
+        }
+        return {};
+    }
+    return std::string("types ") + ggml_type_name(ta) + ", " + ggml_type_name(tb) + " into " + ggml_type_name(td) +
+           " are not supported";
+}
+
 // ADD, SUB, MUL, DIV: src[1] broadcasts over src[0]; the result has src[0]'s shape
 // (its type may differ: ggml_add_cast).
 Why check_binary(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     if (!ggml_can_repeat(b, a)) return described("src[1]", b) + " cannot be broadcast to " + described("src[0]", a);
-    return same_shape_as_source(node);
+    return first({same_shape_as_source(node), check_binary_kernel(node)});
 }
 
 Why check_add_id(const ggml_tensor *node) {
@@ -383,6 +413,31 @@ Why check_same_shape_pair(const ggml_tensor *node) {
 }
 
 // MUL_MAT: result[i, j] = src0 row i . src1 row j; src0 broadcasts over dims 2 and 3.
+// Whether a result is dense along its rows and neither transposed nor permuted.
+bool result_in_order(const ggml_tensor *node) {
+    return rows_are_dense(node) && node->nb[0] <= node->nb[1] && node->nb[1] <= node->nb[2] &&
+           node->nb[2] <= node->nb[3];
+}
+
+// What ggml-cpu's matrix products (MUL_MAT, MUL_MAT_ID) compute, found by fuzzing:
+// src[0] and src[1] dense along their rows, a result that is neither transposed nor
+// permuted (it asserts all that), a float or quantized src[0] (other types have no
+// dot product), and an F32 src[1] or one of src[0]'s float type (it converts any
+// other src[1] as if it were F32).
+Why check_mat_mul_kernel(const ggml_tensor *node) {
+    const ggml_tensor *a = node->src[0], *b = node->src[1];
+    if (!rows_are_dense(a)) return "src[0] rows are not dense";
+    if (!rows_are_dense(b)) return "src[1] rows are not dense";
+    if (!result_in_order(node)) return "the result is transposed or permuted";
+    if (!is_float(a->type) && !ggml_is_quantized(a->type)) {
+        return std::string("src[0] type ") + ggml_type_name(a->type) + " has no dot product";
+    }
+    if (b->type != GGML_TYPE_F32 && !(b->type == a->type && is_float(a->type))) {
+        return std::string("src[1] type ") + ggml_type_name(b->type) + " should be f32";
+    }
+    return {};
+}
+
 Why check_mul_mat(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     if (a->ne[0] != b->ne[0]) {
@@ -392,7 +447,8 @@ Why check_mul_mat(const ggml_tensor *node) {
         return described("src[0]", a) + " cannot be broadcast over " + described("src[1]", b) + " in dims 2 and 3";
     }
     if (ggml_is_transposed(a)) return "src[0] is transposed";
-    return first({result_shape(node, a->ne[1], b->ne[1], b->ne[2], b->ne[3]), result_type(node, GGML_TYPE_F32)});
+    return first({result_shape(node, a->ne[1], b->ne[1], b->ne[2], b->ne[3]), result_type(node, GGML_TYPE_F32),
+                  check_mat_mul_kernel(node)});
 }
 
 // MUL_MAT_ID: as [cols, rows, n_expert], b [cols, n_used or 1, n_tokens], ids [n_used, n_tokens].
@@ -410,7 +466,8 @@ Why check_mul_mat_id(const ggml_tensor *node) {
     if (ids->ne[1] != b->ne[2] || !divides(b->ne[1], ids->ne[0])) {
         return "ids " + shape_of(ids) + " do not fit " + described("src[1]", b);
     }
-    return first({result_shape(node, as->ne[1], ids->ne[0], b->ne[2], 1), result_type(node, GGML_TYPE_F32)});
+    return first({result_shape(node, as->ne[1], ids->ne[0], b->ne[2], 1), result_type(node, GGML_TYPE_F32),
+                  check_mat_mul_kernel(node)});
 }
 
 Why check_out_prod(const ggml_tensor *node) {
@@ -543,6 +600,23 @@ Why check_flash_attn_ext(const ggml_tensor *node) {
             !divides(mask->ne[3], q->ne[3])) {
             return "mask " + shape_of(mask) + " does not fit " + described("q", q) + " and " + described("k", k);
         }
+    }
+    // ggml-cpu's kernel asserts dense rows and a result in order, and finds no dot
+    // product or conversion for k and v of other than float or quantized types.
+    for (int i = 0; i < 3; ++i) {
+        if (!rows_are_dense(node->src[i])) return src_label(i) + " rows are not dense";
+    }
+    if (!result_in_order(node)) return "the result is transposed or permuted";
+    for (const ggml_tensor *t : {k, v}) {
+        if (!is_float(t->type) && !ggml_is_quantized(t->type)) {
+            return std::string("k and v cannot be of type ") + ggml_type_name(t->type);
+        }
+    }
+    // The accumulator precision (ggml_prec_set_acc): ggml-cpu computes the default and
+    // F32 (what llama.cpp asks for) and aborts on any other value, BF16 and F16 included.
+    const int32_t precision = node->op_params[3];
+    if (precision != GGML_PREC_UNDEFINED && precision != GGML_PREC_F32) {
+        return "accumulator precision " + std::to_string(precision) + " is not supported";
     }
     float max_bias = 0.0f;
     std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));

@@ -587,6 +587,7 @@ void Session::register_handlers() {
                                                     "' is in a buffer this backend cannot compute with");
             }
         }
+        if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
         const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
         ++counters_.graph_computes;
         if (result != GGML_STATUS_SUCCESS) {
@@ -695,6 +696,8 @@ Status Session::serve(FramedStream &stream) {
         if (!watchdog.disarm()) return watchdog.failure();
         if (!status) return Status::success();  // the guest went away mid-message
         counters_.bytes_received += sizeof(header) + payload.size();
+        if (recorder_ != nullptr) recorder_->record(header, ByteView(payload));
+
         ReplyFrame reply;
         std::vector<UniqueFd> fds = std::move(stream.received_fds());
         stream.received_fds().clear();

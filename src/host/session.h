@@ -3,6 +3,7 @@
 #pragma once
 
 #include "host/dispatcher.h"
+#include "host/frame_recorder.h"
 #include "host/graph_builder.h"
 #include "host/handle_table.h"
 #include "host/status_board.h"
@@ -15,6 +16,7 @@
 #include <ggml-backend.h>
 
 #include <array>
+#include <functional>
 #include <utility>
 #include <memory>
 #include <string>
@@ -64,6 +66,16 @@ class Session {
         status_query_allowed_ = may_query;
         max_sessions_ = max_sessions;
     }
+
+    // Writes every frame serve() receives to `recorder` (GGML_REMOTE_RECORD_DIR).
+    void record_frames(FrameRecorder *recorder) { recorder_ = recorder; }
+
+    // Test-only: called with each graph that passed validation, just before it is
+    // computed; when it returns false the compute is skipped (as a success). The
+    // dispatcher fuzzer uses it to keep out graphs whose data-dependent indexes
+    // ggml would abort on (a documented, contained gap, see docs/SECURITY.md).
+    using ComputeGateForTesting = std::function<bool(const ggml_cgraph *graph)>;
+    void set_compute_gate_for_testing(ComputeGateForTesting gate) { compute_gate_for_testing_ = std::move(gate); }
 
     // Serves the guest until it disconnects (success) or breaks the protocol
     // (the returned status says how). The session's objects stay until destruction.
@@ -151,6 +163,8 @@ class Session {
     uint32_t max_sessions_ = 0;
     void publish_status();
     SessionCounters counters_;
+    FrameRecorder *recorder_ = nullptr;
+    ComputeGateForTesting compute_gate_for_testing_;
 };
 
 }  // namespace ggml_remote::host

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 namespace ggml_remote::host {
@@ -136,6 +137,17 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
         if (options.status_fd >= 0 && StatusBoard::attach(options.status_fd, &board).ok()) {
             session.attach_status(&board, board.slot(static_cast<uint32_t>(options.status_slot)), trusted_local_peer,
                                   static_cast<uint32_t>(options.max_sessions));
+        }
+        // GGML_REMOTE_RECORD_DIR: keep every frame of the session, for the fuzzers' seeds.
+        FrameRecorder recorder;
+        const char *record_dir = std::getenv("GGML_REMOTE_RECORD_DIR");
+        if (record_dir != nullptr && *record_dir != '\0') {
+            Status recording = FrameRecorder::open(record_dir, &recorder);
+            if (recording) {
+                session.record_frames(&recorder);
+            } else {
+                log_line(label + ": " + recording.message());
+            }
         }
         outcome = session.serve(stream);
         counters = session.counters();

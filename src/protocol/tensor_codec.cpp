@@ -14,6 +14,21 @@ bool op_carries_function_pointers(int32_t op) {
 
 Status bad(const std::string &what) { return error(Code::bad_request, what); }
 
+// Whether ggml_new_tensor accepts the shape: it asserts (GGML_ASSERT, an abort) that
+// the element count, multiplied up one dimension at a time, stays below INT64_MAX,
+// and a zero extent does not end its check. The same rule, with zeros counted as
+// ones, refuses every shape it aborts on (and a few absurd ones it would take). A
+// tensor with zero strides can claim that many elements and still fit its buffer.
+bool element_count_fits(const WireTensor &t) {
+    int64_t count = t.ne[0] > 0 ? t.ne[0] : 1;
+    for (int d = 1; d < GGML_MAX_DIMS; ++d) {
+        if (t.ne[d] <= 1) continue;
+        if (INT64_MAX / t.ne[d] <= count) return false;
+        count *= t.ne[d];
+    }
+    return true;
+}
+
 std::string tensor_label(size_t index, const WireTensor &t) {
     std::string name(t.name, strnlen(t.name, sizeof(t.name)));
     return "tensor " + std::to_string(index) + (name.empty() ? "" : " '" + name + "'");
@@ -214,6 +229,7 @@ Status decode_tensor_list(ByteView bytes, const TensorListLimits &limits, Tensor
         for (int d = 0; d < GGML_MAX_DIMS; ++d) {
             if (t.ne[d] < 0) return bad(tensor_label(i, t) + ": negative ne[" + std::to_string(d) + "]");
         }
+        if (!element_count_fits(t)) return bad(tensor_label(i, t) + ": the element count overflows");
         const int64_t block = ggml_blck_size(static_cast<ggml_type>(t.type));
         if (t.ne[0] % block != 0) {
             return bad(tensor_label(i, t) + ": ne[0]=" + std::to_string(t.ne[0]) + " is not a multiple of the " +

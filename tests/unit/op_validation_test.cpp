@@ -177,6 +177,29 @@ TEST_F(OpValidation, BinaryOpsRefuseAResultOfAnotherShape) {
     EXPECT_TRUE(Refused(node, "result [8, 4, 1, 1] differs from src[0] [8, 3, 1, 1]"));
 }
 
+// Found by the dispatcher fuzzer: ggml-cpu's binary kernels assert dense rows and
+// abort on type combinations they do not have.
+TEST_F(OpValidation, BinaryOpsRefuseResultsAndFirstSourcesWithSparseRows) {
+    ggml_tensor *node = ggml_mul(ctx.get(), f32(8, 3), f32(8));
+    ASSERT_TRUE(Accepted(node));
+    node->nb[0] = 8;
+    EXPECT_TRUE(Refused(node, "the result's rows are not dense"));
+    node = ggml_mul(ctx.get(), ggml_transpose(ctx.get(), f32(3, 8)), f32(8));
+    EXPECT_TRUE(Refused(node, "src[0] rows are not dense"));
+}
+
+TEST_F(OpValidation, BinaryOpsAcceptTheTypeCombinationsOfTheCpuKernels) {
+    EXPECT_TRUE(Accepted(ggml_add(ctx.get(), tensor(GGML_TYPE_F16, 8, 2), f32(8))));
+    EXPECT_TRUE(Accepted(ggml_add_cast(ctx.get(), tensor(GGML_TYPE_BF16, 8, 2), f32(8), GGML_TYPE_F32)));
+    EXPECT_TRUE(Accepted(ggml_add(ctx.get(), tensor(GGML_TYPE_F16, 8, 2), tensor(GGML_TYPE_F16, 8))));
+    EXPECT_TRUE(Accepted(ggml_add_cast(ctx.get(), tensor(GGML_TYPE_Q8_0, 32, 2), f32(32, 2), GGML_TYPE_F32)));
+    EXPECT_TRUE(Refused(ggml_add(ctx.get(), f32(8, 2), tensor(GGML_TYPE_F16, 8)), "types f32, f16 into f32"));
+    EXPECT_TRUE(Refused(ggml_mul(ctx.get(), i32(8, 2), i32(8)), "types i32, i32 into i32"));
+    EXPECT_TRUE(Refused(ggml_mul(ctx.get(), tensor(GGML_TYPE_Q8_0, 32, 2), f32(32, 2)), "types q8_0, f32 into q8_0"));
+    EXPECT_TRUE(Refused(ggml_add_cast(ctx.get(), tensor(GGML_TYPE_Q8_0, 32, 2), f32(32), GGML_TYPE_F32),
+                        "a quantized src[0] needs a dense src[1] of its shape"));
+}
+
 TEST_F(OpValidation, AddIdNeedsI32IdsThatFitItsSources) {
     ggml_tensor *ids = i32(2, 5);
     ggml_tensor *node = ggml_add_id(ctx.get(), f32(16, 2, 5), f32(16, 4), ids);
@@ -343,6 +366,23 @@ TEST_F(OpValidation, MulMatRefusesATransposedFirstSource) {
     ggml_tensor *node = ggml_mul_mat(ctx.get(), f32(64, 64), f32(64, 5));
     node->src[0] = ggml_transpose(ctx.get(), node->src[0]);
     EXPECT_TRUE(Refused(node, "src[0] is transposed"));
+}
+
+// Found by the dispatcher fuzzer: ggml-cpu's matrix product asserts these.
+TEST_F(OpValidation, MulMatRefusesAPermutedResult) {
+    ggml_tensor *node = ggml_mul_mat(ctx.get(), f32(64, 16, 1, 2), f32(64, 5, 3, 2));
+    ASSERT_TRUE(Accepted(node));
+    std::swap(node->nb[2], node->nb[3]);
+    EXPECT_TRUE(Refused(node, "the result is transposed or permuted"));
+}
+
+TEST_F(OpValidation, MulMatNeedsADotProductAndAnF32OrMatchingSecondSource) {
+    EXPECT_TRUE(Accepted(ggml_mul_mat(ctx.get(), tensor(GGML_TYPE_F16, 64, 16), tensor(GGML_TYPE_F16, 64, 5))));
+    EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), i32(64, 16), f32(64, 5)), "src[0] type i32 has no dot product"));
+    EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), f32(64, 16), tensor(GGML_TYPE_F16, 64, 5)),
+                        "src[1] type f16 should be f32"));
+    EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), tensor(GGML_TYPE_Q8_0, 64, 16), tensor(GGML_TYPE_Q8_0, 64, 5)),
+                        "src[1] type q8_0 should be f32"));
 }
 
 TEST_F(OpValidation, MulMatIdChecksTheExpertIds) {
@@ -521,6 +561,30 @@ TEST_F(FlashAttention, RefusesAMaskShorterThanTheKeys) {
 TEST_F(FlashAttention, RefusesAResultOfTheWrongShape) {
     reshape(node, 64, 4, 8);
     EXPECT_TRUE(Refused(node, "should be [64, 8, 4, 1]"));
+}
+
+// Found by the dispatcher fuzzer: ggml-cpu aborts on an accumulator precision other
+// than these two.
+TEST_F(FlashAttention, AcceptsTheDefaultAndF32AccumulatorsOnly) {
+    ASSERT_TRUE(ggml_prec_set_acc(node, GGML_PREC_F32));
+    EXPECT_TRUE(Accepted(node));
+    ASSERT_TRUE(ggml_prec_set_acc(node, GGML_PREC_F16));
+    EXPECT_TRUE(Refused(node, "accumulator precision 20 is not supported"));
+    node->op_params[3] = -2;
+    EXPECT_TRUE(Refused(node, "accumulator precision -2 is not supported"));
+}
+
+// Found by the dispatcher fuzzer: ggml-cpu's kernel asserts these.
+TEST_F(FlashAttention, RefusesSparseRowsAPermutedResultAndIntegerKeys) {
+    q->nb[0] = 8;
+    EXPECT_TRUE(Refused(node, "src[0] rows are not dense"));
+    q->nb[0] = 4;
+    ASSERT_TRUE(Accepted(node));
+    std::swap(node->nb[2], node->nb[3]);
+    EXPECT_TRUE(Refused(node, "the result is transposed or permuted"));
+    std::swap(node->nb[2], node->nb[3]);
+    retype(k, GGML_TYPE_I16);
+    EXPECT_TRUE(Refused(node, "k and v cannot be of type i16"));
 }
 
 TEST_F(FlashAttention, ChecksItsSinks) {

@@ -474,6 +474,44 @@ TEST_F(TensorListDecoding, NegativeExtentIsRefused) {
     EXPECT_THAT(status.message(), HasSubstr("negative ne[2]"));
 }
 
+// Found by the dispatcher fuzzer: ggml_new_tensor aborts the worker on such a shape.
+TEST_F(TensorListDecoding, ElementCountThatOverflowsIsRefused) {
+    edit_wire_tensor(bytes, 0, [](WireTensor &t) {
+        t.type = GGML_TYPE_I8;
+        t.ne[0] = int64_t(1) << 32;
+        t.ne[1] = int64_t(1) << 31;
+        t.ne[2] = t.ne[3] = 1;
+        t.nb[0] = t.nb[1] = t.nb[2] = t.nb[3] = 0;  // zero strides: fits any buffer
+    });
+    Status status = decode(bytes);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("element count overflows"));
+}
+
+TEST_F(TensorListDecoding, ElementCountThatOverflowsIsRefusedEvenWithAZeroExtent) {
+    edit_wire_tensor(bytes, 0, [](WireTensor &t) {
+        t.type = GGML_TYPE_I8;
+        t.ne[0] = int64_t(1) << 62;
+        t.ne[1] = 0;
+        t.ne[2] = int64_t(1) << 56;
+        t.ne[3] = 0;
+        t.nb[0] = t.nb[1] = t.nb[2] = t.nb[3] = 0;
+    });
+    Status status = decode(bytes);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("element count overflows"));
+}
+
+TEST_F(TensorListDecoding, ElementCountJustBelowTheOverflowIsAcceptedAsGgmlAcceptsIt) {
+    edit_wire_tensor(bytes, 0, [](WireTensor &t) {
+        t.type = GGML_TYPE_I8;
+        t.ne[0] = t.ne[1] = int64_t(1) << 31;
+        t.ne[2] = t.ne[3] = 1;
+        t.nb[0] = t.nb[1] = t.nb[2] = t.nb[3] = 0;
+    });
+    EXPECT_TRUE(decode(bytes).ok());
+}
+
 TEST_F(TensorListDecoding, RowLengthThatIsNotAWholeNumberOfBlocksIsRefused) {
     edit_wire_tensor(bytes, 0, [](WireTensor &t) {
         t.type = GGML_TYPE_Q8_0;
