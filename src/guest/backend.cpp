@@ -84,11 +84,7 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
         if (replayed) return finish_compute(remote, status);
     }
     TensorListEncoder encoder([&session](const ggml_tensor *t, TensorLocation *location) {
-        RemoteBuffer *owner = remote_buffer_of(t->buffer != nullptr ? t->buffer : t->view_src ? t->view_src->buffer : nullptr);
-        if (owner == nullptr || &owner->device->session() != &session) return false;
-        location->buffer = owner->handle;
-        location->offset = static_cast<const uint8_t *>(t->data) - static_cast<const uint8_t *>(owner->base);
-        return true;
+        return locate_on_host(&session, t, location);
     });
     const int n_nodes = ggml_graph_n_nodes(graph);
     for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));
@@ -143,7 +139,7 @@ void backend_synchronize(ggml_backend_t backend) {
 
 // The buffer that holds a tensor's bytes, when it is one of this session's.
 RemoteBuffer *session_buffer_of(RemoteBackend *remote, const ggml_tensor *tensor) {
-    RemoteBuffer *owner = remote_buffer_of(tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer);
+    RemoteBuffer *owner = remote_buffer_of(tensor);
     if (owner == nullptr || &owner->device->session() != &remote->device->session()) return nullptr;
     return owner;
 }

@@ -35,11 +35,7 @@ void *buffer_get_base(ggml_backend_buffer_t buffer) { return context_of(buffer)-
 enum ggml_status buffer_init_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor) {
     RemoteBuffer *remote = context_of(buffer);
     TensorListEncoder encoder([](const ggml_tensor *t, TensorLocation *location) {
-        RemoteBuffer *owner = remote_buffer_of(t->buffer != nullptr ? t->buffer : t->view_src ? t->view_src->buffer : nullptr);
-        if (owner == nullptr) return false;
-        location->buffer = owner->handle;
-        location->offset = static_cast<const uint8_t *>(t->data) - static_cast<const uint8_t *>(owner->base);
-        return true;
+        return locate_on_host(nullptr, t, location);
     });
     encoder.add(tensor);
     if (encoder.failed()) {
@@ -156,7 +152,7 @@ void buffer_get_tensor_2d(ggml_backend_buffer_t buffer, const ggml_tensor *tenso
 
 bool buffer_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *src, ggml_tensor *dst) {
     RemoteBuffer *remote = context_of(buffer);
-    RemoteBuffer *source = remote_buffer_of(src->buffer != nullptr ? src->buffer : src->view_src ? src->view_src->buffer : nullptr);
+    RemoteBuffer *source = remote_buffer_of(src);
     // Only a copy inside one server can stay there; ggml copies the rest itself.
     if (source == nullptr || &source->device->session() != &remote->device->session()) return false;
     CopyTensor::Request request{source->range(src, 0, ggml_nbytes(src)), remote->range(dst, 0, ggml_nbytes(dst))};
@@ -265,6 +261,19 @@ BufferRange RemoteBuffer::range(const ggml_tensor *tensor, size_t offset, size_t
 RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer) {
     if (buffer == nullptr || buffer->iface.free_buffer != buffer_free) return nullptr;
     return context_of(buffer);
+}
+
+RemoteBuffer *remote_buffer_of(const ggml_tensor *tensor) {
+    return remote_buffer_of(tensor->buffer != nullptr ? tensor->buffer
+                            : tensor->view_src != nullptr ? tensor->view_src->buffer : nullptr);
+}
+
+bool locate_on_host(const RemoteSession *session, const ggml_tensor *tensor, TensorLocation *location) {
+    const RemoteBuffer *owner = remote_buffer_of(tensor);
+    if (owner == nullptr || (session != nullptr && &owner->device->session() != session)) return false;
+    location->buffer = owner->handle;
+    location->offset = static_cast<const uint8_t *>(tensor->data) - static_cast<const uint8_t *>(owner->base);
+    return true;
 }
 
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size) {

@@ -4,6 +4,7 @@
 
 #include "abi/ggml_backend_abi_v3.h"
 #include "guest/remote_session.h"
+#include "protocol/tensor_codec.h"
 #include "transport/shared_memory.h"
 
 #include <memory>
@@ -76,6 +77,11 @@ struct RemoteBuffer {
 
 // Whether a ggml buffer is one of ours (and then its RemoteBuffer).
 RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer);
+// The RemoteBuffer holding a tensor's bytes (its own buffer or its view source's), if ours.
+RemoteBuffer *remote_buffer_of(const ggml_tensor *tensor);
+// A TensorListEncoder locator: where a tensor's bytes are on the host, when they
+// are in one of our buffers (of `session`, unless it is null).
+bool locate_on_host(const RemoteSession *session, const ggml_tensor *tensor, protocol::TensorLocation *location);
 
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size);
 // ggml's buffer_from_host_ptr for shared-memory devices: `ptr` is normally a mapped

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -37,9 +38,22 @@ struct RingPair {
         host.attach_ring(std::move(host_ring));
         guest.attach_ring(std::move(guest_ring));
     }
+    ~RingPair() {
+        if (forged_ != nullptr) ::munmap(forged_, kRingHeaderBytes);
+    }
+    // The ring's counters as a hostile guest can write them, through a mapping of its own.
+    RingChannel::RegionHeader *forge() {
+        void *region = ::mmap(nullptr, kRingHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memory.get(), 0);
+        EXPECT_NE(region, MAP_FAILED);
+        forged_ = region == MAP_FAILED ? nullptr : region;
+        return static_cast<RingChannel::RegionHeader *>(forged_);
+    }
     FramedStream guest;
     FramedStream host;
     UniqueFd memory;
+
+  private:
+    void *forged_ = nullptr;
 };
 
 ByteView text(const std::string &s) { return ByteView(s.data(), s.size()); }
@@ -135,19 +149,25 @@ TEST(SharedRing, AFrameThatAnnouncesDescriptorsThatNeverCameIsRefusedNotWaitedFo
     EXPECT_THAT(status.message(), HasSubstr("descriptors that never came"));
 }
 
-TEST(SharedRing, AReaderWaitingForADeadPeerIsToldWithinALivenessPeriod) {
-    RingPair pair;
-    std::thread killer([&] {
+// A host waiting on the ring for a frame, while `event` happens 50 ms later, is
+// told the session is over within a few liveness periods.
+void expect_wait_ends_after(RingPair &pair, const std::function<void()> &event) {
+    std::thread other([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        pair.guest.close();  // the guest's process dies: its socket closes
+        event();
     });
     const auto start = std::chrono::steady_clock::now();
     FrameHeader received;
     Status status = pair.host.receive_header(&received, 1024);
     const auto waited = std::chrono::steady_clock::now() - start;
-    killer.join();
+    other.join();
     EXPECT_EQ(status.code(), Code::disconnected);
     EXPECT_LT(waited, std::chrono::milliseconds(50 + 3 * kLivenessCheckMs));
+}
+
+TEST(SharedRing, AReaderWaitingForADeadPeerIsToldWithinALivenessPeriod) {
+    RingPair pair;
+    expect_wait_ends_after(pair, [&] { pair.guest.close(); });  // the guest's process dies: its socket closes
 }
 
 // The server's watchdog ends a stalled session by shutting its socket down; a
@@ -157,44 +177,28 @@ TEST(SharedRing, AReaderWaitingOnAHalfFrameGivesUpWhenItsOwnSocketIsShutDown) {
     const uint8_t half_header[8] = {};
     // Half a frame header from the guest, then nothing.
     ASSERT_TRUE(pair.guest.send_frames(ByteView(half_header, sizeof(half_header))).ok());
-    std::thread watchdog([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        ::shutdown(pair.host.fd(), SHUT_RDWR);
-    });
-    const auto start = std::chrono::steady_clock::now();
-    FrameHeader received;
-    Status status = pair.host.receive_header(&received, 1024);
-    const auto waited = std::chrono::steady_clock::now() - start;
-    watchdog.join();
-    EXPECT_EQ(status.code(), Code::disconnected);
-    EXPECT_LT(waited, std::chrono::milliseconds(50 + 3 * kLivenessCheckMs));
+    expect_wait_ends_after(pair, [&] { ::shutdown(pair.host.fd(), SHUT_RDWR); });
 }
 
 TEST(SharedRing, AGuestThatForgesItsWrittenCountIsRefused) {
     RingPair pair;
-    // The guest's side of the memory file, as a hostile guest would write it.
-    void *region = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pair.memory.get(), 0);
-    ASSERT_NE(region, MAP_FAILED);
-    using Layout = RingChannel::RegionHeader;
-    auto *layout = static_cast<Layout *>(region);
+    RingChannel::RegionHeader *layout = pair.forge();
+    ASSERT_NE(layout, nullptr);
     layout->rings[0].written.store(1ull << 40);  // far more than the ring holds
     FrameHeader received;
     Status status = pair.host.receive_header(&received, 1024);
     EXPECT_EQ(status.code(), Code::bad_request);
     EXPECT_THAT(status.message(), HasSubstr("impossible"));
-    ::munmap(region, 4096);
 }
 
 TEST(SharedRing, AGuestThatForgesItsReadCountCannotMakeTheHostOverwrite) {
     RingPair pair;
-    void *region = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pair.memory.get(), 0);
-    ASSERT_NE(region, MAP_FAILED);
-    using Layout = RingChannel::RegionHeader;
+    RingChannel::RegionHeader *layout = pair.forge();
+    ASSERT_NE(layout, nullptr);
     // "Read" more than the host ever wrote.
-    static_cast<Layout *>(region)->rings[1].read.store(12345);
+    layout->rings[1].read.store(12345);
     Status status = pair.host.send(FrameHeader{}, {text("reply")});
     EXPECT_EQ(status.code(), Code::bad_request);
-    ::munmap(region, 4096);
 }
 
 TEST(SharedRing, AttachRefusesAMemoryFileWithoutTheRingLayout) {
