@@ -175,8 +175,10 @@ Status RemoteSession::lost(const Status &cause) {
 }
 
 Status RemoteSession::read_reply(CommandId id, uint64_t sequence, Exchange &x) {
+    stream_.set_peer_computing(last_compute_ > finished_ && last_compute_ <= sequence);
     FrameHeader header;
     Status status = stream_.receive_header(&header, ~0ull);
+    stream_.set_peer_computing(false);
     if (!status) return lost(status);
     finished_ = sequence;  // the host answers in order: all earlier work is done
     counters_.bytes_received += sizeof(header) + header.payload_size;

@@ -54,6 +54,10 @@ class FramedStream {
     // descriptors (announced by kFrameCarriesFds) and tells when the peer is gone.
     void attach_ring(std::unique_ptr<RingChannel> ring) { ring_ = std::move(ring); }
     bool uses_ring() const { return ring_ != nullptr; }
+    // See RingChannel::set_peer_computing (nothing to do without a ring).
+    void set_peer_computing(bool computing) {
+        if (ring_ != nullptr) ring_->set_peer_computing(computing);
+    }
 
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }

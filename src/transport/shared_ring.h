@@ -50,6 +50,9 @@ class RingChannel {
     Status read(void *data, size_t size, int peer_socket);
 
     size_t capacity() const { return capacity_; }
+    // The guest says when the reply it waits for is behind a compute: the host's
+    // threads then want the cores, so the wait sleeps soon instead of spinning.
+    void set_peer_computing(bool computing) { peer_computing_ = computing; }
 
     // One direction's shared counters and doorbells, each on its own cache line.
     struct RingState {
@@ -85,7 +88,10 @@ class RingChannel {
     Mapping mapping_;
     size_t capacity_;
     Direction out_, in_;
-    int spin_ns_ = 2000;  // adapted: longer while spinning pays, shorter while it does not
+    // Sizes the next spin from how long a wait took (see wait()).
+    void note_wait(uint64_t waited_ns);
+    uint64_t spin_ns_ = 2000;  // how long the next wait spins before it sleeps
+    bool peer_computing_ = false;
 };
 
 }  // namespace ggml_remote
