@@ -83,8 +83,10 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
         Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket, &replayed);
         if (replayed) return finish_compute(remote, status);
     }
-    TensorListEncoder encoder([&session](const ggml_tensor *t, TensorLocation *location) {
-        return locate_on_host(&session, t, location);
+    MappedWeights &mapped_weights = remote->device->mapped_weights();
+    mapped_weights.begin_graph();
+    TensorListEncoder encoder([&session, &mapped_weights](const ggml_tensor *t, TensorLocation *location) {
+        return locate_on_host(&session, t, location) || mapped_weights.locate(t, location);
     });
     const int n_nodes = ggml_graph_n_nodes(graph);
     for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));

@@ -62,8 +62,11 @@ bool device_supports_op(ggml_backend_dev_t dev, const ggml_tensor *op) {
     return RemoteDevice::from(dev)->supports_op(op);
 }
 
+// Besides its own buffers, a device reads the guest's memory-mapped weights, for
+// the ops that MappedWeights lets it take (supports_op refuses the others).
 bool device_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
-    return buft == RemoteDevice::from(dev)->buffer_type();
+    return buft == RemoteDevice::from(dev)->buffer_type() ||
+           (MappedWeights::enabled() && MappedWeights::is_mapped_weights_type(buft));
 }
 
 // Offloading an op whose weights live in guest memory would ship the weights on
@@ -169,6 +172,7 @@ Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t rem
 }
 
 bool RemoteDevice::supports_op(const ggml_tensor *op) {
+    if (mapped_weights_.classify(op) == MappedWeights::Use::refused) return false;
     const std::string signature = op_signature(op);
     {
         std::lock_guard<std::mutex> lock(cache_mutex_);

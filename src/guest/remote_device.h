@@ -3,6 +3,7 @@
 #pragma once
 
 #include "abi/ggml_backend_abi_v3.h"
+#include "guest/mapped_weights.h"
 #include "guest/remote_session.h"
 #include "protocol/tensor_codec.h"
 #include "transport/shared_memory.h"
@@ -32,6 +33,8 @@ class RemoteDevice {
 
     // Answers cached per op signature: the same shapes ask the host once.
     bool supports_op(const ggml_tensor *op);
+    // Weights in the guest's CPU_Mapped buffers that ops on this device read.
+    MappedWeights &mapped_weights() { return mapped_weights_; }
     size_t alloc_size(const ggml_tensor *tensor);
 
     static RemoteDevice *from(ggml_backend_dev_t device) { return static_cast<RemoteDevice *>(device->context); }
@@ -46,6 +49,8 @@ class RemoteDevice {
     protocol::DeviceInfo::Reply info_{};
     ggml_backend_device device_{};
     ggml_backend_buffer_type buffer_type_{};
+
+    MappedWeights mapped_weights_{this};
 
     std::mutex cache_mutex_;
     std::unordered_map<std::string, bool> supports_op_cache_;

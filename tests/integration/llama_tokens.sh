@@ -1,7 +1,8 @@
 # llama_tokens_{unix,tcp,shm,tls}: llama.cpp generates the same 32 greedy tokens
 # through a remote device as it does on the local CPU, over the given transport, and
 # the work really happened on the server: every layer was assigned to REMOTE0, and
-# the server's log shows that session ran graph computes. Over shm, the model's
+# the server's log shows that session ran graph computes (the token-embedding lookup
+# included, so the guest's CPU computes nothing). Over shm, the model's
 # weights are not sent at all: the server maps the guest's model file. Over tls, the
 # server runs with --tls-psk and the guest holds the key psktool made.
 # usage: llama_tokens.sh unix|tcp|shm|tls
@@ -38,6 +39,10 @@ for spec in "tiny f16" "tiny q8_0" "small f16"; do
     session=$(($(sessions_connected "$srv_LOG") + 1))
     run_guest_ok "$name-remote" "$endpoint" "$path" "$N"
     assert_offloaded "$name-remote"
+    # The token-embedding lookup too runs on the server, over the guest's mapped
+    # model file: the guest's CPU has no part of the graph.
+    grep -q "graph: nodes = [0-9]*, splits = 1," "$WORK/$name-remote.err" ||
+        fail "$name-remote: the graph was split between the guest's CPU and the server: $(grep -m1 'splits =' "$WORK/$name-remote.err")"
     assert_same_tokens "$name-local" "$name-remote"
     [ -z "$(plugin_lines "$name-remote")" ] ||
         fail "$name-remote: the plugin reported trouble: $(plugin_lines "$name-remote")"
