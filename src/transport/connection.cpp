@@ -1,5 +1,6 @@
 #include "transport/connection.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -201,6 +202,15 @@ Status FramedStream::receive(void *data, size_t size) {
     return Status::success();
 }
 
+void FramedStream::spin_until_readable() {
+    const uint64_t start = SpinPolicy::now_ns();
+    const uint64_t spin = socket_spin_.spin_ns();
+    pollfd watch{fd_.get(), POLLIN, 0};
+    for (uint64_t now = start; now - start < spin; now = SpinPolicy::now_ns()) {
+        if (::poll(&watch, 1, 0) != 0) return;  // bytes, an error or a hang-up: the read tells
+    }
+}
+
 Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
     received_fds_.clear();
@@ -218,10 +228,13 @@ Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
             if (!status) return status;
         }
     } else {
+        const uint64_t start = SpinPolicy::now_ns();
+        spin_until_readable();
         // The first read takes any descriptors that came with the frame.
         size_t got = 0;
         Status status = receive_fds(header, sizeof(*header), true, &got);
         if (!status) return status;
+        socket_spin_.note_wait(SpinPolicy::now_ns() - start);
         status = receive(reinterpret_cast<uint8_t *>(header) + got, sizeof(*header) - got);
         if (!status) return status;
     }

@@ -5,6 +5,7 @@
 #include "protocol/status.h"
 #include "protocol/wire.h"
 #include "transport/shared_ring.h"
+#include "transport/spin_policy.h"
 #include "transport/tls_session.h"
 #include "transport/unique_fd.h"
 
@@ -54,8 +55,9 @@ class FramedStream {
     // descriptors (announced by kFrameCarriesFds) and tells when the peer is gone.
     void attach_ring(std::unique_ptr<RingChannel> ring) { ring_ = std::move(ring); }
     bool uses_ring() const { return ring_ != nullptr; }
-    // See RingChannel::set_peer_computing (nothing to do without a ring).
+    // See SpinPolicy::set_peer_computing.
     void set_peer_computing(bool computing) {
+        socket_spin_.set_peer_computing(computing);
         if (ring_ != nullptr) ring_->set_peer_computing(computing);
     }
 
@@ -75,12 +77,16 @@ class FramedStream {
     // Receives descriptors into received_fds_; `wait` false when they must be there already.
     Status receive_fds(void *first_bytes, size_t size, bool wait, size_t *got);
     Status write_tls(const struct iovec *iov, size_t count);
+    // Before a frame is read from the socket: spins while the policy says so, until
+    // the socket has bytes (the read that follows sleeps if it still has none).
+    void spin_until_readable();
 
     UniqueFd fd_;
     std::unique_ptr<TlsSession> tls_;  // declared after fd_: ends before the socket closes
     std::string peer_;
     std::vector<UniqueFd> received_fds_;
     std::unique_ptr<RingChannel> ring_;
+    SpinPolicy socket_spin_;
 };
 
 }  // namespace ggml_remote

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -20,38 +19,12 @@ namespace {
 
 constexpr uint32_t kRingMagic = 0x474e4952;  // "RING"
 constexpr uint32_t kRingLayoutVersion = 1;
-// A spin covers waits up to this long. A futex wake-up of a sleeping side costs
-// microseconds on an idle machine but up to ~100 us in a VM whose idle vCPU the
-// hypervisor has descheduled, so a wait shorter than about that is cheaper spun.
-constexpr uint64_t kDefaultMaxSpinNs = 200000;
-// The spin before sleeping when waits have been long (a compute, an idle guest):
-// just enough for a reply already on its way.
-constexpr uint64_t kShortSpinNs = 2000;
-
-uint64_t max_spin_ns() {
-    static const uint64_t value = [] {
-        const char *text = std::getenv("GGML_REMOTE_RING_SPIN_US");
-        if (text == nullptr || *text == '\0') return kDefaultMaxSpinNs;
-        char *end = nullptr;
-        const unsigned long long us = std::strtoull(text, &end, 10);
-        if (end == text || *end != '\0' || us > 100000) return kDefaultMaxSpinNs;
-        return static_cast<uint64_t>(us) * 1000;
-    }();
-    return value;
-}
-
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "shared counters must be lock-free to work across processes");
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a doorbell is a futex word");
 
 using RegionHeader = RingChannel::RegionHeader;
 static_assert(sizeof(RegionHeader) <= kRingHeaderBytes, "ring header fits its page");
-
-uint64_t now_ns() {
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -132,18 +105,11 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
 template <class Ready>
 Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> *sleeping, Ready ready,
                          int peer_socket) {
-    // Spin while the waits have been short, sleep soon while they have been long.
-    // The next spin is sized from this wait's whole length, sleep included: sized
-    // only from the spins' successes, both sides' spins would shrink below the
-    // other's wake-up time and stay there, each always waking the other.
-    const uint64_t start = now_ns();
-    // Behind a compute the peer's threads want every core: sleep soon, and leave
-    // the estimate of short waits alone.
-    const bool learn = !peer_computing_;
-    const uint64_t spin = learn ? spin_ns_ : kShortSpinNs;
-    for (uint64_t now = start; now - start < spin; now = now_ns()) {
+    const uint64_t start = SpinPolicy::now_ns();
+    const uint64_t spin = spin_.spin_ns();
+    for (uint64_t now = start; now - start < spin; now = SpinPolicy::now_ns()) {
         if (ready()) {
-            if (learn) note_wait(now_ns() - start);
+            spin_.note_wait(SpinPolicy::now_ns() - start);
             return Status::success();
         }
         cpu_relax();
@@ -153,7 +119,7 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
         sleeping->store(1, std::memory_order_seq_cst);
         if (ready()) {
             sleeping->store(0, std::memory_order_relaxed);
-            if (learn) note_wait(now_ns() - start);
+            spin_.note_wait(SpinPolicy::now_ns() - start);
             return Status::success();
         }
         timespec limit{0, kLivenessCheckMs * 1000000L};
@@ -161,20 +127,13 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
         const int err = errno;
         sleeping->store(0, std::memory_order_relaxed);
         if (ready()) {
-            if (learn) note_wait(now_ns() - start);
+            spin_.note_wait(SpinPolicy::now_ns() - start);
             return Status::success();
         }
         if (woken != 0 && err == ETIMEDOUT && peer_gone(peer_socket)) {
             return error(Code::disconnected, "shared ring: connection closed by peer");
         }
     }
-}
-
-void RingChannel::note_wait(uint64_t waited_ns) {
-    const uint64_t limit = max_spin_ns();
-    // A quarter more than this wait, when that is within the limit.
-    const uint64_t wanted = waited_ns + waited_ns / 4;
-    spin_ns_ = wanted <= limit ? std::max(wanted, kShortSpinNs) : kShortSpinNs;
 }
 
 Status RingChannel::write(const iovec *parts, size_t count, int peer_socket) {

@@ -4,9 +4,9 @@
 // rings, guest-to-host and host-to-guest, and passes it with the handshake's
 // reply. Each ring is single-producer, single-consumer: the writer copies bytes in
 // and publishes how many it has written; the reader copies them out and
-// publishes how many it has read. A side that finds nothing to do spins briefly,
-// then sleeps on a futex "doorbell" that the other side rings only when someone
-// sleeps. The unix socket stays open, for file descriptors and to notice that the
+// publishes how many it has read. A side that finds nothing to do spins (see
+// SpinPolicy), then sleeps on a futex "doorbell" that the other side rings only
+// when someone sleeps. The unix socket stays open, for file descriptors and to notice that the
 // peer died: a sleeping side wakes every kLivenessCheckMs to look at it.
 //
 // The host never trusts the shared bytes: it keeps its own count of what it has
@@ -16,6 +16,7 @@
 
 #include "protocol/status.h"
 #include "transport/shared_memory.h"
+#include "transport/spin_policy.h"
 #include "transport/unique_fd.h"
 
 #include <sys/uio.h>
@@ -50,9 +51,8 @@ class RingChannel {
     Status read(void *data, size_t size, int peer_socket);
 
     size_t capacity() const { return capacity_; }
-    // The guest says when the reply it waits for is behind a compute: the host's
-    // threads then want the cores, so the wait sleeps soon instead of spinning.
-    void set_peer_computing(bool computing) { peer_computing_ = computing; }
+    // See SpinPolicy::set_peer_computing.
+    void set_peer_computing(bool computing) { spin_.set_peer_computing(computing); }
 
     // One direction's shared counters and doorbells, each on its own cache line.
     struct RingState {
@@ -88,10 +88,7 @@ class RingChannel {
     Mapping mapping_;
     size_t capacity_;
     Direction out_, in_;
-    // Sizes the next spin from how long a wait took (see wait()).
-    void note_wait(uint64_t waited_ns);
-    uint64_t spin_ns_ = 2000;  // how long the next wait spins before it sleeps
-    bool peer_computing_ = false;
+    SpinPolicy spin_;
 };
 
 }  // namespace ggml_remote
