@@ -2,8 +2,11 @@
 
 #include "host/op_validation.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <vector>
 
 namespace ggml_remote::host {
 
@@ -23,13 +26,61 @@ bool is_view_op(int32_t op) {
            op == GGML_OP_TRANSPOSE;
 }
 
+// The graph of the guest's nodes, in the guest's order. Built as ggml builds one
+// (ggml_build_forward_expand, node by node) so that it counts each tensor's uses:
+// backends fuse consecutive ops (RMS_NORM then MUL, on the CPU; many more on GPUs)
+// only where an intermediate result has no other user. Tensors computed outside
+// this graph are inputs here: leaves, never recomputed. A node list
+// that is not in dependency order gets a plain list of nodes, without use counts.
+ggml_cgraph *build_graph(const TensorList &list, const std::vector<bool> &is_node, ggml_context *context,
+                         const std::vector<ggml_tensor *> &tensors) {
+    ggml_cgraph *graph = ggml_new_graph_custom(context, list.tensors.size(), false);
+    std::vector<bool> placed(list.tensors.size(), false);
+    bool in_order = true;
+    for (int32_t index : list.nodes) {
+        const WireTensor &w = list.tensors[index];
+        for (int s = 0; s < GGML_MAX_SRC && in_order; ++s) {
+            if (w.src[s] == protocol::kSelf || (w.src[s] >= 0 && is_node[w.src[s]] && !placed[w.src[s]])) {
+                in_order = false;
+            }
+        }
+        if (placed[index] || w.op == GGML_OP_NONE) in_order = false;
+        placed[index] = true;
+    }
+    if (in_order) {
+        // While the graph is expanded, a tensor outside it is a bare input: no op
+        // (it would be placed as a node), no sources (they would be walked, as deep
+        // as a guest cares to chain them). Then each gets back what the guest said.
+        std::vector<ggml_tensor> saved(tensors.size());
+        for (size_t i = 0; i < tensors.size(); ++i) {
+            saved[i] = *tensors[i];
+            if (is_node[i]) continue;
+            tensors[i]->op = GGML_OP_NONE;
+            tensors[i]->flags &= ~GGML_TENSOR_FLAG_PARAM;  // a parameter is placed as a node
+            for (ggml_tensor *&source : tensors[i]->src) source = nullptr;
+        }
+        for (int32_t index : list.nodes) ggml_build_forward_expand(graph, tensors[index]);
+        for (size_t i = 0; i < tensors.size(); ++i) {
+            tensors[i]->op = saved[i].op;
+            // Expanding marks every node to be computed; the guest's flags say which are.
+            tensors[i]->flags = saved[i].flags;
+            std::copy(std::begin(saved[i].src), std::end(saved[i].src), std::begin(tensors[i]->src));
+        }
+        if (static_cast<size_t>(ggml_graph_n_nodes(graph)) == list.nodes.size()) return graph;
+        ggml_graph_clear(graph);
+    }
+    for (int32_t index : list.nodes) ggml_graph_add_node(graph, tensors[index]);
+    return graph;
+}
+
 }  // namespace
 
 Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPolicy policy, BuiltTensors *built) {
     const size_t n_nodes = list.nodes.size();
     ggml_init_params params{};
+    // The graph has room for every tensor: its leaves are listed too.
     params.mem_size = list.tensors.size() * ggml_tensor_overhead() +
-                      (n_nodes > 0 ? ggml_graph_overhead_custom(n_nodes, false) : 0) + 1024;
+                      (n_nodes > 0 ? ggml_graph_overhead_custom(list.tensors.size(), false) : 0) + 1024;
     params.no_alloc = true;
     built->context.reset(ggml_init(params));
     if (!built->context) return error(Code::out_of_memory, "cannot allocate a context for the tensors");
@@ -91,10 +142,7 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
         if (!status) return status;
     }
 
-    if (n_nodes > 0) {
-        built->graph = ggml_new_graph_custom(built->context.get(), n_nodes, false);
-        for (int32_t index : list.nodes) ggml_graph_add_node(built->graph, built->tensors[index]);
-    }
+    if (n_nodes > 0) built->graph = build_graph(list, is_node, built->context.get(), built->tensors);
     return Status::success();
 }
 
