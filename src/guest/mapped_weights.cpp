@@ -15,6 +15,12 @@ const ggml_tensor *owner_of(const ggml_tensor *tensor) {
     return tensor->view_src != nullptr ? tensor->view_src : tensor;
 }
 
+// Whether the tensor fills at least nine tenths of its CPU_Mapped buffer.
+bool mostly_this_table(const ggml_tensor *tensor) {
+    const ggml_tensor *owner = owner_of(tensor);
+    return ggml_nbytes(owner) >= ggml_backend_buffer_get_size(owner->buffer) / 10 * 9;
+}
+
 bool in_mapped_weights(const ggml_tensor *tensor) {
     const ggml_tensor *owner = owner_of(tensor);
     return owner->buffer != nullptr && MappedWeights::is_mapped_weights_type(owner->buffer->buft);
@@ -43,7 +49,10 @@ MappedWeights::Use MappedWeights::classify(const ggml_tensor *op) {
     for (int i = 0; i < GGML_MAX_SRC; ++i) {
         const ggml_tensor *source = op->src[i];
         if (source == nullptr || !in_mapped_weights(source)) continue;
-        if (!enabled() || op->op != GGML_OP_GET_ROWS || i != 0 || !readable_file(source)) return Use::refused;
+        if (!enabled() || op->op != GGML_OP_GET_ROWS || i != 0 || !mostly_this_table(source) ||
+            !readable_file(source)) {
+            return Use::refused;
+        }
         use = Use::allowed;
     }
     return use;

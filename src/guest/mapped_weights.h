@@ -35,8 +35,11 @@ class MappedWeights {
     static bool is_mapped_weights_type(ggml_backend_buffer_type_t buft);
 
     // How `op` touches CPU_Mapped buffers: not at all, as the one lookup a remote
-    // device takes over (GET_ROWS reading a read-only file mapping), or otherwise
-    // (then the device must refuse the op: ggml would not copy those sources).
+    // device takes over, or otherwise (then the device must refuse the op: ggml
+    // would not copy those sources). The lookup is a GET_ROWS reading a read-only
+    // file mapping that holds little besides that table: when the guest's CPU also
+    // holds model layers (llama.cpp -ngl below the layer count), the looked-up rows
+    // would only come back to them, one more hand-over per token.
     enum class Use { none, allowed, refused };
     Use classify(const ggml_tensor *op);
 

@@ -84,14 +84,15 @@ TEST(FileMapping, RefusesAnonymousMemoryAndRangesPastTheMapping) {
     EXPECT_FALSE(find_mapped_file(file.data(), file.size() + 4096, &found));
 }
 
-// A weight tensor of 8 rows of 64 floats placed in a CPU_Mapped buffer over `memory`.
+// A weight tensor of 8 rows of 64 floats at the start of a CPU_Mapped buffer over
+// `memory`, `buffer_share` times the tensor's size.
 struct MappedWeight {
     test_support::GgmlContext context = metadata_context();
     ggml_backend_buffer_t buffer = nullptr;
     ggml_tensor *weight = nullptr;
 
-    explicit MappedWeight(void *memory) {
-        buffer = ggml_backend_dev_buffer_from_host_ptr(cpu_device(), memory, 8 * 64 * sizeof(float), 0);
+    explicit MappedWeight(void *memory, size_t buffer_share = 1) {
+        buffer = ggml_backend_dev_buffer_from_host_ptr(cpu_device(), memory, buffer_share * 8 * 64 * sizeof(float), 0);
         weight = ggml_new_tensor_2d(context.get(), GGML_TYPE_F32, 64, 8);
         weight->buffer = buffer;
         weight->data = memory;
@@ -126,6 +127,16 @@ TEST(MappedWeights, TakesOnlyTheLookupFromAReadOnlyFile) {
     ggml_tensor *half = ggml_view_2d(ctx, mapped.weight, 64, 4, mapped.weight->nb[1], 4 * mapped.weight->nb[1]);
     EXPECT_EQ(weights.classify(ggml_get_rows(ctx, half, ids)), MappedWeights::Use::allowed);
     EXPECT_EQ(weights.classify(ggml_mul_mat(ctx, x, x)), MappedWeights::Use::none);
+}
+
+TEST(MappedWeights, LeavesTheLookupToAGuestCpuThatHoldsLayersToo) {
+    // The buffer holds the table and as much again (a CPU layer): the rows would
+    // only come back to the guest.
+    MappedScratchFile file(1, false);
+    MappedWeight mapped(file.data(), 2);
+    MappedWeights weights(nullptr);
+    ggml_tensor *ids = ggml_new_tensor_1d(mapped.context.get(), GGML_TYPE_I32, 4);
+    EXPECT_EQ(weights.classify(ggml_get_rows(mapped.context.get(), mapped.weight, ids)), MappedWeights::Use::refused);
 }
 
 TEST(MappedWeights, RefusesTheLookupFromMemoryThatCanChange) {
