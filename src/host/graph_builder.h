@@ -30,6 +30,7 @@ struct BuiltTensors {
     ContextPtr context;
     std::vector<ggml_tensor *> tensors;  // same order as the list
     ggml_cgraph *graph = nullptr;        // only when nodes were requested
+    uint64_t checked_for_backend = 0;    // the session's backend found able to compute it (0: none yet)
 };
 
 enum class DataPolicy {

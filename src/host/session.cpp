@@ -581,11 +581,17 @@ void Session::register_handlers() {
                 return error(Code::bad_request, "unknown graph mode " + std::to_string(request.mode));
         }
         if (graph->graph == nullptr) return Status::success();  // an empty graph computes nothing
-        for (ggml_tensor *tensor : graph->tensors) {
-            if (!ggml_backend_supports_buft(backend->backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
-                return error(Code::bad_request, std::string("tensor '") + tensor->name +
-                                                    "' is in a buffer this backend cannot compute with");
+        // Whether this backend can compute on every tensor's buffer: once per graph
+        // and backend (handles are never reused, and freeing a buffer drops every
+        // kept graph), not for every token.
+        if (graph->checked_for_backend != request.backend) {
+            for (ggml_tensor *tensor : graph->tensors) {
+                if (!ggml_backend_supports_buft(backend->backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
+                    return error(Code::bad_request, std::string("tensor '") + tensor->name +
+                                                        "' is in a buffer this backend cannot compute with");
+                }
             }
+            graph->checked_for_backend = request.backend;
         }
         if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
         const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
