@@ -3,15 +3,19 @@
 # remote transport (ours over shm, unix and TCP; ggml-rpc with and without its
 # cache), in one run, interleaved and repeated. Prints a table and writes
 # BUILD/bench/results.json.
-#   BENCH_MODELS="tiny small mid"  BENCH_REPS=3  BENCH_PP=64  BENCH_TG=32  BENCH_THREADS=2
+#   BENCH_MODELS="tiny small mid"  BENCH_REPS=5  BENCH_RUNS=3  BENCH_PP=64  BENCH_TG=64  BENCH_THREADS=2
+# Each of the BENCH_REPS rounds starts every variant afresh (a new guest process,
+# a new server session), and its figure is llama-bench's mean of BENCH_RUNS runs:
+# on a 2-core VM a single short run, or a single process, varies by +-15%.
 #   BENCH_WHISPER="micro" (whisper-bench on synthetic whisper models; empty to skip)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 models=${BENCH_MODELS:-tiny small mid}
-reps=${BENCH_REPS:-3}
+reps=${BENCH_REPS:-5}
+runs=${BENCH_RUNS:-3}
 pp=${BENCH_PP:-64}
-tg=${BENCH_TG:-32}
+tg=${BENCH_TG:-64}
 threads=${BENCH_THREADS:-2}
 whisper_models=${BENCH_WHISPER-micro}
 rpc_server=/usr/libexec/x86_64-linux-gnu/llama/bin/ggml-rpc-server
@@ -98,7 +102,7 @@ for name in $models; do
         for transport in "${transports[@]}"; do
             echo "bench: $name $transport (round $rep of $reps)" >&2
             json=$work/bench.json
-            if ! run_variant "$transport" llama-bench -m "$model" -p "$pp" -n "$tg" -r 1 -t "$threads" -o json \
+            if ! run_variant "$transport" llama-bench -m "$model" -p "$pp" -n "$tg" -r "$runs" -t "$threads" -o json \
                 >"$json" 2>"$work/bench.err"; then
                 echo "bench: llama-bench failed for $name $transport:" >&2; tail -5 "$work/bench.err" >&2
                 continue
