@@ -2,6 +2,7 @@
 
 #include "host/sandbox.h"
 #include "transport/connection.h"
+#include "transport/socket.h"
 #include "transport/tls_key.h"
 
 #include <poll.h>
@@ -41,11 +42,7 @@ bool is_tcp(int fd) {
 // The first byte a guest sends, without taking it: 22 (a TLS handshake record)
 // from a tls:// guest. -1 when nothing came within the time limit or it hung up.
 int peek_first_byte(int fd, int timeout_ms) {
-    pollfd p{fd, POLLIN, 0};
-    int ready;
-    do {
-        ready = ::poll(&p, 1, timeout_ms);
-    } while (ready < 0 && errno == EINTR);
+    const int ready = poll_one(fd, POLLIN, timeout_ms);
     unsigned char byte = 0;
     if (ready <= 0 || ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != 1) return -1;
     return byte;

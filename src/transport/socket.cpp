@@ -31,11 +31,7 @@ sockaddr_un unix_address(const std::string &path) {
 
 // Waits for a non-blocking connect to finish.
 int finish_connect(int fd, int timeout_ms) {
-    pollfd p{fd, POLLOUT, 0};
-    int ready;
-    do {
-        ready = ::poll(&p, 1, timeout_ms);
-    } while (ready < 0 && errno == EINTR);
+    const int ready = poll_one(fd, POLLOUT, timeout_ms);
     if (ready == 0) return ETIMEDOUT;
     if (ready < 0) return errno;
     int err = 0;
@@ -227,6 +223,15 @@ Status accept_connection(int listen_fd, const Endpoint &endpoint, UniqueFd *out,
     tune_stream_socket(fd.get());
     *out = std::move(fd);
     return Status::success();
+}
+
+int poll_one(int fd, short events, int timeout_ms) {
+    pollfd p{fd, events, 0};
+    int ready;
+    do {
+        ready = ::poll(&p, 1, timeout_ms);
+    } while (ready < 0 && errno == EINTR);
+    return ready;
 }
 
 }  // namespace ggml_remote

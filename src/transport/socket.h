@@ -31,4 +31,8 @@ std::vector<InheritedSocket> inherited_listening_sockets();
 // Per-connection socket options: no Nagle delay, keep-alive probes on TCP.
 void tune_stream_socket(int fd);
 
+// poll() on one descriptor for `events`, retried when a signal interrupts it:
+// 1 when ready, 0 on timeout (-1 waits forever), -1 with errno on failure.
+int poll_one(int fd, short events, int timeout_ms);
+
 }  // namespace ggml_remote

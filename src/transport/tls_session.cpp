@@ -1,5 +1,7 @@
 #include "transport/tls_session.h"
 
+#include "transport/socket.h"
+
 #include <gnutls/gnutls.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -73,12 +75,8 @@ ssize_t pull(gnutls_transport_ptr_t context, void *data, size_t size) {
 template <class S>
 int pull_timeout(gnutls_transport_ptr_t context, unsigned int ms) {
     auto *state = static_cast<S *>(context);
-    pollfd p{state->fd, POLLIN, 0};
     const int timeout = ms == GNUTLS_INDEFINITE_TIMEOUT ? -1 : static_cast<int>(std::min<unsigned>(ms, INT_MAX));
-    int ready;
-    do {
-        ready = ::poll(&p, 1, timeout);
-    } while (ready < 0 && errno == EINTR);
+    const int ready = poll_one(state->fd, POLLIN, timeout);
     if (ready < 0) {
         state->last_errno = errno;
         gnutls_transport_set_errno(state->session, errno);
