@@ -54,6 +54,7 @@ struct RemoteBackend {
     RemoteDevice *device = nullptr;
     uint64_t handle = 0;
     LastGraph last_graph;
+    int n_threads = 0;  // the last count sent; llama.cpp sets it again before every graph
 };
 
 RemoteBackend *context_of(ggml_backend_t backend) { return static_cast<RemoteBackend *>(backend->context); }
@@ -78,9 +79,14 @@ enum ggml_status finish_compute(RemoteBackend *remote, Status status);
 enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
     RemoteBackend *remote = context_of(backend);
     RemoteSession &session = remote->device->session();
+    // Shared memory is read in place, by this process's own backends too (a CPU
+    // split may read a result without any copy), so the compute must be over when
+    // we return. Remote buffers are read through the session, after the compute.
+    const auto completion = remote->device->shares_memory() ? RemoteSession::Completion::waits
+                                                            : RemoteSession::Completion::returns_at_once;
     bool replayed = false;
     if (remote->last_graph.same_as(graph)) {
-        Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket, &replayed);
+        Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket, completion, &replayed);
         if (replayed) return finish_compute(remote, status);
     }
     MappedWeights &mapped_weights = remote->device->mapped_weights();
@@ -96,7 +102,7 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
         return GGML_STATUS_FAILED;
     }
     RemoteSession::GraphTicket ticket;
-    Status status = session.compute_graph(remote->handle, encoder.finish(), &ticket);
+    Status status = session.compute_graph(remote->handle, encoder.finish(), completion, &ticket);
     if (status) {
         remote->last_graph.record(graph, encoder.order(), ticket);
     } else {
@@ -106,11 +112,6 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
 }
 
 enum ggml_status finish_compute(RemoteBackend *remote, Status status) {
-    RemoteSession &session = remote->device->session();
-    // Shared memory is read in place, by this process's own backends too (a CPU
-    // split may read a result without any copy), so the compute must be over when
-    // we return. Remote buffers are read through the session, after the compute.
-    if (status && remote->device->shares_memory()) status = session.synchronize(remote->handle);
     if (!status) {
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: %s", remote->device->name().c_str(),
@@ -257,6 +258,8 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
 void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads) {
     if (backend == nullptr || backend->iface.get_name != backend_get_name) return;  // not one of ours
     RemoteBackend *remote = context_of(backend);
+    if (n_threads == remote->n_threads) return;
+    remote->n_threads = n_threads;
     Status status = remote->device->session().post<SetNThreads>({remote->handle, n_threads});
     if (!status && status.code() != Code::disconnected) {
         log(GGML_LOG_LEVEL_WARN, "%s: set_n_threads: %s", remote->device->name().c_str(), status.message().c_str());

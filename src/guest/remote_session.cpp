@@ -175,10 +175,10 @@ Status RemoteSession::lost(const Status &cause) {
 }
 
 Status RemoteSession::read_reply(CommandId id, uint64_t sequence, Exchange &x) {
-    stream_.set_peer_computing(last_compute_ > finished_ && last_compute_ <= sequence);
+    stream_.set_peer_busy(last_compute_ > finished_ && last_compute_ <= sequence);  // behind a compute
     FrameHeader header;
     Status status = stream_.receive_header(&header, ~0ull);
-    stream_.set_peer_computing(false);
+    stream_.set_peer_busy(false);
     if (!status) return lost(status);
     finished_ = sequence;  // the host answers in order: all earlier work is done
     counters_.bytes_received += sizeof(header) + header.payload_size;
@@ -272,30 +272,39 @@ Status RemoteSession::read_pending_replies() {
     return Status::success();
 }
 
-Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, GraphTicket *ticket) {
+Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, Completion completion,
+                                    GraphTicket *ticket) {
     std::lock_guard<std::mutex> lock(mutex_);
     const GraphCache::Choice choice = graphs_.choose(graph);
     if (ticket != nullptr) *ticket = {choice.slot, choice.stamp};
-    return send_compute(backend, choice.slot, choice.mode, choice.mode == kGraphReplay ? ByteView() : ByteView(graph));
+    return send_compute(backend, choice.slot, choice.mode, choice.mode == kGraphReplay ? ByteView() : ByteView(graph),
+                        completion);
 }
 
-Status RemoteSession::compute_graph_again(uint64_t backend, const GraphTicket &ticket, bool *replayed) {
+Status RemoteSession::compute_graph_again(uint64_t backend, const GraphTicket &ticket, Completion completion,
+                                          bool *replayed) {
     std::lock_guard<std::mutex> lock(mutex_);
     *replayed = graphs_.holds(ticket.slot, ticket.stamp);
     if (!*replayed) return Status::success();
-    return send_compute(backend, ticket.slot, kGraphReplay, {});
+    return send_compute(backend, ticket.slot, kGraphReplay, {}, completion);
 }
 
-Status RemoteSession::send_compute(uint64_t backend, uint32_t slot, GraphMode mode, ByteView graph) {
+Status RemoteSession::send_compute(uint64_t backend, uint32_t slot, GraphMode mode, ByteView graph,
+                                   Completion completion) {
     ++(mode == kGraphReplay ? counters_.graphs_replayed : counters_.graphs_sent);
     GraphCompute::Request request{backend, slot, mode};
     Exchange x;
     x.fixed = ByteView(&request, sizeof(request));
     x.tail = graph;
-    x.send_now = true;  // the host can start while we wait for nothing
+    // Returning at once, the compute goes out now: the host starts while we go on.
+    // Waiting, it goes out with the synchronize, in one write: the host is woken
+    // once, when we are about to sleep, and does not take the core from us before
+    // we have sent the rest.
+    x.send_now = completion == Completion::returns_at_once;
     Status status = run_locked(CommandId::graph_compute, x);
     last_compute_ = sent_;
-    return status;
+    if (!status || completion == Completion::returns_at_once) return status;
+    return synchronize_locked(backend, last_compute_);
 }
 
 Status RemoteSession::synchronize_locked(uint64_t backend, uint64_t up_to) {

@@ -60,16 +60,19 @@ class RemoteSession {
     }
 
     // Computes an encoded graph on a host backend: sent once, then named by its
-    // slot while the host keeps it. Returns at once; a failure on the host comes
-    // back with the next reply. `ticket` names the graph for compute_graph_again.
+    // slot while the host keeps it. `ticket` names the graph for compute_graph_again.
     struct GraphTicket {
         uint32_t slot = 0;
         uint64_t stamp = 0;
     };
-    Status compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, GraphTicket *ticket = nullptr);
+    // Whether a compute call returns at once (a failure on the host comes back with
+    // the next reply) or once the host is done, as synchronize() would.
+    enum class Completion { returns_at_once, waits };
+    Status compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, Completion completion,
+                         GraphTicket *ticket = nullptr);
     // Computes the graph a ticket names again, if the host still keeps it
     // (*replayed false otherwise: nothing was sent, encode it and compute_graph).
-    Status compute_graph_again(uint64_t backend, const GraphTicket &ticket, bool *replayed);
+    Status compute_graph_again(uint64_t backend, const GraphTicket &ticket, Completion completion, bool *replayed);
     // Waits for the host to finish the computes sent so far and reads the replies
     // of call_later(); a round trip only when one of those is outstanding.
     Status synchronize(uint64_t backend);
@@ -130,7 +133,8 @@ class RemoteSession {
     // Reads every pending reply; false only when the connection is lost.
     Status read_pending_replies();
     Status synchronize_locked(uint64_t backend, uint64_t up_to);
-    Status send_compute(uint64_t backend, uint32_t slot, protocol::GraphMode mode, protocol::ByteView graph);
+    Status send_compute(uint64_t backend, uint32_t slot, protocol::GraphMode mode, protocol::ByteView graph,
+                        Completion completion);
     void queue(protocol::CommandId id, const Exchange &exchange);
     Status flush_queue();
     Status lost(const Status &cause);

@@ -673,6 +673,10 @@ Status Session::serve(FramedStream &stream) {
     // never runs while the session computes.
     Watchdog watchdog(stream.fd());
     const auto handshake_deadline = after(limits_.handshake_timeout_s);
+    // Whether the last reply answered a guest that waited on a compute: it now
+    // works on its own until its next graph (see SpinPolicy).
+    bool guest_busy = false;
+    uint64_t computes_answered = 0;
     for (;;) {
         if (!handshaken_ && limits_.handshake_timeout_s > 0) {
             watchdog.arm(handshake_deadline, Watchdog::Wait::handshake, limits_.handshake_timeout_s);
@@ -680,7 +684,9 @@ Status Session::serve(FramedStream &stream) {
             watchdog.arm(after(limits_.idle_timeout_s), Watchdog::Wait::idle, limits_.idle_timeout_s);
         }
         FrameHeader header;
+        stream.set_peer_busy(guest_busy);
         Status status = stream.receive_header(&header, limits_.max_message_size);
+        stream.set_peer_busy(false);
         if (!status) {
             if (watchdog.expired()) return watchdog.failure();
             if (status.code() == Code::disconnected) return Status::success();
@@ -744,6 +750,8 @@ Status Session::serve(FramedStream &stream) {
         }
         if (!watchdog.disarm()) return watchdog.failure();
         if (!sent) return Status::success();
+        guest_busy = counters_.graph_computes != computes_answered;
+        computes_answered = counters_.graph_computes;
         if (pending_ring_ != nullptr) stream.attach_ring(std::move(pending_ring_));
         // A guest that cannot get the handshake or the command set right is not
         // given a second chance.

@@ -55,10 +55,10 @@ class FramedStream {
     // descriptors (announced by kFrameCarriesFds) and tells when the peer is gone.
     void attach_ring(std::unique_ptr<RingChannel> ring) { ring_ = std::move(ring); }
     bool uses_ring() const { return ring_ != nullptr; }
-    // See SpinPolicy::set_peer_computing.
-    void set_peer_computing(bool computing) {
-        socket_spin_.set_peer_computing(computing);
-        if (ring_ != nullptr) ring_->set_peer_computing(computing);
+    // See SpinPolicy::set_peer_busy.
+    void set_peer_busy(bool busy) {
+        socket_spin_.set_peer_busy(busy);
+        if (ring_ != nullptr) ring_->set_peer_busy(busy);
     }
 
     bool connected() const { return fd_.valid(); }

@@ -51,8 +51,8 @@ class RingChannel {
     Status read(void *data, size_t size, int peer_socket);
 
     size_t capacity() const { return capacity_; }
-    // See SpinPolicy::set_peer_computing.
-    void set_peer_computing(bool computing) { spin_.set_peer_computing(computing); }
+    // See SpinPolicy::set_peer_busy.
+    void set_peer_busy(bool busy) { spin_.set_peer_busy(busy); }
 
     // One direction's shared counters and doorbells, each on its own cache line.
     struct RingState {

@@ -32,7 +32,7 @@ uint64_t SpinPolicy::now_ns() {
 }
 
 void SpinPolicy::note_wait(uint64_t waited_ns) {
-    if (peer_computing_) return;  // says nothing about short waits
+    if (peer_busy_) return;  // says nothing about short waits
     const uint64_t wanted = waited_ns + waited_ns / 4;
     spin_ns_ = wanted <= max_spin_ns() ? std::max(wanted, kShortSpinNs) : kShortSpinNs;
 }

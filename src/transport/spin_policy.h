@@ -6,8 +6,13 @@
 // through, for a quarter longer than the last one. The estimate is the whole wait,
 // sleep included: sized only from the spins that succeeded, both sides' spins
 // would shrink below each other's wake-up time and stay there, each side always
-// waking the other. A wait behind a compute (the guest's, for its reply) spins
-// only briefly: the host's threads want every core then.
+// waking the other.
+//
+// A wait for a peer that is busy does not spin at all: the guest's wait behind a
+// compute (the host's threads want every core then), and the host's wait for the
+// guest's next graph after answering a compute (the guest does its own work
+// between graphs, while the compute's other threads still spin on the other
+// cores: a spinning worker would leave the guest no core to run on).
 #pragma once
 
 #include <cstdint>
@@ -17,11 +22,11 @@ namespace ggml_remote {
 class SpinPolicy {
   public:
     // How long the next wait may spin, in nanoseconds.
-    uint64_t spin_ns() const { return peer_computing_ ? kShortSpinNs : spin_ns_; }
+    uint64_t spin_ns() const { return peer_busy_ ? 0 : spin_ns_; }
     // Sizes the next spin from how long this wait took, spin and sleep together.
     void note_wait(uint64_t waited_ns);
-    // Set by the guest while the reply it waits for is behind a compute.
-    void set_peer_computing(bool computing) { peer_computing_ = computing; }
+    // Set while the peer is known to be busy (see above).
+    void set_peer_busy(bool busy) { peer_busy_ = busy; }
 
     static uint64_t now_ns();
 
@@ -29,7 +34,7 @@ class SpinPolicy {
     // Just enough for an answer already on its way.
     static constexpr uint64_t kShortSpinNs = 2000;
     uint64_t spin_ns_ = kShortSpinNs;
-    bool peer_computing_ = false;
+    bool peer_busy_ = false;
 };
 
 }  // namespace ggml_remote

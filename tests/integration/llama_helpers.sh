@@ -181,3 +181,21 @@ stop_guests_then_cleanup() {
     cleanup
 }
 trap stop_guests_then_cleanup EXIT
+
+# traffic_per_token NAME SERVERS MODEL: what one more generated token costs on the
+# wire, from GGML_REMOTE_STATS of a 16- and a 24-token run: prints "COMMANDS
+# ROUND_TRIPS BYTES_SENT" (per token; the sent bytes include the token's inputs).
+traffic_per_token() {
+    local name=$1 servers=$2 model=$3 n line
+    local -a counts=()
+    for n in 16 24; do
+        GGML_REMOTE_STATS=1 run_guest "$name-stats-$n" "$servers" "$model" "$n" ||
+            fail "$name: the run with GGML_REMOTE_STATS failed: $(tail -3 "$WORK/$name-stats-$n.err")"
+        line=$(grep -m1 'ggml-remote: .* commands' "$WORK/$name-stats-$n.err") ||
+            fail "$name: no statistics line: $(tail -3 "$WORK/$name-stats-$n.err")"
+        counts+=("$(sed -n 's/.*: \([0-9]*\) commands, \([0-9]*\) round trips, \([0-9]*\) bytes sent.*/\1 \2 \3/p' <<<"$line")")
+    done
+    read -r c1 r1 b1 <<<"${counts[0]}"
+    read -r c2 r2 b2 <<<"${counts[1]}"
+    echo "$(((c2 - c1) / 8)) $(((r2 - r1) / 8)) $(((b2 - b1) / 8))"
+}

@@ -4,7 +4,8 @@
 # the server's log shows that session ran graph computes (the token-embedding lookup
 # included, so the guest's CPU computes nothing). Over shm, the model's
 # weights are not sent at all: the server maps the guest's model file. Over tls, the
-# server runs with --tls-psk and the guest holds the key psktool made.
+# server runs with --tls-psk and the guest holds the key psktool made. A generated
+# token costs one round trip (GGML_REMOTE_STATS).
 # usage: llama_tokens.sh unix|tcp|shm|tls
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
@@ -72,6 +73,18 @@ for spec in "tiny f16" "tiny q8_0" "small f16"; do
         [ "$mapped" -ge $(($(stat -c %s "$path") / 2)) ] ||
             fail "$name over shm: only $mapped bytes of the model were mapped by the server"
         note "$name over shm: the server mapped $mapped bytes of the model file"
+    fi
+    if [ "$name" = tiny-f16 ]; then
+        # A generated token is one round trip: its inputs, the graph named by its
+        # slot, the wait for the result (over shm, the compute and the wait travel
+        # together, and the thread count is not sent again).
+        read -r commands round_trips sent <<<"$(traffic_per_token "$name" "$endpoint" "$path")"
+        [ "$round_trips" = 1 ] || fail "$name over $transport: $round_trips round trips per token, not 1"
+        if [ "$transport" = shm ]; then
+            [ "$commands" = 2 ] || fail "$name over shm: $commands commands per token, not 2 (compute and wait)"
+            [ "$sent" -le 256 ] || fail "$name over shm: $sent bytes sent per token"
+        fi
+        note "$name over $transport: per token $commands commands, $round_trips round trip, $sent bytes sent"
     fi
     note "$name over $transport: same $N tokens as the CPU: $(head -c 80 "$WORK/$name-remote.out")..."
 done
