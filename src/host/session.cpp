@@ -270,6 +270,9 @@ void Session::register_handlers() {
                 status = allocate_shared(device, request.size, &record, &tail->fd);
                 if (!status) return status;
                 reply->shared = 1;
+            } else if (device_shares_memory(device)) {
+                status = allocate_private(device, request.size, &record);
+                if (!status) return status;
             } else {
                 ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
                 if (buffer == nullptr) {
@@ -619,6 +622,18 @@ Status Session::allocate_shared(ggml_backend_dev_t device, uint64_t size, Sessio
     ggml_backend_buffer_t buffer =
         ggml_backend_dev_buffer_from_host_ptr(device, record->mapping.data(), record->mapping.size(), size);
     if (buffer == nullptr) return error(Code::error, "the host device cannot use shared memory");
+    record->buffer.reset(buffer);
+    return Status::success();
+}
+
+Status Session::allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record) {
+    Status status = Mapping::anonymous(size, &record->mapping);
+    if (!status) return status;
+    ggml_backend_buffer_t buffer =
+        ggml_backend_dev_buffer_from_host_ptr(device, record->mapping.data(), record->mapping.size(), size);
+    if (buffer == nullptr) {
+        return error(Code::out_of_memory, "the host device could not allocate " + std::to_string(size) + " bytes");
+    }
     record->buffer.reset(buffer);
     return Status::success();
 }

@@ -69,4 +69,30 @@ Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping
     return Status::success();
 }
 
+Status Mapping::anonymous(size_t size, Mapping *out) {
+    if (size == 0) return error(Code::bad_request, "cannot map an empty range");
+    constexpr size_t kHugePage = 2u << 20;
+    // Over-reserve, then trim to a huge-page-aligned start.
+    size_t length = 0;
+    if (__builtin_add_overflow(size, kHugePage, &length)) return error(Code::bad_request, "mapping too large");
+    void *reserved = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (reserved == MAP_FAILED) return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(errno));
+    const uintptr_t start = reinterpret_cast<uintptr_t>(reserved);
+    const uintptr_t aligned = (start + kHugePage - 1) & ~(uintptr_t(kHugePage) - 1);
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t used = (size + page - 1) / page * page;
+    if (aligned > start) ::munmap(reserved, aligned - start);
+    const uintptr_t end = start + length;
+    if (end > aligned + used) ::munmap(reinterpret_cast<void *>(aligned + used), end - (aligned + used));
+    void *base = reinterpret_cast<void *>(aligned);
+    if (used >= kHugePage) (void)::madvise(base, used, MADV_HUGEPAGE);  // a hint: "never" mode ignores it
+    Mapping mapping;
+    mapping.base_ = base;
+    mapping.length_ = used;
+    mapping.data_ = base;
+    mapping.size_ = size;
+    *out = std::move(mapping);
+    return Status::success();
+}
+
 }  // namespace ggml_remote

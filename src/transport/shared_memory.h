@@ -27,6 +27,10 @@ class Mapping {
     // Maps a range of `fd`, which need not be page-aligned. A read-only mapping
     // also checks that the range lies inside the file.
     static Status map(int fd, uint64_t offset, size_t size, bool writable, Mapping *mapping);
+    // Private, zero-filled memory of `size` bytes, backed by transparent huge pages
+    // where the kernel allows them (aligned to 2 MiB, MADV_HUGEPAGE): a model's
+    // weights read once per token take fewer TLB misses than in 4 KiB pages.
+    static Status anonymous(size_t size, Mapping *mapping);
 
     void *data() const { return data_; }
     size_t size() const { return size_; }

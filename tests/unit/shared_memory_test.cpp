@@ -1,0 +1,74 @@
+// Mapping::anonymous: the host's private buffers, zeroed, aligned and advised
+// for transparent huge pages.
+#include "transport/shared_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+using namespace ggml_remote;
+
+namespace {
+
+constexpr size_t kHugePage = 2u << 20;
+
+// The VmFlags line of /proc/self/smaps for the mapping that holds `address`.
+std::string vm_flags_of(const void *address) {
+    const auto at = reinterpret_cast<uintptr_t>(address);
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        uintptr_t start = 0, end = 0;
+        char dash = 0;
+        std::istringstream range(line);
+        if (range >> std::hex >> start >> dash >> end && dash == '-') {
+            inside = start <= at && at < end;
+        } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+            return line;
+        }
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST(SharedMemory, AnonymousMemoryIsZeroedWritableAndStartsOnAHugePage) {
+    const size_t size = 5 * kHugePage + 123;
+    Mapping memory;
+    ASSERT_TRUE(Mapping::anonymous(size, &memory).ok());
+    ASSERT_EQ(memory.size(), size);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(memory.data()) % kHugePage, 0u);
+    const auto *bytes = static_cast<const uint8_t *>(memory.data());
+    for (size_t i = 0; i < size; i += 4096) ASSERT_EQ(bytes[i], 0) << "at " << i;
+    static_cast<uint8_t *>(memory.data())[size - 1] = 7;
+    EXPECT_EQ(bytes[size - 1], 7);
+}
+
+TEST(SharedMemory, AnonymousMemoryOfAHugePageOrMoreIsAdvisedForHugePages) {
+    if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) GTEST_SKIP() << "a kernel without THP";
+    Mapping memory;
+    ASSERT_TRUE(Mapping::anonymous(3 * kHugePage, &memory).ok());
+    const std::string flags = vm_flags_of(memory.data());
+    ASSERT_FALSE(flags.empty()) << "no mapping in /proc/self/smaps holds the memory";
+    EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+}
+
+TEST(SharedMemory, AnonymousMemoryFreesItsWholeReservationOnDestruction) {
+    void *data = nullptr;
+    {
+        Mapping memory;
+        ASSERT_TRUE(Mapping::anonymous(kHugePage, &memory).ok());
+        data = memory.data();
+        ASSERT_FALSE(vm_flags_of(data).empty());
+    }
+    EXPECT_TRUE(vm_flags_of(data).empty()) << "the memory is still mapped";
+}
+
+TEST(SharedMemory, AnEmptyAnonymousMappingIsRefused) {
+    Mapping memory;
+    EXPECT_FALSE(Mapping::anonymous(0, &memory).ok());
+}
