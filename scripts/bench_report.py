@@ -83,6 +83,16 @@ def ratio(stats, base):
     return f"{stats[0] / base[0]:.2f}x"
 
 
+def paired_ratio(runs, base_runs, key):
+    """The median over rounds of each round's figure over the local figure of the same
+    round: the machine's drift (minutes long on a shared VM) moves both alike."""
+    base = {r["rep"]: r.get(key) for r in base_runs}
+    ratios = [r[key] / base[r["rep"]] for r in runs
+              if r.get(key) is not None and not math.isnan(r[key]) and base.get(r["rep"]) not in (None, 0)
+              and not math.isnan(base[r["rep"]])]
+    return f"{statistics.median(ratios):.2f}x" if ratios else "-"
+
+
 def report(path):
     rows = [json.loads(line) for line in sys.stdin if line.strip()]
     whisper = [r for r in rows if r.get("kind") == "whisper"]
@@ -97,20 +107,19 @@ def report(path):
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
     for model in models:
-        base = {}
+        local = [r for r in rows if r["model"] == model and r["transport"] == "local"]
         for transport in transports:
             runs = [r for r in rows if r["model"] == model and r["transport"] == transport]
             if not runs:
                 continue
             stats = {k: spread([r.get(k) for r in runs]) for k in ("pp_tps", "tg_tps", "load_s")}
-            if transport == "local":
-                base = stats
-            print(f"| {model:<6} | {transport:<9} | {fmt(stats['pp_tps']):<26} | {ratio(stats['pp_tps'], base.get('pp_tps', (None,)*3)):>7} | "
-                  f"{fmt(stats['tg_tps']):<26} | {ratio(stats['tg_tps'], base.get('tg_tps', (None,)*3)):>7} | "
-                  f"{fmt(stats['load_s'], 3):<24} | {ratio(stats['load_s'], base.get('load_s', (None,)*3)):>7} |")
+            print(f"| {model:<6} | {transport:<9} | {fmt(stats['pp_tps']):<26} | {paired_ratio(runs, local, 'pp_tps'):>7} | "
+                  f"{fmt(stats['tg_tps']):<26} | {paired_ratio(runs, local, 'tg_tps'):>7} | "
+                  f"{fmt(stats['load_s'], 3):<24} | {paired_ratio(runs, local, 'load_s'):>7} |")
             for r in runs:
                 results.append({"model": model, "transport": transport, "rep": r["rep"],
                                 "pp_tps": r.get("pp_tps"), "tg_tps": r.get("tg_tps"), "load_s": r.get("load_s")})
+    print("(x local: the median over rounds of the round's figure over that round's local figure)")
     if whisper:
         print()
         wheader = (f"| {'model':<13} | {'transport':<9} | {'encode ms median [min-max]':<28} | {'x local':>7} | "
