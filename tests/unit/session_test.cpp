@@ -423,6 +423,16 @@ TEST_F(CpuSession, FreedBufferHandleIsStale) {
     EXPECT_EQ(call<BufferFree>(BufferFree::Request{buffer}).status.code(), Code::not_found);
 }
 
+TEST_F(CpuSession, ANewBufferStartsZeroedWhereAFreedOneHeldData) {
+    hello();
+    for (int round = 0; round < 2; ++round) {
+        const uint64_t buffer = alloc(4096);
+        EXPECT_EQ(get(buffer, 0, 4096), std::vector<uint8_t>(4096, 0)) << "round " << round;
+        ASSERT_TRUE(set(buffer, 0, std::vector<uint8_t>(4096, 0xab)).ok());
+        ASSERT_TRUE(call<BufferFree>(BufferFree::Request{buffer}).status.ok());
+    }
+}
+
 TEST_F(CpuSession, BufferHandlesAreNotReusedAfterFree) {
     hello();
     const uint64_t first = alloc(64);
