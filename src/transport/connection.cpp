@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -177,6 +178,46 @@ Status FramedStream::receive_fds(void *first_bytes, size_t size, bool wait, size
     return Status::success();
 }
 
+bool FramedStream::reads_ahead() {
+    if (reads_ahead_ < 0) {
+        int domain = 0;
+        socklen_t length = sizeof(domain);
+        reads_ahead_ = ::getsockopt(fd_.get(), SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 &&
+                       (domain == AF_INET || domain == AF_INET6);
+    }
+    return reads_ahead_ == 1;
+}
+
+Status FramedStream::receive_through_inbox(uint8_t *out, size_t size) {
+    constexpr size_t kInboxBytes = 64 * 1024;
+    const size_t held = std::min(size, inbox_end_ - inbox_at_);
+    std::memcpy(out, inbox_.data() + inbox_at_, held);
+    inbox_at_ += held;
+    out += held;
+    size -= held;
+    while (size > 0) {
+        // What fills the inbox anyway goes straight to its place.
+        const bool direct = size >= kInboxBytes;
+        if (!direct && inbox_.size() < kInboxBytes) inbox_.resize(kInboxBytes);
+        const ssize_t got = direct ? ::recv(fd_.get(), out, size, 0) : ::recv(fd_.get(), inbox_.data(), kInboxBytes, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return failure("receive from", errno);
+        }
+        if (got == 0) return failure("receive from", 0);
+        size_t taken = static_cast<size_t>(got);
+        if (!direct) {
+            inbox_end_ = taken;
+            taken = std::min(taken, size);
+            std::memcpy(out, inbox_.data(), taken);
+            inbox_at_ = taken;
+        }
+        out += taken;
+        size -= taken;
+    }
+    return Status::success();
+}
+
 Status FramedStream::receive(void *data, size_t size) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
     if (tls_) {
@@ -188,6 +229,7 @@ Status FramedStream::receive(void *data, size_t size) {
         Status status = ring_->read(data, size, fd_.get());
         return status ? status : error(status.code(), "receive from " + peer_ + ": " + status.message());
     }
+    if (reads_ahead()) return receive_through_inbox(static_cast<uint8_t *>(data), size);
     auto *out = static_cast<uint8_t *>(data);
     while (size > 0) {
         const ssize_t got = ::recv(fd_.get(), out, size, 0);
@@ -226,6 +268,17 @@ Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
             size_t got = 0;
             status = receive_fds(&marker, 1, false, &got);
             if (!status) return status;
+        }
+    } else if (reads_ahead()) {
+        if (inbox_end_ - inbox_at_ >= sizeof(*header)) {
+            std::memcpy(header, inbox_.data() + inbox_at_, sizeof(*header));  // came with the last read
+            inbox_at_ += sizeof(*header);
+        } else {
+            const uint64_t start = SpinPolicy::now_ns();
+            if (inbox_at_ == inbox_end_) spin_until_readable();
+            Status status = receive(header, sizeof(*header));
+            if (!status) return status;
+            socket_spin_.note_wait(SpinPolicy::now_ns() - start);
         }
     } else {
         const uint64_t start = SpinPolicy::now_ns();

@@ -61,6 +61,10 @@ class FramedStream {
         if (ring_ != nullptr) ring_->set_peer_busy(busy);
     }
 
+    // Bytes of the peer's already read from the socket (TCP reads ahead) and not
+    // yet taken: a poll on fd() does not see them.
+    bool has_unread_bytes() const { return inbox_at_ < inbox_end_; }
+
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }
     const std::string &peer() const { return peer_; }
@@ -80,6 +84,12 @@ class FramedStream {
     // Before a frame is read from the socket: spins while the policy says so, until
     // the socket has bytes (the read that follows sleeps if it still has none).
     void spin_until_readable();
+    // Whether reads go through inbox_: on sockets that cannot carry descriptors
+    // (TCP), whose frames a descriptor never has to be matched to.
+    bool reads_ahead();
+    // receive() through inbox_: a guest's batch of small frames (a token's inputs,
+    // its compute and its read) costs one system call instead of two per frame.
+    Status receive_through_inbox(uint8_t *out, size_t size);
 
     UniqueFd fd_;
     std::unique_ptr<TlsSession> tls_;  // declared after fd_: ends before the socket closes
@@ -87,6 +97,9 @@ class FramedStream {
     std::vector<UniqueFd> received_fds_;
     std::unique_ptr<RingChannel> ring_;
     SpinPolicy socket_spin_;
+    int reads_ahead_ = -1;         // unknown until the first read
+    std::vector<uint8_t> inbox_;   // bytes read ahead of the frame being read
+    size_t inbox_at_ = 0, inbox_end_ = 0;
 };
 
 }  // namespace ggml_remote

@@ -115,7 +115,7 @@ class Guest {
     Outcome receive() {
         Outcome outcome;
         pollfd readable{stream_.fd(), POLLIN, 0};
-        if (::poll(&readable, 1, kReplyTimeoutMs) == 0) {
+        if (!stream_.has_unread_bytes() && ::poll(&readable, 1, kReplyTimeoutMs) == 0) {
             outcome.kind = Outcome::timeout;
             return outcome;
         }
@@ -159,6 +159,7 @@ class Guest {
 
     // Whether the server hangs up within the reply timeout.
     bool closed_soon() {
+        if (stream_.has_unread_bytes()) return false;  // a reply came first
         pollfd readable{stream_.fd(), POLLIN, 0};
         if (::poll(&readable, 1, kReplyTimeoutMs) == 0) return false;
         char byte;

@@ -5,8 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <numeric>
 #include <string>
@@ -20,17 +24,42 @@ using protocol::ByteView;
 using protocol::FrameHeader;
 using ::testing::HasSubstr;
 
-// Two connected streams, as a guest and its host would hold them.
+enum class Socket { unix_pair, tcp_loopback };
+
+// Two connected streams, as a guest and its host would hold them: a unix socket
+// pair, or both ends of a TCP connection over loopback (whose reads go through
+// the stream's inbox).
 struct StreamPair {
-    StreamPair() {
+    explicit StreamPair(Socket kind = Socket::unix_pair) {
         int fds[2] = {-1, -1};
-        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+        if (kind == Socket::unix_pair) {
+            EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+        } else {
+            connect_over_loopback(fds);
+        }
         guest = FramedStream(UniqueFd(fds[0]), "host-peer");
         host = FramedStream(UniqueFd(fds[1]), "guest-peer");
+    }
+    static void connect_over_loopback(int fds[2]) {
+        UniqueFd listener(::socket(AF_INET, SOCK_STREAM, 0));
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof(address);
+        ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr *>(&address), sizeof(address)), 0);
+        ASSERT_EQ(::listen(listener.get(), 1), 0);
+        ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr *>(&address), &length), 0);
+        fds[0] = ::socket(AF_INET, SOCK_STREAM, 0);
+        ASSERT_EQ(::connect(fds[0], reinterpret_cast<sockaddr *>(&address), sizeof(address)), 0);
+        fds[1] = ::accept(listener.get(), nullptr, nullptr);
+        ASSERT_GE(fds[1], 0);
     }
     FramedStream guest;
     FramedStream host;
 };
+
+// The tests that hold for every kind of socket.
+class FramedStreamOverEach : public ::testing::TestWithParam<Socket> {};
 
 ByteView text(const std::string &s) { return ByteView(s.data(), s.size()); }
 
@@ -41,8 +70,8 @@ std::string receive_text(FramedStream &stream, size_t size) {
     return out;
 }
 
-TEST(FramedStream, FrameCarriesHeaderFieldsAndTheConcatenatedParts) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, FrameCarriesHeaderFieldsAndTheConcatenatedParts) {
+    StreamPair pair(GetParam());
     FrameHeader header;
     header.command = 11;
     header.flags = protocol::kFrameReply;
@@ -59,8 +88,8 @@ TEST(FramedStream, FrameCarriesHeaderFieldsAndTheConcatenatedParts) {
     EXPECT_EQ(receive_text(pair.host, 9), "headtail!");
 }
 
-TEST(FramedStream, SenderComputesThePayloadSizeItself) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, SenderComputesThePayloadSizeItself) {
+    StreamPair pair(GetParam());
     FrameHeader header;
     header.payload_size = 123456;  // stale value from the caller: ignored
     const std::string body = "abc";
@@ -70,8 +99,8 @@ TEST(FramedStream, SenderComputesThePayloadSizeItself) {
     EXPECT_EQ(received.payload_size, 3u);
 }
 
-TEST(FramedStream, FrameWithoutPartsHasAnEmptyPayload) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, FrameWithoutPartsHasAnEmptyPayload) {
+    StreamPair pair(GetParam());
     FrameHeader header;
     header.command = 1;
     ASSERT_TRUE(pair.guest.send(header, {}).ok());
@@ -86,8 +115,8 @@ TEST(FramedStream, FrameWithoutPartsHasAnEmptyPayload) {
     EXPECT_EQ(receive_text(pair.host, 1), "x");
 }
 
-TEST(FramedStream, FramesArriveInOrderBackToBack) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, FramesArriveInOrderBackToBack) {
+    StreamPair pair(GetParam());
     for (uint16_t command = 1; command <= 3; ++command) {
         FrameHeader header;
         header.command = command;
@@ -103,8 +132,8 @@ TEST(FramedStream, FramesArriveInOrderBackToBack) {
     }
 }
 
-TEST(FramedStream, LargeFrameLargerThanTheSocketBufferArrivesIntact) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, LargeFrameLargerThanTheSocketBufferArrivesIntact) {
+    StreamPair pair(GetParam());
     std::vector<uint8_t> big(3u << 20);
     std::iota(big.begin(), big.end(), uint8_t(0));
     const std::string prefix = "prefix";
@@ -127,8 +156,8 @@ TEST(FramedStream, LargeFrameLargerThanTheSocketBufferArrivesIntact) {
     EXPECT_EQ(std::string(received.end() - 6, received.end()), prefix);
 }
 
-TEST(FramedStream, TooManyPartsAreRefusedWithoutSending) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, TooManyPartsAreRefusedWithoutSending) {
+    StreamPair pair(GetParam());
     const std::string byte = "b";
     Status status = pair.guest.send(FrameHeader{}, {text(byte), text(byte), text(byte), text(byte), text(byte),
                                                     text(byte), text(byte), text(byte)});
@@ -136,8 +165,8 @@ TEST(FramedStream, TooManyPartsAreRefusedWithoutSending) {
     EXPECT_THAT(status.message(), HasSubstr("too many frame parts"));
 }
 
-TEST(FramedStream, PayloadOverTheLimitIsRefusedUnread) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, PayloadOverTheLimitIsRefusedUnread) {
+    StreamPair pair(GetParam());
     const std::string body(100, 'p');
     ASSERT_TRUE(pair.guest.send(FrameHeader{}, {text(body)}).ok());
     FrameHeader received;
@@ -148,16 +177,16 @@ TEST(FramedStream, PayloadOverTheLimitIsRefusedUnread) {
     EXPECT_EQ(received.payload_size, 100u);
 }
 
-TEST(FramedStream, PayloadExactlyAtTheLimitIsAccepted) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, PayloadExactlyAtTheLimitIsAccepted) {
+    StreamPair pair(GetParam());
     const std::string body(100, 'p');
     ASSERT_TRUE(pair.guest.send(FrameHeader{}, {text(body)}).ok());
     FrameHeader received;
     EXPECT_TRUE(pair.host.receive_header(&received, 100).ok());
 }
 
-TEST(FramedStream, DiscardSkipsARefusedPayloadSoTheNextFrameCanBeRead) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, DiscardSkipsARefusedPayloadSoTheNextFrameCanBeRead) {
+    StreamPair pair(GetParam());
     const std::string refused(200000, 'r'), accepted = "ok";
     std::thread sender([&] {
         (void)pair.guest.send(FrameHeader{}, {text(refused)});
@@ -174,8 +203,8 @@ TEST(FramedStream, DiscardSkipsARefusedPayloadSoTheNextFrameCanBeRead) {
     sender.join();
 }
 
-TEST(FramedStream, PeerClosedBeforeAHeaderIsDisconnected) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, PeerClosedBeforeAHeaderIsDisconnected) {
+    StreamPair pair(GetParam());
     pair.guest.close();
     FrameHeader received;
     Status status = pair.host.receive_header(&received, 1024);
@@ -184,8 +213,8 @@ TEST(FramedStream, PeerClosedBeforeAHeaderIsDisconnected) {
     EXPECT_THAT(status.message(), HasSubstr("closed by peer"));
 }
 
-TEST(FramedStream, PeerClosedInsideAPayloadIsDisconnected) {
-    StreamPair pair;
+TEST_P(FramedStreamOverEach, PeerClosedInsideAPayloadIsDisconnected) {
+    StreamPair pair(GetParam());
     FrameHeader header;
     header.payload_size = 10;  // promise 10 bytes, deliver 3 by hand
     ASSERT_EQ(::send(pair.guest.fd(), &header, sizeof(header), 0), static_cast<ssize_t>(sizeof(header)));
@@ -204,6 +233,57 @@ TEST(FramedStream, SendingToAClosedPeerIsDisconnectedNotSigpipe) {
     Status status = pair.guest.send(FrameHeader{}, {text(body)});
     EXPECT_EQ(status.code(), Code::disconnected);
     EXPECT_THAT(status.message(), HasSubstr("host-peer"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sockets, FramedStreamOverEach, ::testing::Values(Socket::unix_pair, Socket::tcp_loopback),
+                         [](const ::testing::TestParamInfo<Socket> &info) {
+                             return info.param == Socket::unix_pair ? "unix" : "tcp";
+                         });
+
+// TCP reads ahead: many frames come with one read, and a frame may come in pieces.
+TEST(FramedStreamOverTcp, ManyFramesSentAtOnceAreTakenApartAcrossTheInbox) {
+    StreamPair pair(Socket::tcp_loopback);
+    std::vector<uint8_t> frames;
+    constexpr uint16_t kFrames = 300;  // about 150 KiB: more than one inbox
+    for (uint16_t i = 0; i < kFrames; ++i) {
+        FrameHeader header;
+        header.command = i;
+        header.payload_size = (i * 37u) % 1000;
+        const auto *bytes = reinterpret_cast<const uint8_t *>(&header);
+        frames.insert(frames.end(), bytes, bytes + sizeof(header));
+        for (uint64_t k = 0; k < header.payload_size; ++k) frames.push_back(static_cast<uint8_t>(i + k));
+    }
+    std::thread sender([&] { EXPECT_TRUE(pair.guest.send_frames(ByteView(frames)).ok()); });
+    for (uint16_t i = 0; i < kFrames; ++i) {
+        FrameHeader received;
+        ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+        ASSERT_EQ(received.command, i);
+        ASSERT_EQ(received.payload_size, (i * 37u) % 1000);
+        std::vector<uint8_t> payload(received.payload_size);
+        ASSERT_TRUE(pair.host.receive(payload.data(), payload.size()).ok());
+        for (size_t k = 0; k < payload.size(); ++k) ASSERT_EQ(payload[k], static_cast<uint8_t>(i + k)) << i;
+    }
+    sender.join();
+}
+
+TEST(FramedStreamOverTcp, AFrameThatComesAByteAtATimeIsPutTogether) {
+    StreamPair pair(Socket::tcp_loopback);
+    FrameHeader header;
+    header.command = 9;
+    header.payload_size = 5;
+    std::string bytes(reinterpret_cast<const char *>(&header), sizeof(header));
+    bytes += "hello";
+    std::thread sender([&] {
+        for (char byte : bytes) {
+            ASSERT_EQ(::send(pair.guest.fd(), &byte, 1, 0), 1);
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+    });
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.command, 9);
+    EXPECT_EQ(receive_text(pair.host, received.payload_size), "hello");
+    sender.join();
 }
 
 // Descriptors (unix sockets): they ride on the frame and wait in received_fds().
