@@ -2,12 +2,14 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -18,7 +20,7 @@ namespace ggml_remote {
 namespace {
 
 constexpr uint32_t kRingMagic = 0x474e4952;  // "RING"
-constexpr uint32_t kRingLayoutVersion = 1;
+constexpr uint32_t kRingLayoutVersion = 2;
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "shared counters must be lock-free to work across processes");
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a doorbell is a futex word");
@@ -78,6 +80,7 @@ Status RingChannel::create(size_t capacity, UniqueFd *fd, std::unique_ptr<RingCh
     header->magic = kRingMagic;
     header->version = kRingLayoutVersion;
     header->capacity = capacity;
+    header->worker_cpu.store(-1, std::memory_order_relaxed);
     channel->reset(new RingChannel(Side::host, std::move(mapping), capacity));
     *fd = std::move(file);
     return Status::success();
@@ -102,6 +105,42 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
     return Status::success();
 }
 
+// Whether the guest follows the worker's CPU (GGML_REMOTE_FOLLOW_WORKER=0: no).
+bool follow_worker_wanted() {
+    static const bool wanted = [] {
+        const char *setting = std::getenv("GGML_REMOTE_FOLLOW_WORKER");
+        return setting == nullptr || std::strcmp(setting, "0") != 0;
+    }();
+    return wanted;
+}
+
+// A futex wake-up leaves the woken thread on the CPU it last ran on. When the
+// server computes on every core, its compute threads spin there between graphs,
+// and a guest that once woke next to one of them (rather than next to the worker,
+// which sleeps while the guest works) stays there: at each token it waits for
+// that thread to give the core up, while the worker's core idles. That costs the
+// tiny model's tokens half their rate, for the whole life of a process. So a
+// guest that is about to sleep behind a compute, on another CPU than the worker,
+// moves to the worker's CPU (its own affinity mask, narrowed and then restored,
+// so the application's mask is kept), at most every 100 ms.
+void RingChannel::follow_worker() {
+    constexpr uint64_t kMinIntervalNs = 100 * 1000 * 1000;
+    if (side_ != Side::guest || !follow_worker_wanted()) return;
+    const auto *header = static_cast<const RegionHeader *>(mapping_.data());
+    const int worker = header->worker_cpu.load(std::memory_order_relaxed);
+    const int here = ::sched_getcpu();
+    if (worker < 0 || worker >= CPU_SETSIZE || here < 0 || here == worker) return;
+    const uint64_t now = SpinPolicy::now_ns();
+    if (now - last_follow_ns_ < kMinIntervalNs) return;
+    last_follow_ns_ = now;
+    cpu_set_t mask;
+    if (::sched_getaffinity(0, sizeof(mask), &mask) != 0 || !CPU_ISSET(worker, &mask)) return;
+    cpu_set_t only;
+    CPU_ZERO(&only);
+    CPU_SET(worker, &only);
+    if (::sched_setaffinity(0, sizeof(only), &only) == 0) (void)::sched_setaffinity(0, sizeof(mask), &mask);
+}
+
 template <class Ready>
 Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> *sleeping, Ready ready,
                          int peer_socket) {
@@ -114,6 +153,7 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
         }
         cpu_relax();
     }
+    if (spin_.peer_busy()) follow_worker();
     for (;;) {
         const uint32_t seen = doorbell->load(std::memory_order_acquire);
         sleeping->store(1, std::memory_order_seq_cst);
@@ -166,6 +206,9 @@ Status RingChannel::write(const iovec *parts, size_t count, int peer_socket) {
 }
 
 Status RingChannel::read(void *data, size_t size, int peer_socket) {
+    if (side_ == Side::host) {
+        static_cast<RegionHeader *>(mapping_.data())->worker_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+    }
     auto *out = static_cast<uint8_t *>(data);
     while (size > 0) {
         const uint64_t peer_written = in_.state->written.load(std::memory_order_acquire);

@@ -7,7 +7,9 @@
 // publishes how many it has read. A side that finds nothing to do spins (see
 // SpinPolicy), then sleeps on a futex "doorbell" that the other side rings only
 // when someone sleeps. The unix socket stays open, for file descriptors and to notice that the
-// peer died: a sleeping side wakes every kLivenessCheckMs to look at it.
+// peer died: a sleeping side wakes every kLivenessCheckMs to look at it. The
+// header also carries the CPU the worker last ran on, which a guest about to
+// sleep behind a compute follows (follow_worker()).
 //
 // The host never trusts the shared bytes: it keeps its own count of what it has
 // written and read, checks the guest's counts against the ring's capacity before
@@ -51,6 +53,9 @@ class RingChannel {
     Status read(void *data, size_t size, int peer_socket);
 
     size_t capacity() const { return capacity_; }
+    // Guest, about to sleep behind a compute (wait() calls it): moves this thread to
+    // the CPU the worker last ran on, when it is elsewhere (see the .cpp).
+    void follow_worker();
     // See SpinPolicy::set_peer_busy.
     void set_peer_busy(bool busy) { spin_.set_peer_busy(busy); }
 
@@ -70,6 +75,9 @@ class RingChannel {
         uint32_t version;
         uint64_t capacity;
         RingState rings[2];  // [0]: guest to host, [1]: host to guest
+        // The CPU the server's worker last ran on (see follow_worker()); a hint
+        // the guest reads, never the host.
+        alignas(64) std::atomic<int32_t> worker_cpu;
     };
 
   private:
@@ -89,6 +97,7 @@ class RingChannel {
     size_t capacity_;
     Direction out_, in_;
     SpinPolicy spin_;
+    uint64_t last_follow_ns_ = 0;  // guest: when follow_worker() last moved this thread
 };
 
 }  // namespace ggml_remote

@@ -27,6 +27,7 @@ class SpinPolicy {
     void note_wait(uint64_t waited_ns);
     // Set while the peer is known to be busy (see above).
     void set_peer_busy(bool busy) { peer_busy_ = busy; }
+    bool peer_busy() const { return peer_busy_; }
 
     static uint64_t now_ns();
 

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -199,6 +200,62 @@ TEST(SharedRing, AGuestThatForgesItsReadCountCannotMakeTheHostOverwrite) {
     layout->rings[1].read.store(12345);
     Status status = pair.host.send(FrameHeader{}, {text("reply")});
     EXPECT_EQ(status.code(), Code::bad_request);
+}
+
+// Two CPUs this thread may run on, or false.
+bool two_allowed_cpus(cpu_set_t *mask, int *first, int *second) {
+    if (::sched_getaffinity(0, sizeof(*mask), mask) != 0 || CPU_COUNT(mask) < 2) return false;
+    *first = *second = -1;
+    for (int cpu = 0; cpu < CPU_SETSIZE && *second < 0; ++cpu) {
+        if (!CPU_ISSET(cpu, mask)) continue;
+        (*first < 0 ? *first : *second) = cpu;
+    }
+    return true;
+}
+
+void move_to(int cpu, const cpu_set_t &mask) {
+    cpu_set_t only;
+    CPU_ZERO(&only);
+    CPU_SET(cpu, &only);
+    ASSERT_EQ(::sched_setaffinity(0, sizeof(only), &only), 0);
+    ASSERT_EQ(::sched_setaffinity(0, sizeof(mask), &mask), 0);
+}
+
+TEST(SharedRing, AGuestBehindAComputeMovesToTheWorkersCpuKeepingItsMaskAtMostEvery100Ms) {
+    cpu_set_t mask;
+    int here = -1, worker = -1;
+    if (!two_allowed_cpus(&mask, &here, &worker)) GTEST_SKIP() << "needs two CPUs";
+    UniqueFd memory;
+    std::unique_ptr<RingChannel> host_ring, guest_ring;
+    ASSERT_TRUE(RingChannel::create(4096, &memory, &host_ring).ok());
+    ASSERT_TRUE(RingChannel::attach(memory.get(), &guest_ring).ok());
+    void *region = ::mmap(nullptr, kRingHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memory.get(), 0);
+    ASSERT_NE(region, MAP_FAILED);
+    static_cast<RingChannel::RegionHeader *>(region)->worker_cpu.store(worker);
+
+    // The scheduler may move a thread on its own at any time, so each check gets a
+    // few tries (the first ones 100 ms apart, for the rate limit).
+    bool moved = false;
+    for (int attempt = 0; attempt < 5 && !moved; ++attempt) {
+        if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(110));
+        move_to(here, mask);
+        guest_ring->follow_worker();
+        moved = ::sched_getcpu() == worker;
+    }
+    EXPECT_TRUE(moved) << "the guest did not move to the worker's CPU";
+    cpu_set_t after;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof(after), &after), 0);
+    EXPECT_TRUE(CPU_EQUAL(&after, &mask)) << "the thread's own mask was not restored";
+
+    // Not again within 100 ms: a guest that the scheduler keeps moving is left alone.
+    int stayed = 0;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        move_to(here, mask);
+        guest_ring->follow_worker();
+        stayed += ::sched_getcpu() == here;
+    }
+    EXPECT_GE(stayed, 3);
+    ::munmap(region, kRingHeaderBytes);
 }
 
 TEST(SharedRing, AttachRefusesAMemoryFileWithoutTheRingLayout) {
