@@ -5,7 +5,8 @@
 # BUILD/bench/results.json.
 #   BENCH_MODELS="tiny small mid"  BENCH_REPS=5  BENCH_RUNS=3  BENCH_PP=64  BENCH_TG=64  BENCH_THREADS=2
 # Each of the BENCH_REPS rounds starts every variant afresh (a new guest process,
-# a new server session), and its figure is llama-bench's mean of BENCH_RUNS runs:
+# a new server session), in an order rotated from round to round, and its figure
+# is llama-bench's mean of BENCH_RUNS runs:
 # on a 2-core VM a single short run, or a single process, varies by +-15%.
 #   BENCH_WHISPER="micro" (whisper-bench on synthetic whisper models; empty to skip)
 set -euo pipefail
@@ -99,7 +100,10 @@ for name in $models; do
         mv "$model.tmp" "$model"
     fi
     for rep in $(seq "$reps"); do
-        for transport in "${transports[@]}"; do
+        # Each round starts with another variant: a place in the order (the first
+        # run after the previous model's, say) favours no variant every time.
+        shift_by=$(((rep - 1) % ${#transports[@]}))
+        for transport in "${transports[@]:shift_by}" "${transports[@]:0:shift_by}"; do
             echo "bench: $name $transport (round $rep of $reps)" >&2
             json=$work/bench.json
             if ! run_variant "$transport" llama-bench -m "$model" -p "$pp" -n "$tg" -r "$runs" -t "$threads" -o json \
