@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -53,6 +53,15 @@ bool peer_gone(int socket) {
 
 Status corrupt(const char *what) {
     return error(Code::bad_request, std::string("shared ring: the peer's ") + what + " count is impossible");
+}
+
+// Whether the guest follows the worker's CPU (GGML_REMOTE_FOLLOW_WORKER=0: no).
+bool follow_worker_wanted() {
+    static const bool wanted = [] {
+        const char *setting = std::getenv("GGML_REMOTE_FOLLOW_WORKER");
+        return setting == nullptr || std::strcmp(setting, "0") != 0;
+    }();
+    return wanted;
 }
 
 }  // namespace
@@ -103,15 +112,6 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
     const size_t capacity = header->capacity;
     channel->reset(new RingChannel(Side::guest, std::move(mapping), capacity));
     return Status::success();
-}
-
-// Whether the guest follows the worker's CPU (GGML_REMOTE_FOLLOW_WORKER=0: no).
-bool follow_worker_wanted() {
-    static const bool wanted = [] {
-        const char *setting = std::getenv("GGML_REMOTE_FOLLOW_WORKER");
-        return setting == nullptr || std::strcmp(setting, "0") != 0;
-    }();
-    return wanted;
 }
 
 // A futex wake-up leaves the woken thread on the CPU it last ran on. When the
