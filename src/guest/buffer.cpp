@@ -37,7 +37,7 @@ enum ggml_status buffer_init_tensor(ggml_backend_buffer_t buffer, ggml_tensor *t
     TensorListEncoder encoder([](const ggml_tensor *t, TensorLocation *location) {
         return locate_on_host(nullptr, t, location);
     });
-    encoder.add(tensor);
+    encoder.add_storage(tensor);
     if (encoder.failed()) {
         log(GGML_LOG_LEVEL_ERROR, "%s: init_tensor: %s", remote->device->name().c_str(), encoder.error().c_str());
         return GGML_STATUS_FAILED;

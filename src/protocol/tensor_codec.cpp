@@ -137,6 +137,23 @@ int32_t TensorListEncoder::add_op_with_sources(const ggml_tensor *op) {
     return index;
 }
 
+int32_t TensorListEncoder::add_storage(const ggml_tensor *tensor) {
+    if (tensor == nullptr) return -1;
+    auto found = index_.find(tensor);
+    if (found != index_.end()) return found->second;
+    // Views of views are a short chain: recursion stays shallow.
+    const int32_t view_src = tensor->view_src != nullptr && tensor->view_src != tensor ? add_storage(tensor->view_src) : -1;
+    WireTensor wire = describe(tensor);
+    wire.op = GGML_OP_NONE;
+    std::memset(wire.op_params, 0, sizeof(wire.op_params));
+    wire.view_src = view_src;
+    const int32_t index = static_cast<int32_t>(tensors_.size());
+    index_.emplace(tensor, index);
+    tensors_.push_back(wire);
+    order_.push_back(tensor);
+    return index;
+}
+
 std::vector<uint8_t> TensorListEncoder::finish() {
     std::vector<uint8_t> out;
     out.reserve(sizeof(TensorListHeader) + tensors_.size() * sizeof(WireTensor) + nodes_.size() * 4);

@@ -71,6 +71,10 @@ class TensorListEncoder {
     // Adds an op and its direct sources only, the sources as plain leaves: what a
     // device needs to say whether it supports the op, and a small cache key.
     int32_t add_op_with_sources(const ggml_tensor *op);
+    // Adds a tensor as a plain leaf, after the views it lies in, without its op
+    // or sources: what a buffer's init_tensor needs (its sources may lie anywhere,
+    // in the guest's own memory too).
+    int32_t add_storage(const ggml_tensor *tensor);
 
     // The tensors added so far, in list order (sources before their users).
     const std::vector<const ggml_tensor *> &order() const { return order_; }

@@ -240,6 +240,58 @@ TEST(TensorListEncoder, ViewRefersToItsSourceByIndexAndOffset) {
     EXPECT_EQ(wire_view.nb[1], 32u);
 }
 
+// A buffer's init_tensor names the tensor alone: with a GPU host, ggml inits every
+// node it places, and a node's sources may lie in the guest's own memory (the
+// token table of llama.cpp's input layer, say), which the host cannot reach.
+TEST(TensorListEncoder, StorageLeavesOutTheOpAndSourcesInGuestMemory) {
+    GgmlContext ctx = metadata_context();
+    PlacementArena arena(kBuffer, 256);
+    std::vector<float> guest_table(64);
+    ggml_tensor *table = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, 8, 8);
+    table->data = guest_table.data();
+    ggml_tensor *ids = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, 2);
+    arena.place(ids, 0);
+    ggml_tensor *rows = ggml_get_rows(ctx.get(), table, ids);
+    arena.place(rows, 64);
+
+    TensorListEncoder whole_graph(arena.locator());
+    whole_graph.add(rows);
+    EXPECT_TRUE(whole_graph.failed());
+
+    TensorListEncoder encoder(arena.locator());
+    EXPECT_EQ(encoder.add_storage(rows), 0);
+    ASSERT_FALSE(encoder.failed()) << encoder.error();
+    TensorList list;
+    ASSERT_TRUE(decode(encoder.finish(), &list).ok());
+    ASSERT_EQ(list.tensors.size(), 1u);
+    const WireTensor &wire = list.tensors[0];
+    EXPECT_EQ(wire.op, GGML_OP_NONE);
+    EXPECT_EQ(wire.src[0], -1);
+    EXPECT_EQ(wire.src[1], -1);
+    EXPECT_EQ(wire.buffer, kBuffer);
+    EXPECT_EQ(wire.data_offset, 64u);
+}
+
+TEST(TensorListEncoder, StorageOfAViewListsTheTensorItLiesInFirst) {
+    GgmlContext ctx = metadata_context();
+    PlacementArena arena(kBuffer, 256);
+    ggml_tensor *base = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, 8, 4);
+    arena.place(base, 32);
+    ggml_tensor *row = ggml_view_1d(ctx.get(), base, 8, base->nb[1]);
+    ggml_tensor *part = ggml_view_1d(ctx.get(), row, 4, 16);
+    TensorListEncoder encoder(arena.locator());
+    EXPECT_EQ(encoder.add_storage(part), 1);
+    TensorList list;
+    ASSERT_TRUE(decode(encoder.finish(), &list).ok());
+    // ggml points a view of a view at the tensor that owns the bytes.
+    ASSERT_EQ(list.tensors.size(), 2u);
+    EXPECT_EQ(list.tensors[0].view_src, -1);
+    EXPECT_EQ(list.tensors[1].view_src, 0);
+    EXPECT_EQ(list.tensors[1].op, GGML_OP_NONE);
+    EXPECT_EQ(list.tensors[1].src[0], -1);
+    EXPECT_EQ(list.tensors[1].data_offset, 32u + 32u + 16u);
+}
+
 TEST(TensorListEncoder, PermuteKeepsSwappedStridesAndAxes) {
     GgmlContext ctx = metadata_context();
     ggml_tensor *base = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, 2, 3, 5);
