@@ -3,17 +3,22 @@
 # remote transport (ours over shm, unix and TCP; ggml-rpc with and without its
 # cache), in one run, interleaved and repeated. Prints a table and writes
 # BUILD/bench/results.json.
-#   BENCH_MODELS="tiny small mid"  BENCH_REPS=5  BENCH_RUNS=3  BENCH_PP=64  BENCH_TG=64  BENCH_THREADS=2
-# Each of the BENCH_REPS rounds starts every variant afresh (a new guest process,
-# a new server session), in an order rotated from round to round, and its figure
-# is llama-bench's mean of BENCH_RUNS runs:
-# on a 2-core VM a single short run, or a single process, varies by +-15%.
+#   BENCH_MODELS="tiny small mid"  BENCH_REPS=  BENCH_RUNS=3  BENCH_PP=64  BENCH_TG=64  BENCH_THREADS=2
+# Each of the rounds starts every variant afresh (a new guest process, a new
+# server session), in an order rotated from round to round, and its figure is
+# llama-bench's mean of BENCH_RUNS runs: on a 2-core VM a single short run, or a
+# single process, varies by +-15%, mostly from one process to the next. So the
+# models whose rounds take seconds get 15 rounds, the mid one (a minute and a
+# half a round) 5; BENCH_REPS sets one count for all.
 #   BENCH_WHISPER="micro" (whisper-bench on synthetic whisper models; empty to skip)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 models=${BENCH_MODELS:-tiny small mid}
-reps=${BENCH_REPS:-5}
+reps_for() {  # reps_for MODEL: the rounds that model gets
+    if [ -n "${BENCH_REPS:-}" ]; then echo "$BENCH_REPS"; return; fi
+    case $1 in tiny|small) echo 15 ;; *) echo 5 ;; esac
+}
 runs=${BENCH_RUNS:-3}
 pp=${BENCH_PP:-64}
 tg=${BENCH_TG:-64}
@@ -99,6 +104,7 @@ for name in $models; do
         "$build/bin/ggml-remote-synthetic-model" --preset "$name" --type f16 -o "$model.tmp" >/dev/null
         mv "$model.tmp" "$model"
     fi
+    reps=$(reps_for "$name")
     for rep in $(seq "$reps"); do
         # Each round starts with another variant: a place in the order (the first
         # run after the previous model's, say) favours no variant every time.
@@ -124,6 +130,7 @@ for name in $whisper_models; do
         "$build/bin/ggml-remote-synthetic-whisper" --preset "$name" --type f16 -o "$model.tmp" >/dev/null
         mv "$model.tmp" "$model"
     fi
+    reps=$(reps_for "$name")
     for rep in $(seq "$reps"); do
         for transport in local shm unix tcp; do
             echo "bench: whisper-$name $transport (round $rep of $reps)" >&2
