@@ -383,8 +383,9 @@ void Session::register_handlers() {
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
         memory_in_use_ -= buffer->charged;
-        // Kept graphs may point into the buffer; the guest forgets them too.
+        // Kept graphs may point into the buffer (or its repacked weights); the guest forgets them too.
         for (auto &slot : graph_slots_) slot.reset();
+        memory_in_use_ -= weight_repack_.forget(request.buffer);
         buffers_.erase(request.buffer);
         return Status::success();
     });
@@ -569,6 +570,7 @@ void Session::register_handlers() {
                 if (request.mode == kGraphStore) graph_slots_[request.slot].reset();
                 status = build(tail, DataPolicy::required, &once);
                 if (!status) return status;
+                if (limits_.repack_weights) repack_weights(backend, &once);
                 if (request.mode == kGraphStore) {
                     graph_slots_[request.slot] = std::make_unique<BuiltTensors>(std::move(once));
                     graph = graph_slots_[request.slot].get();
@@ -605,6 +607,35 @@ void Session::register_handlers() {
         return Status::success();
     });
 
+}
+
+void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
+    ggml_backend_dev_t device = ggml_backend_get_device(backend->backend.get());
+    if (device == nullptr || graph->graph == nullptr) return;
+    // Only weights of read-only buffers (model files the guest mapped) cannot change under their copies.
+    auto source_of = [this](const ggml_tensor *weight, uint64_t *buffer_size) -> uint64_t {
+        for (auto &[handle, buffer] : buffers_) {
+            if (buffer.buffer.get() != weight->buffer) continue;
+            *buffer_size = buffer.size;
+            return buffer.writable ? 0 : handle;
+        }
+        return 0;
+    };
+    auto charge = [this](int64_t bytes) {
+        if (bytes < 0) {
+            memory_in_use_ -= static_cast<uint64_t>(-bytes);
+            return true;
+        }
+        const auto size = static_cast<uint64_t>(bytes);
+        if (limits_.memory_quota != 0 && (size > limits_.memory_quota || memory_in_use_ > limits_.memory_quota - size)) {
+            return false;
+        }
+        memory_in_use_ += size;
+        return true;
+    };
+    const size_t before = weight_repack_.copies();
+    weight_repack_.apply(device, graph->graph, source_of, charge);
+    counters_.weights_repacked += weight_repack_.copies() - before;
 }
 
 bool Session::device_shares_memory(ggml_backend_dev_t device) const {

@@ -5,6 +5,7 @@
 #include "host/dispatcher.h"
 #include "host/frame_recorder.h"
 #include "host/graph_builder.h"
+#include "host/weight_repack.h"
 #include "host/handle_table.h"
 #include "host/status_board.h"
 #include "protocol/commands.h"
@@ -31,6 +32,7 @@ struct SessionLimits {
     int max_threads = 0;        // cap for set_n_threads; 0 = hardware threads
     int default_threads = 0;    // threads of a new CPU backend; 0 = hardware threads
     int cpu_poll = 50;          // ggml's threadpool poll level: how long idle CPU threads spin
+    bool repack_weights = true;  // weights of read-only buffers in the CPU's fastest layouts (weight_repack.h)
     // How long a guest may keep its worker waiting, in seconds (0 = no limit): for
     // the handshake after connecting; for the rest of a frame once its header has
     // come, and for taking a reply, each plus a second per MiB; between frames.
@@ -46,6 +48,7 @@ struct SessionCounters {
     uint64_t bytes_received = 0;
     uint64_t bytes_sent = 0;
     uint64_t graph_computes = 0;
+    uint64_t weights_repacked = 0;
 };
 
 class Session {
@@ -139,6 +142,8 @@ class Session {
     Status backend_at(uint64_t handle, SessionBackend **backend);
     // Checks a byte range against its buffer and returns a 1-D tensor over it.
     Status range_tensor(const protocol::BufferRange &range, bool write, ggml_tensor *tensor);
+    // Points the graph's matrix products at repacked copies of their read-only weights.
+    void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Whether buffers of this device can live in shared memory.
     bool device_shares_memory(ggml_backend_dev_t device) const;
     Status allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd);
@@ -166,6 +171,7 @@ class Session {
     uint32_t max_sessions_ = 0;
     void publish_status();
     SessionCounters counters_;
+    WeightRepack weight_repack_;
     FrameRecorder *recorder_ = nullptr;
     ComputeGateForTesting compute_gate_for_testing_;
 };

@@ -156,11 +156,13 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
                   static_cast<unsigned long long>(counters.commands),
                   static_cast<unsigned long long>(counters.graph_computes),
                   human_bytes(counters.bytes_received).c_str(), human_bytes(counters.bytes_sent).c_str());
+    std::string summary = totals;
+    if (counters.weights_repacked != 0) summary += ", " + std::to_string(counters.weights_repacked) + " weights repacked";
     if (outcome.ok()) {
-        log_line(label + ": disconnected after " + totals);
+        log_line(label + ": disconnected after " + summary);
         return 0;
     }
-    log_line(label + ": closed by the server: " + outcome.message() + " (after " + totals + ")");
+    log_line(label + ": closed by the server: " + outcome.message() + " (after " + summary + ")");
     return 2;
 }
 

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -994,6 +995,89 @@ TEST_F(SharedMemorySession, FileBufferNeedsExactlyOneDescriptor) {
     EXPECT_EQ(call<BufferFromFile>(BufferFromFile::Request{0, 0, 64, 64}, ByteView(), &two).status.code(),
               Code::bad_request);
     EXPECT_EQ(session->buffer_count(), 0u);
+}
+
+// llama.cpp puts a local CPU's Q4_0 weights in ggml-cpu's repacked layout; a guest's
+// come in a mapped file, so the host repacks them: the product reads a copy in the
+// CPU's extra buffer type and gives what the plain layout gives.
+class RepackedWeights : public SharedMemorySession {
+  protected:
+    static constexpr int64_t kInputs = 256, kOutputs = 16, kTokens = 4;
+
+    void SetUp() override {
+        SharedMemorySession::SetUp();
+        if (HasFatalFailure()) return;
+        ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+        auto extra_types = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
+            ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts"));
+        if (extra_types == nullptr || extra_types(cpu) == nullptr || *extra_types(cpu) == nullptr) {
+            GTEST_SKIP() << "this CPU backend has no extra buffer types";
+        }
+        std::vector<float> weights(kInputs * kOutputs);
+        for (size_t i = 0; i < weights.size(); ++i) weights[i] = std::sin(0.37f * static_cast<float>(i));
+        quantized.resize(ggml_row_size(GGML_TYPE_Q4_0, kInputs) * kOutputs);
+        ggml_quantize_chunk(GGML_TYPE_Q4_0, weights.data(), quantized.data(), 0, kOutputs, kInputs, nullptr);
+        for (size_t i = 0; i < activations.size(); ++i) activations[i] = std::cos(0.11f * static_cast<float>(i));
+    }
+
+    // y = W x with W in a mapped file, x and y in a buffer of the session's own.
+    std::vector<float> product() {
+        weight_file = file_buffer(quantized, 0, quantized.size());
+        const uint64_t work = alloc(4096);
+        const uint64_t compute_backend = backend();
+        GgmlContext ctx = metadata_context(8, 1);
+        ggml_tensor *w = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_Q4_0, kInputs, kOutputs);
+        ggml_tensor *x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kInputs, kTokens);
+        ggml_tensor *y = ggml_mul_mat(ctx.get(), w, x);
+        std::unordered_map<const ggml_tensor *, TensorLocation> places = {
+            {w, {weight_file, 0}}, {x, {work, 0}}, {y, {work, 2048}}};
+        static uint8_t placed;  // the encoder asks where a tensor is only if it has data
+        for (ggml_tensor *tensor : {w, x, y}) tensor->data = &placed;
+        TensorListEncoder encoder([&places](const ggml_tensor *t, TensorLocation *location) {
+            auto found = places.find(t);
+            if (found == places.end()) return false;
+            *location = found->second;
+            return true;
+        });
+        encoder.add_node(y);
+        EXPECT_TRUE(set(work, 0, bytes_of(activations)).ok());
+        Outcome outcome = call<GraphCompute>(graph_request(compute_backend), ByteView(encoder.finish()));
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
+        const std::vector<uint8_t> bytes = get(work, 2048, kOutputs * kTokens * sizeof(float));
+        std::vector<float> values(kOutputs * kTokens);
+        std::memcpy(values.data(), bytes.data(), std::min(bytes.size(), values.size() * sizeof(float)));
+        return values;
+    }
+
+    std::vector<uint8_t> quantized;
+    std::vector<float> activations = std::vector<float>(kInputs * kTokens);
+    uint64_t weight_file = 0;
+};
+
+TEST_F(RepackedWeights, AProductOfAMappedQ4_0WeightReadsARepackedCopyAndAgreesWithThePlainLayout) {
+    const std::vector<float> repacked = product();
+    EXPECT_EQ(session->counters().weights_repacked, 1u);
+    const uint64_t in_use_with_copy = session->memory_in_use();
+
+    SessionLimits plain;
+    plain.repack_weights = false;
+    restart(plain);
+    const std::vector<float> as_mapped = product();
+    EXPECT_EQ(session->counters().weights_repacked, 0u);
+    EXPECT_GE(in_use_with_copy, session->memory_in_use() + quantized.size()) << "the copy counts against the quota";
+    ASSERT_EQ(repacked.size(), as_mapped.size());
+    for (size_t i = 0; i < repacked.size(); ++i) {
+        EXPECT_NEAR(repacked[i], as_mapped[i], 1e-3f * (1.0f + std::fabs(as_mapped[i]))) << "output " << i;
+    }
+    EXPECT_GT(std::fabs(as_mapped[0]) + std::fabs(as_mapped[1]), 0.0f);
+}
+
+TEST_F(RepackedWeights, FreeingTheWeightsBufferFreesItsCopy) {
+    (void)product();
+    ASSERT_EQ(session->counters().weights_repacked, 1u);
+    const uint64_t with_copy = session->memory_in_use();
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{weight_file}).status.ok());
+    EXPECT_LE(session->memory_in_use(), with_copy - quantized.size());
 }
 
 TEST_F(SharedMemorySession, FileRangeOutsideTheFileIsRefused) {

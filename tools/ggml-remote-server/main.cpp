@@ -47,6 +47,9 @@ void print_usage(const char *program) {
         "  -t,    --threads N            threads of each CPU backend (default: all cores)\n"
         "         --poll 0..100          how long CPU threads spin for the next graph before they\n"
         "                                sleep (ggml's poll level; default 50; 0: sleep at once)\n"
+        "         --no-repack            compute with a guest's mapped weights as they are (by\n"
+        "                                default a CPU device repacks them into its fastest\n"
+        "                                layouts, as llama.cpp does locally)\n"
         "         --max-sessions N       guests served at once (default: 64)\n"
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
@@ -179,6 +182,8 @@ int main(int argc, char **argv) {
             options.limits.frame_timeout_s = parse_int(arg, value(), 0);
         } else if (arg == "--idle-timeout") {
             options.limits.idle_timeout_s = parse_int(arg, value(), 0);
+        } else if (arg == "--no-repack") {
+            options.limits.repack_weights = false;
         } else if (arg == "--no-sandbox") {
             options.sandbox = false;
         } else if (arg == "-v" || arg == "--verbose") {

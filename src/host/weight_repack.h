@@ -1,0 +1,79 @@
+// WeightRepack: the host CPU's fastest weight layouts for a remote guest's weights.
+//
+// Locally, llama.cpp puts each matrix weight that a CPU "extra" buffer type can
+// serve (ggml-cpu's REPACK for Q4_0, Q4_K, IQ4_NL...; AMX on Sapphire Rapids for
+// F16 and the Q types) into that type, whose set_tensor rearranges the bytes for
+// its kernels. A remote device is a GPU to llama.cpp, which offers such types to
+// the CPU device alone, so a guest's weights arrive in plain buffers and the host
+// computes with the slow kernels (Q4_0 prompt processing at 0.44x of local on a
+// 2-core AVX-512 VM; F16 at 0.38x on a 16-core Sapphire Rapids VM).
+//
+// So the host repacks them itself: at the first graph in which a MUL_MAT or
+// MUL_MAT_ID reads a weight from a read-only buffer (a model file the guest
+// mapped), it copies the weight once into the first extra buffer type that
+// supports the op and points the op at the copy. Read-only buffers cannot change
+// under the copy; writable ones are left alone.
+#pragma once
+
+#include "ggml-backend.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace ggml_remote::host {
+
+class WeightRepack {
+  public:
+    // `charge(bytes)` asks the session for memory (its quota; false: no copy),
+    // `charge(-bytes)` gives it back.
+    using Charge = std::function<bool(int64_t bytes)>;
+
+    WeightRepack() = default;
+    ~WeightRepack();
+    WeightRepack(const WeightRepack &) = delete;
+    WeightRepack &operator=(const WeightRepack &) = delete;
+
+    // Points each matrix product of `graph` whose weight lies in a read-only
+    // buffer (`source_of` names it: a handle and that buffer's size, or 0) at a
+    // repacked copy, making the copies it lacks. Returns how many ops now read a copy.
+    int apply(ggml_backend_dev_t device, ggml_cgraph *graph,
+              const std::function<uint64_t(const ggml_tensor *weight, uint64_t *buffer_size)> &source_of,
+              const Charge &charge);
+    // Frees the copies made from a buffer (it is being freed); returns their bytes.
+    uint64_t forget(uint64_t buffer);
+
+    uint64_t bytes() const { return bytes_; }
+    size_t copies() const { return copies_.size(); }
+
+  private:
+    struct BufferDeleter {
+        void operator()(ggml_backend_buffer_t buffer) const { ggml_backend_buffer_free(buffer); }
+    };
+    struct ContextDeleter {
+        void operator()(ggml_context *context) const;
+    };
+    struct Copy {
+        std::unique_ptr<ggml_context, ContextDeleter> context;
+        std::unique_ptr<ggml_backend_buffer, BufferDeleter> buffer;
+        ggml_tensor *tensor = nullptr;
+        uint64_t source = 0;  // the buffer handle it was copied from
+        uint64_t bytes = 0;
+    };
+    // What identifies a weight: its buffer, place and layout.
+    using Key = std::tuple<uint64_t, uint64_t, int, std::vector<int64_t>, std::vector<size_t>>;
+
+    ggml_tensor *copy_for(ggml_backend_dev_t device, ggml_tensor *op, uint64_t buffer, uint64_t buffer_size,
+                          const Charge &charge);
+
+    std::map<Key, std::unique_ptr<Copy>> copies_;
+    std::set<Key> refused_;  // weights with no faster layout (or no room for one)
+    std::map<uint64_t, uint64_t> bytes_by_buffer_;
+    uint64_t bytes_ = 0;
+};
+
+}  // namespace ggml_remote::host
