@@ -92,7 +92,11 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
     MappedWeights &mapped_weights = remote->device->mapped_weights();
     mapped_weights.begin_graph();
     TensorListEncoder encoder([&session, &mapped_weights](const ggml_tensor *t, TensorLocation *location) {
-        return locate_on_host(&session, t, location) || mapped_weights.locate(t, location);
+        if (locate_on_host(&session, t, location)) {
+            if (t->op == GGML_OP_NONE) tell_weights(t);  // before the compute that reads them
+            return true;
+        }
+        return mapped_weights.locate(t, location);
     });
     const int n_nodes = ggml_graph_n_nodes(graph);
     for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));

@@ -276,6 +276,16 @@ bool locate_on_host(const RemoteSession *session, const ggml_tensor *tensor, Ten
     return true;
 }
 
+void tell_weights(const ggml_tensor *tensor) {
+    RemoteBuffer *owner = remote_buffer_of(tensor);
+    if (owner == nullptr || owner->usage_told == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return;
+    const ggml_tensor *bytes_owner = tensor->view_src != nullptr ? tensor->view_src : tensor;
+    if (ggml_backend_buffer_get_usage(bytes_owner->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return;
+    owner->usage_told = GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+    Status status = owner->device->session().post<BufferSetUsage>({owner->handle, GGML_BACKEND_BUFFER_USAGE_WEIGHTS});
+    if (!status) report(owner, "set_usage", status);
+}
+
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size) {
     RemoteDevice *device = RemoteDevice::from(buft);
     BufferAlloc::Reply reply{};

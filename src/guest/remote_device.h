@@ -75,6 +75,7 @@ struct RemoteBuffer {
     void *reservation = nullptr;  // remote: the reserved address range
     size_t reservation_size = 0;
     Mapping mapping;              // shared: this side's mapping of the memory file
+    uint32_t usage_told = 0;      // the ggml usage last sent to the host (0: any, never sent)
 
     // The handle and offset of a tensor's data (plus `offset`) in this buffer.
     protocol::BufferRange range(const ggml_tensor *tensor, size_t offset, size_t size) const;
@@ -87,6 +88,9 @@ RemoteBuffer *remote_buffer_of(const ggml_tensor *tensor);
 // A TensorListEncoder locator: where a tensor's bytes are on the host, when they
 // are in one of our buffers (of `session`, unless it is null).
 bool locate_on_host(const RemoteSession *session, const ggml_tensor *tensor, protocol::TensorLocation *location);
+// Tells the host, once, that the buffer holding a tensor holds weights (as
+// llama.cpp marks its model's buffers): the host may then repack them.
+void tell_weights(const ggml_tensor *tensor);
 
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size);
 // ggml's buffer_from_host_ptr for shared-memory devices: `ptr` is normally a mapped

@@ -31,6 +31,7 @@ struct BuiltTensors {
     std::vector<ggml_tensor *> tensors;  // same order as the list
     ggml_cgraph *graph = nullptr;        // only when nodes were requested
     uint64_t checked_for_backend = 0;    // the session's backend found able to compute it (0: none yet)
+    std::vector<uint64_t> writes_weights;  // buffers of weights its nodes write (Session::repack_weights)
 };
 
 enum class DataPolicy {

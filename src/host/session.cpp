@@ -99,6 +99,7 @@ Status Session::range_tensor(const BufferRange &range, bool write, ggml_tensor *
     tensor->nb[1] = tensor->nb[2] = tensor->nb[3] = range.size;
     tensor->buffer = buffer->buffer.get();
     tensor->data = static_cast<uint8_t *>(ggml_backend_buffer_get_base(tensor->buffer)) + range.offset;
+    if (write) weight_repack_.written(range.buffer, range.offset, range.size);
     return Status::success();
 }
 
@@ -269,6 +270,7 @@ void Session::register_handlers() {
             if (shared_memory_ && device_shares_memory(device)) {
                 status = allocate_shared(device, request.size, &record, &tail->fd);
                 if (!status) return status;
+                record.shared = true;
                 reply->shared = 1;
             } else if (device_shares_memory(device)) {
                 status = allocate_private(device, request.size, &record);
@@ -395,7 +397,21 @@ void Session::register_handlers() {
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
         if (!buffer->writable) return error(Code::bad_request, "cannot clear a read-only buffer");
+        weight_repack_.written(request.buffer, 0, buffer->size);
         ggml_backend_buffer_clear(buffer->buffer.get(), request.value);
+        return Status::success();
+    });
+
+    dispatcher_.on<BufferSetUsage>([this](const BufferSetUsage::Request &request, ByteView, Empty *, ReplyTail *) {
+        SessionBuffer *buffer = nullptr;
+        Status status = buffer_at(request.buffer, &buffer);
+        if (!status) return status;
+        if (request.usage > GGML_BACKEND_BUFFER_USAGE_COMPUTE) {
+            return error(Code::bad_request, "unknown buffer usage " + std::to_string(request.usage));
+        }
+        const auto usage = static_cast<ggml_backend_buffer_usage>(request.usage);
+        ggml_backend_buffer_set_usage(buffer->buffer.get(), usage);
+        buffer->weights = usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
         return Status::success();
     });
 
@@ -599,8 +615,10 @@ void Session::register_handlers() {
             graph->checked_for_backend = request.backend;
         }
         if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
+        weight_repack_.refresh();
         const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
         ++counters_.graph_computes;
+        for (uint64_t written : graph->writes_weights) weight_repack_.written(written, 0, UINT64_MAX);
         if (result != GGML_STATUS_SUCCESS) {
             return error(Code::error, std::string("graph compute failed on the host: ") + ggml_status_to_string(result));
         }
@@ -612,14 +630,30 @@ void Session::register_handlers() {
 void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
     ggml_backend_dev_t device = ggml_backend_get_device(backend->backend.get());
     if (device == nullptr || graph->graph == nullptr) return;
-    // Only weights of read-only buffers (model files the guest mapped) cannot change under their copies.
-    auto source_of = [this](const ggml_tensor *weight, uint64_t *buffer_size) -> uint64_t {
+    auto handle_of = [this](const ggml_backend_buffer *target) -> std::pair<uint64_t, SessionBuffer *> {
         for (auto &[handle, buffer] : buffers_) {
-            if (buffer.buffer.get() != weight->buffer) continue;
-            *buffer_size = buffer.size;
-            return buffer.writable ? 0 : handle;
+            if (buffer.buffer.get() == target) return {handle, &buffer};
         }
-        return 0;
+        return {0, nullptr};
+    };
+    // Weights that this graph writes itself are left as they are, and their copies
+    // (made by other graphs) are repacked again after it.
+    graph->writes_weights.clear();
+    for (int i = 0; i < ggml_graph_n_nodes(graph->graph); ++i) {
+        const ggml_tensor *node = ggml_graph_node(graph->graph, i);
+        auto [handle, buffer] = handle_of(node->buffer);
+        if (buffer != nullptr && buffer->weights) graph->writes_weights.push_back(handle);
+    }
+    // Only weights that cannot change unseen: a model file the guest mapped (read-only),
+    // or a buffer of weights that only this session's commands write.
+    auto source_of = [&](const ggml_tensor *weight, uint64_t *buffer_size) -> uint64_t {
+        auto [handle, buffer] = handle_of(weight->buffer);
+        if (buffer == nullptr) return 0;
+        *buffer_size = buffer->size;
+        const bool unchanging = !buffer->writable || (buffer->weights && !buffer->shared);
+        const bool written_here = std::find(graph->writes_weights.begin(), graph->writes_weights.end(), handle) !=
+                                  graph->writes_weights.end();
+        return unchanging && !written_here ? handle : 0;
     };
     auto charge = [this](int64_t bytes) {
         if (bytes < 0) {

@@ -2,6 +2,7 @@
 
 #include "ggml.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ggml_remote::host {
@@ -117,6 +118,9 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device, ggml_tensor *op, 
     }
     ggml_backend_tensor_set(copy->tensor, weight->data, 0, ggml_nbytes(weight));
     copy->source = buffer;
+    copy->source_offset = offset;
+    copy->source_data = weight->data;
+    copy->source_bytes = ggml_nbytes(weight);
     copy->bytes = size;
     bytes_by_buffer_[buffer] += size;
     bytes_ += size;
@@ -141,6 +145,27 @@ uint64_t WeightRepack::forget(uint64_t buffer) {
     bytes_by_buffer_.erase(buffer);
     bytes_ -= freed;
     return freed;
+}
+
+void WeightRepack::written(uint64_t buffer, uint64_t offset, uint64_t size) {
+    for (auto &[key, copy] : copies_) {
+        if (copy->source != buffer || offset >= copy->source_offset + copy->source_bytes ||
+            copy->source_offset - std::min(copy->source_offset, offset) >= size) {
+            continue;
+        }
+        copy->stale = true;
+        any_stale_ = true;
+    }
+}
+
+void WeightRepack::refresh() {
+    if (!any_stale_) return;
+    for (auto &[key, copy] : copies_) {
+        if (!copy->stale) continue;
+        ggml_backend_tensor_set(copy->tensor, copy->source_data, 0, copy->source_bytes);
+        copy->stale = false;
+    }
+    any_stale_ = false;
 }
 
 }  // namespace ggml_remote::host

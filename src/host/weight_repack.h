@@ -10,9 +10,12 @@
 //
 // So the host repacks them itself: at the first graph in which a MUL_MAT or
 // MUL_MAT_ID reads a weight from a read-only buffer (a model file the guest
-// mapped), it copies the weight once into the first extra buffer type that
-// supports the op and points the op at the copy. Read-only buffers cannot change
-// under the copy; writable ones are left alone.
+// mapped) or from one the guest named as weights (llama.cpp's usage flag, over
+// sockets), it copies the weight once into the first extra buffer type that
+// supports the op and points the op at the copy. A write into the source range
+// (which only a socket's commands or a graph can make: shared memory the guest
+// writes itself is never a source) makes the copy be repacked again before the
+// next compute.
 #pragma once
 
 #include "ggml-backend.h"
@@ -46,6 +49,11 @@ class WeightRepack {
               const Charge &charge);
     // Frees the copies made from a buffer (it is being freed); returns their bytes.
     uint64_t forget(uint64_t buffer);
+    // Bytes [offset, offset + size) of a buffer are about to change: the copies of
+    // weights there are repacked again by refresh().
+    void written(uint64_t buffer, uint64_t offset, uint64_t size);
+    // Repacks the copies whose weights changed; before every compute.
+    void refresh();
 
     uint64_t bytes() const { return bytes_; }
     size_t copies() const { return copies_.size(); }
@@ -62,7 +70,11 @@ class WeightRepack {
         std::unique_ptr<ggml_backend_buffer, BufferDeleter> buffer;
         ggml_tensor *tensor = nullptr;
         uint64_t source = 0;  // the buffer handle it was copied from
+        uint64_t source_offset = 0;
+        const void *source_data = nullptr;
+        uint64_t source_bytes = 0;
         uint64_t bytes = 0;
+        bool stale = false;
     };
     // What identifies a weight: its buffer, place and layout.
     using Key = std::tuple<uint64_t, uint64_t, int, std::vector<int64_t>, std::vector<size_t>>;
@@ -74,6 +86,7 @@ class WeightRepack {
     std::set<Key> refused_;  // weights with no faster layout (or no room for one)
     std::map<uint64_t, uint64_t> bytes_by_buffer_;
     uint64_t bytes_ = 0;
+    bool any_stale_ = false;
 };
 
 }  // namespace ggml_remote::host

@@ -39,6 +39,7 @@ enum class CommandId : uint16_t {
     buffer_from_file,
     synchronize,
     server_status,
+    buffer_set_usage,
     count_,  // not a command: one past the last id
 };
 
@@ -190,6 +191,19 @@ struct BufferClear {
     struct Request {
         uint64_t buffer;
         uint8_t value;
+    };
+    using Reply = Empty;
+};
+
+// What ggml says a buffer holds (ggml_backend_buffer_usage): a guest names its
+// weights once, before the first graph that reads them, so that the host may keep
+// them in its CPU's fastest layouts (host/weight_repack.h).
+struct BufferSetUsage {
+    static constexpr CommandId id = CommandId::buffer_set_usage;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t buffer;
+        uint32_t usage;
     };
     using Reply = Empty;
 };

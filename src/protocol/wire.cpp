@@ -27,6 +27,7 @@ const char *command_name(CommandId id) {
         case CommandId::buffer_from_file: return "buffer_from_file";
         case CommandId::synchronize: return "synchronize";
         case CommandId::server_status: return "server_status";
+        case CommandId::buffer_set_usage: return "buffer_set_usage";
         case CommandId::count_: break;
     }
     return "unknown";

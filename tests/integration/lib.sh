@@ -28,7 +28,12 @@ model() {
     local path=$MODELS/$preset-$type.gguf
     mkdir -p "$MODELS"
     if [ ! -s "$path" ]; then
-        "$MODEL_TOOL" --preset "$preset" --type "$type" -o "$path.tmp.$$" >/dev/null
+        case $type in
+            q4_0)  # beyond the synthetic tool's types: llama.cpp quantizes the f16 model
+                llama-quantize "$(model "$preset" f16)" "$path.tmp.$$" Q4_0 >/dev/null 2>&1 ||
+                    { echo "llama-quantize failed for $preset" >&2; return 1; } ;;
+            *) "$MODEL_TOOL" --preset "$preset" --type "$type" -o "$path.tmp.$$" >/dev/null ;;
+        esac
         mv "$path.tmp.$$" "$path"
     fi
     echo "$path"

@@ -5,7 +5,8 @@
 # included, so the guest's CPU computes nothing). Over shm, the model's
 # weights are not sent at all: the server maps the guest's model file. Over tls, the
 # server runs with --tls-psk and the guest holds the key psktool made. A generated
-# token costs one round trip (GGML_REMOTE_STATS).
+# token costs one round trip (GGML_REMOTE_STATS). A Q4_0 model's weights are repacked
+# on the server, as llama.cpp repacks them locally.
 # usage: llama_tokens.sh unix|tcp|shm|tls
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
@@ -31,7 +32,7 @@ server_side=$transport
 [ "$transport" = shm ] && server_side=unix
 N=32
 
-for spec in "tiny f16" "tiny q8_0" "small f16"; do
+for spec in "tiny f16" "tiny q8_0" "small f16" "small q4_0"; do
     read -r preset type <<<"$spec"
     path=$(model "$preset" "$type")
     name=$preset-$type
@@ -73,6 +74,14 @@ for spec in "tiny f16" "tiny q8_0" "small f16"; do
         [ "$mapped" -ge $(($(stat -c %s "$path") / 2)) ] ||
             fail "$name over shm: only $mapped bytes of the model were mapped by the server"
         note "$name over shm: the server mapped $mapped bytes of the model file"
+    fi
+    if [ "$type" = q4_0 ]; then
+        # Locally llama.cpp keeps Q4_0 weights in ggml-cpu's repacked layout; through
+        # the server too (the same tokens above), where the CPU has one (AVX2 and up).
+        if grep -q -w avx2 /proc/cpuinfo; then
+            grep -q "session $session (.*disconnected.*, [0-9]* weights repacked" "$srv_LOG" ||
+                fail "$name over $transport: the server repacked no weights: $(grep "session $session (.*disconnected" "$srv_LOG")"
+        fi
     fi
     if [ "$name" = tiny-f16 ]; then
         # A generated token is one round trip: its inputs, the graph named by its
