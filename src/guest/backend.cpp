@@ -264,6 +264,7 @@ void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads) {
     RemoteBackend *remote = context_of(backend);
     if (n_threads == remote->n_threads) return;
     remote->n_threads = n_threads;
+    remote->device->session().set_compute_threads(n_threads);
     Status status = remote->device->session().post<SetNThreads>({remote->handle, n_threads});
     if (!status && status.code() != Code::disconnected) {
         log(GGML_LOG_LEVEL_WARN, "%s: set_n_threads: %s", remote->device->name().c_str(), status.message().c_str());

@@ -174,6 +174,11 @@ Status RemoteSession::lost(const Status &cause) {
     return cause;
 }
 
+void RemoteSession::set_compute_threads(int threads) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stream_.set_compute_threads(threads);
+}
+
 Status RemoteSession::read_reply(CommandId id, uint64_t sequence, Exchange &x) {
     stream_.set_peer_busy(last_compute_ > finished_ && last_compute_ <= sequence);  // behind a compute
     FrameHeader header;

@@ -21,6 +21,10 @@ class RemoteSession {
     // Connects and performs the handshake.
     static Status open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *session);
 
+    // The threads the host's compute now uses: whether waiting behind it may spin
+    // (SpinPolicy::set_compute_threads).
+    void set_compute_threads(int threads);
+
     // A command with a reply. The reply's tail goes to `tail_into` when its size is
     // exactly `tail_into_size` (no copy), else into `tail`. `send_fd` goes along with
     // the request; a descriptor that comes with the reply lands in `received_fd`.

@@ -131,6 +131,7 @@ void Session::set_threads(SessionBackend *record, int n_threads) {
         ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads"));
     if (set_n_threads == nullptr) return;
     set_n_threads(backend, n_threads);
+    compute_threads_ = n_threads;
 
     using NewPool = ggml_threadpool *(*)(ggml_threadpool_params *);
     using FreePool = void (*)(ggml_threadpool *);
@@ -764,6 +765,7 @@ Status Session::serve(FramedStream &stream) {
             watchdog.arm(after(limits_.idle_timeout_s), Watchdog::Wait::idle, limits_.idle_timeout_s);
         }
         FrameHeader header;
+        stream.set_compute_threads(compute_threads_);
         stream.set_peer_busy(guest_busy);
         Status status = stream.receive_header(&header, limits_.max_message_size);
         stream.set_peer_busy(false);

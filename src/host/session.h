@@ -174,6 +174,7 @@ class Session {
     void publish_status();
     SessionCounters counters_;
     WeightRepack weight_repack_;
+    int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
     FrameRecorder *recorder_ = nullptr;
     ComputeGateForTesting compute_gate_for_testing_;
 };

@@ -60,6 +60,11 @@ class FramedStream {
         socket_spin_.set_peer_busy(busy);
         if (ring_ != nullptr) ring_->set_peer_busy(busy);
     }
+    // See SpinPolicy::set_compute_threads.
+    void set_compute_threads(int threads) {
+        socket_spin_.set_compute_threads(threads);
+        if (ring_ != nullptr) ring_->set_compute_threads(threads);
+    }
 
     // Bytes of the peer's already read from the socket (TCP reads ahead) and not
     // yet taken: a poll on fd() does not see them.

@@ -58,6 +58,8 @@ class RingChannel {
     void follow_worker();
     // See SpinPolicy::set_peer_busy.
     void set_peer_busy(bool busy) { spin_.set_peer_busy(busy); }
+    // See SpinPolicy::set_compute_threads.
+    void set_compute_threads(int threads) { spin_.set_compute_threads(threads); }
 
     // One direction's shared counters and doorbells, each on its own cache line.
     struct RingState {

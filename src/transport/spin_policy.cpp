@@ -1,9 +1,11 @@
 #include "transport/spin_policy.h"
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 namespace ggml_remote {
 
@@ -23,7 +25,19 @@ uint64_t max_spin_ns() {
     return value;
 }
 
+bool spin_on_spare_cores() {
+    static const bool on = [] {
+        const char *text = std::getenv("GGML_REMOTE_SPIN_SPARE");
+        return text == nullptr || std::string_view(text) != "0";
+    }();
+    return on;
+}
+
 }  // namespace
+
+void SpinPolicy::set_compute_threads(int threads) {
+    spare_cores_ = spin_on_spare_cores() && threads > 0 && usable_cpus() >= threads + 2;
+}
 
 uint64_t SpinPolicy::now_ns() {
     timespec ts;
@@ -31,8 +45,17 @@ uint64_t SpinPolicy::now_ns() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+int SpinPolicy::usable_cpus() {
+    static const int count = [] {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        return ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    }();
+    return count;
+}
+
 void SpinPolicy::note_wait(uint64_t waited_ns) {
-    if (peer_busy_) return;  // says nothing about short waits
+    if (peer_busy_ && !spare_cores_) return;  // says nothing about short waits
     const uint64_t wanted = waited_ns + waited_ns / 4;
     spin_ns_ = wanted <= max_spin_ns() ? std::max(wanted, kShortSpinNs) : kShortSpinNs;
 }

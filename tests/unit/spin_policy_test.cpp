@@ -1,0 +1,38 @@
+// SpinPolicy: when a waiting side spins and when it sleeps at once.
+#include "transport/spin_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace ggml_remote {
+namespace {
+
+TEST(SpinPolicy, AWaitBehindABusyPeerSleepsAtOnceWhenTheComputeHasEveryCore) {
+    SpinPolicy policy;
+    policy.set_compute_threads(SpinPolicy::usable_cpus());
+    EXPECT_GT(policy.spin_ns(), 0u);
+    policy.set_peer_busy(true);
+    EXPECT_EQ(policy.spin_ns(), 0u);
+}
+
+TEST(SpinPolicy, AnUnknownThreadCountCountsAsEveryCore) {
+    SpinPolicy policy;
+    policy.set_compute_threads(0);
+    policy.set_peer_busy(true);
+    EXPECT_EQ(policy.spin_ns(), 0u);
+}
+
+TEST(SpinPolicy, AWaitBehindABusyPeerSpinsWhenTwoCoresAreToSpare) {
+    if (SpinPolicy::usable_cpus() < 3) GTEST_SKIP() << "needs 3 CPUs: a compute thread and two to spare";
+    SpinPolicy policy;
+    policy.set_compute_threads(SpinPolicy::usable_cpus() - 2);
+    policy.set_peer_busy(true);
+    EXPECT_GT(policy.spin_ns(), 0u);
+    // And it learns from those waits: a 20 us compute is spun through next time.
+    policy.note_wait(20000);
+    EXPECT_GE(policy.spin_ns(), 20000u);
+    policy.set_compute_threads(SpinPolicy::usable_cpus() - 1);
+    EXPECT_EQ(policy.spin_ns(), 0u);
+}
+
+}  // namespace
+}  // namespace ggml_remote
