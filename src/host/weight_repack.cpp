@@ -9,6 +9,8 @@ namespace ggml_remote::host {
 
 namespace {
 
+constexpr size_t kMaxRefusalsKept = 4096;
+
 bool reads_a_weight(const ggml_tensor *op) {
     return (op->op == GGML_OP_MUL_MAT || op->op == GGML_OP_MUL_MAT_ID) && op->src[0] != nullptr;
 }
@@ -81,6 +83,9 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device, ggml_tensor *op, 
     auto found = copies_.find(key);
     if (found != copies_.end()) return found->second->tensor;
     if (refused_.count(key) != 0) return nullptr;
+    // A guest can name a weight in endless shapes: remembering refusals is only a
+    // shortcut, so it starts over rather than grow without bound.
+    if (refused_.size() >= kMaxRefusalsKept) refused_.clear();
 
     ggml_backend_buffer_type_t chosen = nullptr;
     for (ggml_backend_buffer_type_t type : extra_types_of(device)) {
