@@ -11,6 +11,7 @@
 #include <exception>
 #include <new>
 #include <thread>
+#include <unordered_map>
 
 namespace ggml_remote::host {
 
@@ -256,8 +257,7 @@ void Session::register_handlers() {
                 return error(Code::limit_exceeded,
                              "this session already has " + std::to_string(buffers_.size()) + " buffers (limit)");
             }
-            if (limits_.memory_quota != 0 &&
-                (request.size > limits_.memory_quota || memory_in_use_ > limits_.memory_quota - request.size)) {
+            if (!fits_quota(request.size)) {
                 return error(Code::limit_exceeded, "allocating " + std::to_string(request.size) +
                                                        " bytes would exceed the session's memory quota of " +
                                                        std::to_string(limits_.memory_quota) + " bytes");
@@ -631,11 +631,12 @@ void Session::register_handlers() {
 void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
     ggml_backend_dev_t device = ggml_backend_get_device(backend->backend.get());
     if (device == nullptr || graph->graph == nullptr) return;
-    auto handle_of = [this](const ggml_backend_buffer *target) -> std::pair<uint64_t, SessionBuffer *> {
-        for (auto &[handle, buffer] : buffers_) {
-            if (buffer.buffer.get() == target) return {handle, &buffer};
-        }
-        return {0, nullptr};
+    // The session's buffers by their ggml buffer, looked up once per node below.
+    std::unordered_map<const ggml_backend_buffer *, std::pair<uint64_t, SessionBuffer *>> by_buffer;
+    for (auto &[handle, buffer] : buffers_) by_buffer.emplace(buffer.buffer.get(), std::make_pair(handle, &buffer));
+    auto handle_of = [&by_buffer](const ggml_backend_buffer *target) -> std::pair<uint64_t, SessionBuffer *> {
+        auto found = by_buffer.find(target);
+        return found != by_buffer.end() ? found->second : std::make_pair(uint64_t{0}, nullptr);
     };
     // Weights that this graph writes itself are left as they are, and their copies
     // (made by other graphs) are repacked again after it.
@@ -661,16 +662,17 @@ void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
             memory_in_use_ -= static_cast<uint64_t>(-bytes);
             return true;
         }
-        const auto size = static_cast<uint64_t>(bytes);
-        if (limits_.memory_quota != 0 && (size > limits_.memory_quota || memory_in_use_ > limits_.memory_quota - size)) {
-            return false;
-        }
-        memory_in_use_ += size;
+        if (!fits_quota(static_cast<uint64_t>(bytes))) return false;
+        memory_in_use_ += static_cast<uint64_t>(bytes);
         return true;
     };
     const size_t before = weight_repack_.copies();
     weight_repack_.apply(device, graph->graph, source_of, charge);
     counters_.weights_repacked += weight_repack_.copies() - before;
+}
+
+bool Session::fits_quota(uint64_t size) const {
+    return limits_.memory_quota == 0 || (size <= limits_.memory_quota && memory_in_use_ <= limits_.memory_quota - size);
 }
 
 bool Session::device_shares_memory(ggml_backend_dev_t device) const {

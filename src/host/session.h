@@ -144,6 +144,8 @@ class Session {
     Status backend_at(uint64_t handle, SessionBackend **backend);
     // Checks a byte range against its buffer and returns a 1-D tensor over it.
     Status range_tensor(const protocol::BufferRange &range, bool write, ggml_tensor *tensor);
+    // Whether `size` more bytes stay within the session's memory quota.
+    bool fits_quota(uint64_t size) const;
     // Points the graph's matrix products at repacked copies of their read-only weights.
     void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Whether buffers of this device can live in shared memory.

@@ -97,7 +97,8 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device, ggml_tensor *op, 
     const size_t size = chosen != nullptr ? ggml_backend_buft_get_alloc_size(chosen, weight) : 0;
     // The copies of one buffer stay within twice its size: a guest that names one
     // weight in many shapes gets no more than that.
-    const uint64_t made = bytes_by_buffer_[buffer];
+    const auto made_so_far = bytes_by_buffer_.find(buffer);
+    const uint64_t made = made_so_far != bytes_by_buffer_.end() ? made_so_far->second : 0;
     if (chosen == nullptr || size > 2 * buffer_size || made > 2 * buffer_size - size || !charge(static_cast<int64_t>(size))) {
         refused_.insert(std::move(key));
         return nullptr;
@@ -128,7 +129,6 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device, ggml_tensor *op, 
     copy->source_bytes = ggml_nbytes(weight);
     copy->bytes = size;
     bytes_by_buffer_[buffer] += size;
-    bytes_ += size;
     ggml_tensor *tensor = copy->tensor;
     copies_.emplace(std::move(key), std::move(copy));
     return tensor;
@@ -148,11 +148,12 @@ uint64_t WeightRepack::forget(uint64_t buffer) {
         it = std::get<0>(*it) == buffer ? refused_.erase(it) : std::next(it);
     }
     bytes_by_buffer_.erase(buffer);
-    bytes_ -= freed;
     return freed;
 }
 
 void WeightRepack::written(uint64_t buffer, uint64_t offset, uint64_t size) {
+    // Every write over a socket comes here (a token's inputs too): most buffers have no copies.
+    if (bytes_by_buffer_.count(buffer) == 0) return;
     for (auto &[key, copy] : copies_) {
         if (copy->source != buffer || offset >= copy->source_offset + copy->source_bytes ||
             copy->source_offset - std::min(copy->source_offset, offset) >= size) {

@@ -55,7 +55,6 @@ class WeightRepack {
     // Repacks the copies whose weights changed; before every compute.
     void refresh();
 
-    uint64_t bytes() const { return bytes_; }
     size_t copies() const { return copies_.size(); }
 
   private:
@@ -85,7 +84,6 @@ class WeightRepack {
     std::map<Key, std::unique_ptr<Copy>> copies_;
     std::set<Key> refused_;  // weights with no faster layout (or no room for one)
     std::map<uint64_t, uint64_t> bytes_by_buffer_;
-    uint64_t bytes_ = 0;
     bool any_stale_ = false;
 };
 
