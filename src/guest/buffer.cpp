@@ -178,13 +178,25 @@ void buffer_reset(ggml_backend_buffer_t buffer) {
 }
 
 // Shared buffers: the bytes are right here, mapped from the same memory file as
-// the host's; reading and writing them needs no message.
-void shared_memset_tensor(ggml_backend_buffer_t, ggml_tensor *tensor, uint8_t value, size_t offset, size_t size) {
-    std::memset(static_cast<uint8_t *>(tensor->data) + offset, value, size);
+// the host's; reading and writing them needs no message. Only a write into
+// weights the host has been told of is reported: it may hold them repacked.
+void report_shared_write(RemoteBuffer *remote, const void *at, size_t size) {
+    if (remote->usage_told != GGML_BACKEND_BUFFER_USAGE_WEIGHTS || size == 0) return;
+    const uint64_t offset = static_cast<const uint8_t *>(at) - static_cast<const uint8_t *>(remote->base);
+    Status status = remote->device->session().post<BufferWritten>({remote->handle, offset, size});
+    if (!status) report(remote, "buffer_written", status);
 }
 
-void shared_set_tensor(ggml_backend_buffer_t, ggml_tensor *tensor, const void *data, size_t offset, size_t size) {
+void shared_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, uint8_t value, size_t offset,
+                          size_t size) {
+    std::memset(static_cast<uint8_t *>(tensor->data) + offset, value, size);
+    report_shared_write(context_of(buffer), static_cast<uint8_t *>(tensor->data) + offset, size);
+}
+
+void shared_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
+                       size_t size) {
     std::memcpy(static_cast<uint8_t *>(tensor->data) + offset, data, size);
+    report_shared_write(context_of(buffer), static_cast<uint8_t *>(tensor->data) + offset, size);
 }
 
 void shared_get_tensor(ggml_backend_buffer_t, const ggml_tensor *tensor, void *data, size_t offset, size_t size) {
@@ -193,6 +205,7 @@ void shared_get_tensor(ggml_backend_buffer_t, const ggml_tensor *tensor, void *d
 
 void shared_clear(ggml_backend_buffer_t buffer, uint8_t value) {
     std::memset(context_of(buffer)->base, value, buffer->size);
+    report_shared_write(context_of(buffer), context_of(buffer)->base, buffer->size);
 }
 
 // File buffers hold the guest's read-only model mapping: reads in place, no writes.

@@ -271,7 +271,6 @@ void Session::register_handlers() {
             if (shared_memory_ && device_shares_memory(device)) {
                 status = allocate_shared(device, request.size, &record, &tail->fd);
                 if (!status) return status;
-                record.shared = true;
                 reply->shared = 1;
             } else if (device_shares_memory(device)) {
                 status = allocate_private(device, request.size, &record);
@@ -413,6 +412,20 @@ void Session::register_handlers() {
         const auto usage = static_cast<ggml_backend_buffer_usage>(request.usage);
         ggml_backend_buffer_set_usage(buffer->buffer.get(), usage);
         buffer->weights = usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+        return Status::success();
+    });
+
+    dispatcher_.on<BufferWritten>([this](const BufferWritten::Request &request, ByteView, Empty *, ReplyTail *) {
+        SessionBuffer *buffer = nullptr;
+        Status status = buffer_at(request.buffer, &buffer);
+        if (!status) return status;
+        uint64_t end = 0;
+        if (__builtin_add_overflow(request.offset, request.size, &end) || end > buffer->size) {
+            return error(Code::bad_request, "buffer_written: range [" + std::to_string(request.offset) + ", +" +
+                                                std::to_string(request.size) + ") lies outside the buffer of " +
+                                                std::to_string(buffer->size) + " bytes");
+        }
+        weight_repack_.written(request.buffer, request.offset, request.size);
         return Status::success();
     });
 
@@ -646,13 +659,15 @@ void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
         auto [handle, buffer] = handle_of(node->buffer);
         if (buffer != nullptr && buffer->weights) graph->writes_weights.push_back(handle);
     }
-    // Only weights that cannot change unseen: a model file the guest mapped (read-only),
-    // or a buffer of weights that only this session's commands write.
+    // Only weights whose every change the host hears of: a model file the guest mapped
+    // (read-only), or a buffer named as weights, which only this session's commands
+    // write, or, in shared memory, the guest itself, which reports its writes there
+    // (BufferWritten). A guest that writes unreported only makes its own results stale.
     auto source_of = [&](const ggml_tensor *weight, uint64_t *buffer_size) -> uint64_t {
         auto [handle, buffer] = handle_of(weight->buffer);
         if (buffer == nullptr) return 0;
         *buffer_size = buffer->size;
-        const bool unchanging = !buffer->writable || (buffer->weights && !buffer->shared);
+        const bool unchanging = !buffer->writable || buffer->weights;
         const bool written_here = std::find(graph->writes_weights.begin(), graph->writes_weights.end(), handle) !=
                                   graph->writes_weights.end();
         return unchanging && !written_here ? handle : 0;

@@ -108,7 +108,6 @@ class Session {
         uint64_t size = 0;
         uint64_t charged = 0;  // bytes counted against the session's memory quota
         bool writable = true;
-        bool shared = false;   // a memory file the guest writes itself, unseen by the host
         bool weights = false;  // the guest said it holds weights (BufferSetUsage)
     };
     // A CPU backend computes with a thread pool of its own, kept across computes

@@ -40,6 +40,7 @@ enum class CommandId : uint16_t {
     synchronize,
     server_status,
     buffer_set_usage,
+    buffer_written,
     count_,  // not a command: one past the last id
 };
 
@@ -204,6 +205,20 @@ struct BufferSetUsage {
     struct Request {
         uint64_t buffer;
         uint32_t usage;
+    };
+    using Reply = Empty;
+};
+
+// Bytes the guest wrote itself into shared memory of a buffer it named as weights
+// (protocol version 3): the host's repacked copies of them are stale. A guest that
+// writes without saying so only makes its own results wrong.
+struct BufferWritten {
+    static constexpr CommandId id = CommandId::buffer_written;
+    static constexpr bool one_way = true;
+    struct Request {
+        uint64_t buffer;
+        uint64_t offset;
+        uint64_t size;
     };
     using Reply = Empty;
 };

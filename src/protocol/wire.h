@@ -50,7 +50,7 @@ static_assert(sizeof(FrameHeader) == 16, "frame header layout");
 
 // "GRMT": the first four bytes a guest sends, so a wrong peer is recognised at once.
 constexpr uint32_t kHelloMagic = 0x544d5247;
-constexpr uint32_t kProtocolVersion = 2;
+constexpr uint32_t kProtocolVersion = 3;
 
 // Messages larger than this are split by the guest (tensor data) and refused by
 // the host unless it was started with a larger --max-message-size.

@@ -97,4 +97,23 @@ for spec in "tiny f16" "tiny q8_0" "small f16" "small q4_0"; do
     fi
     note "$name over $transport: same $N tokens as the CPU: $(head -c 80 "$WORK/$name-remote.out")..."
 done
+
+if [ "$transport" = shm ] && grep -q -w avx2 /proc/cpuinfo; then
+    # Without a mapped model file (--load-mode none, once --no-mmap) the guest reads its weights into shared
+    # memory itself; they are repacked all the same, and the tokens stay the same.
+    path=$(model small q4_0)
+    greedy=(llama-completion -m "$path" -n "$N" --temp 0 -no-cnv -t 2 --load-mode none -v -p "$PROMPT")
+    env -u GGML_BACKEND_PATH -u GGML_REMOTE_SERVERS timeout "$GUEST_TIMEOUT" "${greedy[@]}" \
+        >"$WORK/no-mmap-local.out" 2>"$WORK/no-mmap-local.err" || fail "local llama-completion --no-mmap failed"
+    session=$(($(sessions_connected "$srv_LOG") + 1))
+    GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS=$endpoint timeout "$GUEST_TIMEOUT" "${greedy[@]}" -ngl 99 \
+        >"$WORK/no-mmap-remote.out" 2>"$WORK/no-mmap-remote.err" ||
+        fail "llama-completion --no-mmap over shm failed: $(tail -3 "$WORK/no-mmap-remote.err")"
+    assert_offloaded no-mmap-remote
+    assert_same_tokens no-mmap-local no-mmap-remote
+    line=$(session_end "$srv_LOG" "$session")
+    [[ $line =~ ", "[0-9]+" weights repacked" ]] ||
+        fail "small-q4_0 --no-mmap over shm: the server repacked no weights: $line"
+    note "small-q4_0 --no-mmap over shm: weights in shared memory repacked, same $N tokens as the CPU"
+fi
 echo PASS

@@ -1154,9 +1154,42 @@ TEST_F(RepackedWeightsOverSockets, ABufferNotNamedAsWeightsIsLeftAsItIs) {
     expect_near_reference(plain, reference(quantized));
 }
 
-TEST_F(RepackedWeights, SharedMemoryTheGuestWritesItselfIsNeverRepacked) {
-    (void)product(weights_buffer(true));  // a memory file: the guest may change it unseen
-    EXPECT_EQ(session->counters().weights_repacked, 0u);
+// A guest on shared memory without a mapped model file (llama.cpp --no-mmap) writes
+// its weights into the memory file itself, and reports each write once it has
+// named the buffer as weights.
+TEST_F(RepackedWeights, SharedWeightsAreRepackedAndAReportedWriteIsRepackedAgain) {
+    Outcome allocated = call<BufferAlloc>(BufferAlloc::Request{0, quantized.size()});
+    ASSERT_TRUE(allocated.status.ok()) << allocated.status.message();
+    ASSERT_EQ(allocated.reply<BufferAlloc::Reply>().shared, 1u);
+    const uint64_t weights = allocated.reply<BufferAlloc::Reply>().buffer;
+    Mapping guest_view;
+    ASSERT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, &guest_view).ok());
+    std::memcpy(guest_view.data(), quantized.data(), quantized.size());
+    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    const std::vector<float> first = product(weights);
+    EXPECT_EQ(session->counters().weights_repacked, 1u);
+    expect_near_reference(first, reference(quantized));
+
+    std::vector<uint8_t> negated(quantized.size());
+    std::vector<float> values(kInputs * kOutputs);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = -std::sin(0.37f * static_cast<float>(i));
+    ggml_quantize_chunk(GGML_TYPE_Q4_0, values.data(), negated.data(), 0, kOutputs, kInputs, nullptr);
+    std::memcpy(guest_view.data(), negated.data(), negated.size());
+    const std::vector<float> unreported = product(weights);
+    expect_close(unreported, first);  // the copy, as the host last heard of it
+    ASSERT_TRUE(call<BufferWritten>(BufferWritten::Request{weights, 0, negated.size()}).status.ok());
+    const std::vector<float> second = product(weights);
+    EXPECT_EQ(session->counters().weights_repacked, 1u) << "the same copy, repacked again";
+    expect_near_reference(second, reference(negated));
+}
+
+TEST_F(CpuSession, BufferWrittenNamesARangeOfAKnownBuffer) {
+    hello();
+    const uint64_t buffer = alloc(64);
+    EXPECT_TRUE(call<BufferWritten>(BufferWritten::Request{buffer, 0, 64}).status.ok());
+    EXPECT_EQ(call<BufferWritten>(BufferWritten::Request{buffer, 32, 33}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<BufferWritten>(BufferWritten::Request{buffer, UINT64_MAX, 2}).status.code(), Code::bad_request);
+    EXPECT_EQ(call<BufferWritten>(BufferWritten::Request{buffer + 1, 0, 1}).status.code(), Code::not_found);
 }
 
 TEST_F(CpuSession, BufferSetUsageNamesAKnownUsageOfAKnownBuffer) {
