@@ -6,7 +6,8 @@
 # weights are not sent at all: the server maps the guest's model file. Over tls, the
 # server runs with --tls-psk and the guest holds the key psktool made. A generated
 # token costs one round trip (GGML_REMOTE_STATS). A Q4_0 model's weights are repacked
-# on the server, as llama.cpp repacks them locally.
+# on the server, as llama.cpp repacks them locally, a mixture of experts' too (the
+# moe model: its expert products are MUL_MAT_ID).
 # usage: llama_tokens.sh unix|tcp|shm|tls
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
@@ -32,7 +33,7 @@ server_side=$transport
 [ "$transport" = shm ] && server_side=unix
 N=32
 
-for spec in "tiny f16" "tiny q8_0" "small f16" "small q4_0"; do
+for spec in "tiny f16" "tiny q8_0" "small f16" "small q4_0" "moe f16" "moe q4_0"; do
     read -r preset type <<<"$spec"
     path=$(model "$preset" "$type")
     name=$preset-$type
@@ -79,8 +80,13 @@ for spec in "tiny f16" "tiny q8_0" "small f16" "small q4_0"; do
         # Locally llama.cpp keeps Q4_0 weights in ggml-cpu's repacked layout; through
         # the server too (the same tokens above), where the CPU has one (AVX2 and up).
         if grep -q -w avx2 /proc/cpuinfo; then
-            grep -q "session $session (.*disconnected.*, [0-9]* weights repacked" "$srv_LOG" ||
-                fail "$name over $transport: the server repacked no weights: $(grep "session $session (.*disconnected" "$srv_LOG")"
+            line=$(grep "session $session (.*disconnected" "$srv_LOG")
+            repacked=$(sed -n 's/.*, \([0-9]*\) weights repacked.*/\1/p' <<<"$line")
+            [ -n "$repacked" ] || fail "$name over $transport: the server repacked no weights: $line"
+            # The moe preset's two blocks: four attention weights (MUL_MAT) and three
+            # expert tensors (MUL_MAT_ID) each.
+            [ "$preset" != moe ] || [ "$repacked" -ge 14 ] ||
+                fail "$name over $transport: $repacked weights repacked, not the 14 of attention and experts"
         fi
     fi
     if [ "$name" = tiny-f16 ]; then

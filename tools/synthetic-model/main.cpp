@@ -43,6 +43,7 @@ constexpr int64_t kMaxVocab   = 1 << 22;
 constexpr int64_t kMaxDim     = 1 << 20;
 constexpr int64_t kMaxLayers  = 4096;
 constexpr int64_t kMaxCtx     = int64_t(1) << 30;
+constexpr int64_t kMaxExperts = 256;
 
 struct Hparams {
     int64_t n_embd    = 64;
@@ -52,6 +53,8 @@ struct Hparams {
     int64_t n_ff      = 0;  // 0: 2 * n_embd
     int64_t n_vocab   = 512;
     int64_t n_ctx     = 2048;
+    int64_t n_expert      = 0;  // > 0: a mixture of experts (Mixtral-style feed-forward)
+    int64_t n_expert_used = 0;  // experts each token is routed to
 };
 
 struct Preset {
@@ -60,17 +63,18 @@ struct Preset {
     const char * about;
 };
 
-// n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx
+// n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx, n_expert, n_expert_used
 const Preset kPresets[] = {
-    { "tiny",  {   64,  2,  4, 0,  128,   512, 2048 }, "~0.15M parameters (F16 ~0.3 MiB)" },
-    { "small", {  512,  8,  8, 0, 1024,  8192, 2048 }, "~29M parameters (F16 ~56 MiB)"   },
-    { "mid",   { 1024, 20, 16, 0, 2816, 32768, 2048 }, "~324M parameters (F16 ~618 MiB)" },
+    { "tiny",  {   64,  2,  4, 0,  128,   512, 2048, 0, 0 }, "~0.15M parameters (F16 ~0.3 MiB)" },
+    { "small", {  512,  8,  8, 0, 1024,  8192, 2048, 0, 0 }, "~29M parameters (F16 ~56 MiB)"   },
+    { "mid",   { 1024, 20, 16, 0, 2816, 32768, 2048, 0, 0 }, "~324M parameters (F16 ~618 MiB)" },
+    { "moe",   {  128,  2,  4, 0,  256,   512, 2048, 4, 2 }, "~1.05M parameters, 4 experts, 2 used per token (F16 ~2 MiB)" },
 };
 
 struct Options {
     std::string output;
     std::string preset;
-    std::optional<int64_t> n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    std::optional<int64_t> n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx, n_expert, n_expert_used;
     ggml_type   type = GGML_TYPE_F16;
     uint64_t    seed = 42;
 };
@@ -86,7 +90,7 @@ void print_usage(const char * argv0) {
         "options:\n"
         "  -h,  --help              show this help message and exit\n"
         "  -o,  --output PATH       file to write (required)\n"
-        "       --preset NAME       start from a preset: tiny, small, mid (see below);\n"
+        "       --preset NAME       start from a preset: tiny, small, mid, moe (see below);\n"
         "                           explicit options override the preset's values\n"
         "       --n-embd N          embedding length (default: 64)\n"
         "       --n-layer N         number of transformer blocks (default: 2)\n"
@@ -98,7 +102,10 @@ void print_usage(const char * argv0) {
         "       --n-vocab N         vocabulary size, at least %" PRId64 " (default: 512)\n"
         "       --n-ctx N           training context length written to the metadata\n"
         "                           (default: 2048)\n"
-        "       --type TYPE         type of the 2-D weight matrices: f32, f16, q8_0\n"
+        "       --experts N         a mixture of N experts in every block's feed-forward\n"
+        "                           (Mixtral-style; default: 0, a dense feed-forward)\n"
+        "       --experts-used K    experts each token is routed to (default: 2)\n"
+        "       --type TYPE         type of the weight matrices: f32, f16, q8_0\n"
         "                           (default: f16); norms are always f32; q8_0 needs\n"
         "                           n-embd and n-ff to be multiples of 32\n"
         "  -s,  --seed N            random seed (default: 42)\n"
@@ -142,7 +149,7 @@ Options parse_args(int argc, char ** argv) {
                 known = known || opt.preset == p.name;
             }
             if (!known) {
-                fail("unknown preset '%s' (expected tiny, small or mid)", opt.preset);
+                fail("unknown preset '%s' (expected tiny, small, mid or moe)", opt.preset);
             }
         } else if (arg == "--n-embd") {
             opt.n_embd = parse_int(arg, value(), 1, kMaxDim);
@@ -158,6 +165,10 @@ Options parse_args(int argc, char ** argv) {
             opt.n_vocab = parse_int(arg, value(), kMinVocab, kMaxVocab);
         } else if (arg == "--n-ctx") {
             opt.n_ctx = parse_int(arg, value(), 1, kMaxCtx);
+        } else if (arg == "--experts") {
+            opt.n_expert = parse_int(arg, value(), 0, kMaxExperts);
+        } else if (arg == "--experts-used") {
+            opt.n_expert_used = parse_int(arg, value(), 1, kMaxExperts);
         } else if (arg == "--type") {
             const std::string t = value();
             if (t == "f32" || t == "F32") {
@@ -196,6 +207,9 @@ Hparams resolve(const Options & opt) {
     if (opt.n_ff)      hp.n_ff      = *opt.n_ff;
     if (opt.n_vocab)   hp.n_vocab   = *opt.n_vocab;
     if (opt.n_ctx)     hp.n_ctx     = *opt.n_ctx;
+    if (opt.n_expert)  hp.n_expert  = *opt.n_expert;
+    if (opt.n_expert_used) hp.n_expert_used = *opt.n_expert_used;
+    if (hp.n_expert > 0 && hp.n_expert_used == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
     if (hp.n_head_kv == 0) {
         hp.n_head_kv = hp.n_head;
     }
@@ -214,6 +228,9 @@ Hparams resolve(const Options & opt) {
     }
     if ((hp.n_embd / hp.n_head) % 2 != 0) {
         bad("head size n-embd / n-head (%" PRId64 " / %" PRId64 ") must be even for RoPE", hp.n_embd, hp.n_head);
+    }
+    if (hp.n_expert_used > hp.n_expert) {
+        bad("experts-used (%" PRId64 ") must not exceed experts (%" PRId64 ")", hp.n_expert_used, hp.n_expert);
     }
     if (hp.n_head % hp.n_head_kv != 0) {
         bad("n-head (%" PRId64 ") must be a multiple of n-head-kv (%" PRId64 ")", hp.n_head, hp.n_head_kv);
@@ -338,6 +355,7 @@ struct TensorSpec {
     Init        init;
     float       stddev;
     int64_t     n_quiet_rows = 0;  // rows [0, n) get 1/10 of stddev
+    int64_t     ne2 = 1;           // matrices (experts) in a 3-D tensor
 };
 
 std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype) {
@@ -358,9 +376,22 @@ std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype) {
         t.push_back({ p + "attn_v.weight",      hp.n_embd, n_kv,     wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
         t.push_back({ p + "attn_output.weight", n_q,       hp.n_embd, wtype, Init::Uniform, inv_sqrt(n_q) });
         t.push_back({ p + "ffn_norm.weight",    hp.n_embd, 1,        GGML_TYPE_F32, Init::Ones,    0.0f });
-        t.push_back({ p + "ffn_gate.weight",    hp.n_embd, hp.n_ff,  wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
-        t.push_back({ p + "ffn_down.weight",    hp.n_ff,   hp.n_embd, wtype, Init::Uniform, inv_sqrt(hp.n_ff) });
-        t.push_back({ p + "ffn_up.weight",      hp.n_embd, hp.n_ff,  wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
+        if (hp.n_expert == 0) {
+            t.push_back({ p + "ffn_gate.weight", hp.n_embd, hp.n_ff,   wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
+            t.push_back({ p + "ffn_down.weight", hp.n_ff,   hp.n_embd, wtype, Init::Uniform, inv_sqrt(hp.n_ff) });
+            t.push_back({ p + "ffn_up.weight",   hp.n_embd, hp.n_ff,   wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
+        } else {
+            // The router is F32 in real MoE models; its logits of ~1 make the routing
+            // differ from token to token.
+            t.push_back({ p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, GGML_TYPE_F32, Init::Uniform,
+                          inv_sqrt(hp.n_embd) });
+            t.push_back({ p + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd),
+                          0, hp.n_expert });
+            t.push_back({ p + "ffn_down_exps.weight", hp.n_ff, hp.n_embd, wtype, Init::Uniform, inv_sqrt(hp.n_ff),
+                          0, hp.n_expert });
+            t.push_back({ p + "ffn_up_exps.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd),
+                          0, hp.n_expert });
+        }
     }
     t.push_back({ "output_norm.weight", hp.n_embd, 1, GGML_TYPE_F32, Init::Ones, 0.0f });
     // Logits with a standard deviation of ~2 make greedy and sampled output
@@ -393,8 +424,9 @@ bool write_tensor(FILE * f, const TensorSpec & ts, uint64_t seed,
     const float amp = ts.stddev * std::sqrt(3.0f);
     Rng rng(seed, ts.name);
 
-    for (int64_t r0 = 0; r0 < ts.ne1; r0 += rows_per_chunk) {
-        const int64_t nrows = std::min(rows_per_chunk, ts.ne1 - r0);
+    const int64_t total_rows = ts.ne1 * ts.ne2;
+    for (int64_t r0 = 0; r0 < total_rows; r0 += rows_per_chunk) {
+        const int64_t nrows = std::min(rows_per_chunk, total_rows - r0);
         const size_t  n     = size_t(nrows * ts.ne0);
         src.resize(n);
         if (ts.init == Init::Ones) {
@@ -480,6 +512,10 @@ int main(int argc, char ** argv) {
     gguf_set_val_f32(gctx, "llama.rope.freq_base",                   10000.0f);
     gguf_set_val_f32(gctx, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gguf_set_val_u32(gctx, "llama.vocab_size",                       uint32_t(hp.n_vocab));
+    if (hp.n_expert > 0) {
+        gguf_set_val_u32(gctx, "llama.expert_count",      uint32_t(hp.n_expert));
+        gguf_set_val_u32(gctx, "llama.expert_used_count", uint32_t(hp.n_expert_used));
+    }
 
     gguf_set_val_str(gctx, "tokenizer.ggml.model", "llama");
     {
@@ -510,11 +546,12 @@ int main(int argc, char ** argv) {
     }
     int64_t n_params = 0;
     for (const TensorSpec & ts : specs) {
-        ggml_tensor * t = ts.ne1 == 1 ? ggml_new_tensor_1d(ctx, ts.type, ts.ne0)
-                                      : ggml_new_tensor_2d(ctx, ts.type, ts.ne0, ts.ne1);
+        ggml_tensor * t = ts.ne2 > 1  ? ggml_new_tensor_3d(ctx, ts.type, ts.ne0, ts.ne1, ts.ne2)
+                          : ts.ne1 == 1 ? ggml_new_tensor_1d(ctx, ts.type, ts.ne0)
+                                        : ggml_new_tensor_2d(ctx, ts.type, ts.ne0, ts.ne1);
         ggml_set_name(t, ts.name.c_str());
         gguf_add_tensor(gctx, t);
-        n_params += ts.ne0 * ts.ne1;
+        n_params += ts.ne0 * ts.ne1 * ts.ne2;
     }
 
     // write: metadata first, then every tensor at its offset in the data section
@@ -571,6 +608,9 @@ int main(int argc, char ** argv) {
                 ", n_ff %" PRId64 ", n_vocab %" PRId64 ", n_ctx %" PRId64 ", seed %" PRIu64 "\n",
                 opt.output.c_str(), type_label(opt.type), hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.n_ff,
                 hp.n_vocab, hp.n_ctx, opt.seed);
+    if (hp.n_expert > 0) {
+        std::printf("  %" PRId64 " experts, %" PRId64 " used per token\n", hp.n_expert, hp.n_expert_used);
+    }
     std::printf("  %" PRId64 " parameters (%.2fM), %zu tensors, %zu bytes (%.2f MiB), %.2f s\n", n_params,
                 double(n_params) / 1e6, specs.size(), pos, double(pos) / (1024.0 * 1024.0), secs);
     return 0;
