@@ -1064,6 +1064,15 @@ class RepackedWeights : public SharedMemorySession {
         return buffer;
     }
 
+    // The weights with every sign flipped, quantized: a later write to the same place.
+    std::vector<uint8_t> negated_weights() const {
+        std::vector<float> values(kInputs * kOutputs);
+        for (size_t i = 0; i < values.size(); ++i) values[i] = -std::sin(0.37f * static_cast<float>(i));
+        std::vector<uint8_t> negated(quantized.size());
+        ggml_quantize_chunk(GGML_TYPE_Q4_0, values.data(), negated.data(), 0, kOutputs, kInputs, nullptr);
+        return negated;
+    }
+
     // y = W x from the dequantized weights, in the product's layout (outputs fastest).
     std::vector<float> reference(const std::vector<uint8_t> &weights) const {
         std::vector<float> w(kInputs * kOutputs), y(kOutputs * kTokens, 0.0f);
@@ -1135,10 +1144,7 @@ TEST_F(RepackedWeightsOverSockets, ABufferNamedAsWeightsIsRepackedAndAWriteIsRep
     EXPECT_EQ(session->counters().weights_repacked, 1u);
     expect_near_reference(first, reference(quantized));
 
-    std::vector<uint8_t> negated(quantized.size());
-    std::vector<float> values(kInputs * kOutputs);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = -std::sin(0.37f * static_cast<float>(i));
-    ggml_quantize_chunk(GGML_TYPE_Q4_0, values.data(), negated.data(), 0, kOutputs, kInputs, nullptr);
+    const std::vector<uint8_t> negated = negated_weights();
     ASSERT_TRUE(set(weights, 0, negated).ok());
     const std::vector<float> second = product(weights);
     EXPECT_EQ(session->counters().weights_repacked, 1u) << "the same copy, repacked again";
@@ -1170,10 +1176,7 @@ TEST_F(RepackedWeights, SharedWeightsAreRepackedAndAReportedWriteIsRepackedAgain
     EXPECT_EQ(session->counters().weights_repacked, 1u);
     expect_near_reference(first, reference(quantized));
 
-    std::vector<uint8_t> negated(quantized.size());
-    std::vector<float> values(kInputs * kOutputs);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = -std::sin(0.37f * static_cast<float>(i));
-    ggml_quantize_chunk(GGML_TYPE_Q4_0, values.data(), negated.data(), 0, kOutputs, kInputs, nullptr);
+    const std::vector<uint8_t> negated = negated_weights();
     std::memcpy(guest_view.data(), negated.data(), negated.size());
     const std::vector<float> unreported = product(weights);
     expect_close(unreported, first);  // the copy, as the host last heard of it
