@@ -181,7 +181,7 @@ void buffer_reset(ggml_backend_buffer_t buffer) {
 // the host's; reading and writing them needs no message. Only a write into
 // weights the host has been told of is reported: it may hold them repacked.
 void report_shared_write(RemoteBuffer *remote, const void *at, size_t size) {
-    if (remote->usage_told != GGML_BACKEND_BUFFER_USAGE_WEIGHTS || size == 0) return;
+    if (!remote->weights_told || size == 0) return;
     const uint64_t offset = static_cast<const uint8_t *>(at) - static_cast<const uint8_t *>(remote->base);
     Status status = remote->device->session().post<BufferWritten>({remote->handle, offset, size});
     if (!status) report(remote, "buffer_written", status);
@@ -291,10 +291,10 @@ bool locate_on_host(const RemoteSession *session, const ggml_tensor *tensor, Ten
 
 void tell_weights(const ggml_tensor *tensor) {
     RemoteBuffer *owner = remote_buffer_of(tensor);
-    if (owner == nullptr || owner->usage_told == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return;
+    if (owner == nullptr || owner->weights_told) return;
     const ggml_tensor *bytes_owner = tensor->view_src != nullptr ? tensor->view_src : tensor;
     if (ggml_backend_buffer_get_usage(bytes_owner->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return;
-    owner->usage_told = GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+    owner->weights_told = true;
     Status status = owner->device->session().post<BufferSetUsage>({owner->handle, GGML_BACKEND_BUFFER_USAGE_WEIGHTS});
     if (!status) report(owner, "set_usage", status);
 }

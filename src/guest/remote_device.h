@@ -75,7 +75,7 @@ struct RemoteBuffer {
     void *reservation = nullptr;  // remote: the reserved address range
     size_t reservation_size = 0;
     Mapping mapping;              // shared: this side's mapping of the memory file
-    uint32_t usage_told = 0;      // the ggml usage last sent to the host (0: any, never sent)
+    bool weights_told = false;    // the host has been told this buffer holds weights
 
     // The handle and offset of a tensor's data (plus `offset`) in this buffer.
     protocol::BufferRange range(const ggml_tensor *tensor, size_t offset, size_t size) const;

@@ -32,7 +32,7 @@ struct SessionLimits {
     int max_threads = 0;        // cap for set_n_threads; 0 = hardware threads
     int default_threads = 0;    // threads of a new CPU backend; 0 = hardware threads
     int cpu_poll = 50;          // ggml's threadpool poll level: how long idle CPU threads spin
-    bool repack_weights = true;  // weights of read-only buffers in the CPU's fastest layouts (weight_repack.h)
+    bool repack_weights = true;  // a guest's weights in the CPU's fastest layouts (weight_repack.h)
     // How long a guest may keep its worker waiting, in seconds (0 = no limit): for
     // the handshake after connecting; for the rest of a frame once its header has
     // come, and for taking a reply, each plus a second per MiB; between frames.
@@ -145,7 +145,7 @@ class Session {
     Status range_tensor(const protocol::BufferRange &range, bool write, ggml_tensor *tensor);
     // Whether `size` more bytes stay within the session's memory quota.
     bool fits_quota(uint64_t size) const;
-    // Points the graph's matrix products at repacked copies of their read-only weights.
+    // Points the graph's matrix products at repacked copies of their weights.
     void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Whether buffers of this device can live in shared memory.
     bool device_shares_memory(ggml_backend_dev_t device) const;

@@ -54,7 +54,9 @@ WeightRepack::~WeightRepack() = default;
 int WeightRepack::apply(ggml_backend_dev_t device, ggml_cgraph *graph,
                         const std::function<uint64_t(const ggml_tensor *, uint64_t *)> &source_of,
                         const Charge &charge) {
-    if (graph == nullptr || extra_types_of(device).empty()) return 0;
+    if (graph == nullptr) return 0;
+    const std::vector<ggml_backend_buffer_type_t> extra_types = extra_types_of(device);
+    if (extra_types.empty()) return 0;
     int pointed = 0;
     for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
         ggml_tensor *op = ggml_graph_node(graph, i);
@@ -65,7 +67,7 @@ int WeightRepack::apply(ggml_backend_dev_t device, ggml_cgraph *graph,
         uint64_t buffer_size = 0;
         const uint64_t buffer = source_of(weight, &buffer_size);
         if (buffer == 0) continue;
-        if (ggml_tensor *copy = copy_for(device, op, buffer, buffer_size, charge)) {
+        if (ggml_tensor *copy = copy_for(device, extra_types, op, buffer, buffer_size, charge)) {
             op->src[0] = copy;
             ++pointed;
         }
@@ -73,8 +75,9 @@ int WeightRepack::apply(ggml_backend_dev_t device, ggml_cgraph *graph,
     return pointed;
 }
 
-ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device, ggml_tensor *op, uint64_t buffer,
-                                    uint64_t buffer_size, const Charge &charge) {
+ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device,
+                                    const std::vector<ggml_backend_buffer_type_t> &extra_types, ggml_tensor *op,
+                                    uint64_t buffer, uint64_t buffer_size, const Charge &charge) {
     const ggml_tensor *weight = op->src[0];
     const auto offset = static_cast<uint64_t>(static_cast<const uint8_t *>(weight->data) -
                                               static_cast<const uint8_t *>(ggml_backend_buffer_get_base(weight->buffer)));
@@ -88,7 +91,7 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device, ggml_tensor *op, 
     if (refused_.size() >= kMaxRefusalsKept) refused_.clear();
 
     ggml_backend_buffer_type_t chosen = nullptr;
-    for (ggml_backend_buffer_type_t type : extra_types_of(device)) {
+    for (ggml_backend_buffer_type_t type : extra_types) {
         if (supports_with_weight_in(device, op, type)) {
             chosen = type;
             break;

@@ -10,12 +10,11 @@
 //
 // So the host repacks them itself: at the first graph in which a MUL_MAT or
 // MUL_MAT_ID reads a weight from a read-only buffer (a model file the guest
-// mapped) or from one the guest named as weights (llama.cpp's usage flag, over
-// sockets), it copies the weight once into the first extra buffer type that
-// supports the op and points the op at the copy. A write into the source range
-// (which only a socket's commands or a graph can make: shared memory the guest
-// writes itself is never a source) makes the copy be repacked again before the
-// next compute.
+// mapped) or from one the guest named as weights (llama.cpp's usage flag), it
+// copies the weight once into the first extra buffer type that supports the op
+// and points the op at the copy. A write into the source range (a command, a
+// graph, or the guest's own write into shared memory, which it reports) makes
+// the copy be repacked again before the next compute.
 #pragma once
 
 #include "ggml-backend.h"
@@ -41,9 +40,9 @@ class WeightRepack {
     WeightRepack(const WeightRepack &) = delete;
     WeightRepack &operator=(const WeightRepack &) = delete;
 
-    // Points each matrix product of `graph` whose weight lies in a read-only
-    // buffer (`source_of` names it: a handle and that buffer's size, or 0) at a
-    // repacked copy, making the copies it lacks. Returns how many ops now read a copy.
+    // Points each matrix product of `graph` whose weight may be copied (`source_of`
+    // names its buffer: a handle and that buffer's size, or 0) at a repacked copy,
+    // making the copies it lacks. Returns how many ops now read a copy.
     int apply(ggml_backend_dev_t device, ggml_cgraph *graph,
               const std::function<uint64_t(const ggml_tensor *weight, uint64_t *buffer_size)> &source_of,
               const Charge &charge);
@@ -78,8 +77,8 @@ class WeightRepack {
     // What identifies a weight: its buffer, place and layout.
     using Key = std::tuple<uint64_t, uint64_t, int, std::vector<int64_t>, std::vector<size_t>>;
 
-    ggml_tensor *copy_for(ggml_backend_dev_t device, ggml_tensor *op, uint64_t buffer, uint64_t buffer_size,
-                          const Charge &charge);
+    ggml_tensor *copy_for(ggml_backend_dev_t device, const std::vector<ggml_backend_buffer_type_t> &extra_types,
+                          ggml_tensor *op, uint64_t buffer, uint64_t buffer_size, const Charge &charge);
 
     std::map<Key, std::unique_ptr<Copy>> copies_;
     std::set<Key> refused_;  // weights with no faster layout (or no room for one)
