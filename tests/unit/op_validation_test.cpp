@@ -513,7 +513,88 @@ TEST_F(OpValidation, RopeFrequencyFactorsCoverHalfTheDimensions) {
                                       10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
     ASSERT_TRUE(Accepted(node));
     reshape(factors, 16);
-    EXPECT_TRUE(Refused(node, "fewer than n_dims / 2"));
+    EXPECT_TRUE(Refused(node, "fewer than ne[0] / 2"));
+}
+
+// ggml-cpu reads ne[0] / 2 factors whatever n_dims is: 16 factors for 32 of 64
+// dimensions pass ggml's own assert, and the kernel would read 16 floats past them.
+TEST_F(OpValidation, RopeFrequencyFactorsCoverWhatTheKernelReads) {
+    ggml_tensor *factors = f32(16);
+    ggml_tensor *node = ggml_rope_ext(ctx.get(), f32(64, 8, 7), i32(7), factors, 32, GGML_ROPE_TYPE_NEOX, 4096,
+                                      10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+    EXPECT_TRUE(Refused(node, "fewer than ne[0] / 2"));
+}
+
+// ggml-cpu divides by the sum of the M-RoPE sections; its assert sees only that one
+// of the first three is positive.
+TEST_F(OpValidation, MultiRopeSectionsMustAddUpToSomethingThatFits) {
+    int sections[GGML_MROPE_SECTIONS] = {16, 8, 8, 0};
+    ggml_tensor *node = ggml_rope_multi(ctx.get(), f32(64, 8, 7), i32(4 * 7), nullptr, 64, sections,
+                                        GGML_ROPE_TYPE_MROPE, 4096, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+    ASSERT_TRUE(Accepted(node));
+    node->op_params[12] = -16;
+    node->op_params[13] = 0;
+    EXPECT_TRUE(Refused(node, "negative rope section"));
+    node->op_params[11] = 0;
+    node->op_params[12] = 0;
+    EXPECT_TRUE(Refused(node, "sections adding up to 0"));
+    node->op_params[11] = 1000;
+    EXPECT_TRUE(Refused(node, "sections adding up to 1000"));
+}
+
+TEST_F(OpValidation, RopeModesOutsideGgmlsSwitchAreRefused) {
+    ggml_tensor *node = ggml_rope(ctx.get(), f32(64, 8, 7), i32(7), 64, GGML_ROPE_TYPE_NEOX);
+    ASSERT_TRUE(Accepted(node));
+    node->op_params[2] = 4;  // ggml-cpu: GGML_ABORT("rope type not supported")
+    EXPECT_TRUE(Refused(node, "mode 4"));
+}
+
+// The ops checked by replaying ggml's constructor: a node ggml made passes; the same
+// node with a result of another shape, a stride ggml never chose, or arguments that
+// fail ggml's own asserts is refused, and the worker does not abort.
+TEST_F(OpValidation, ReplayedConvolutionAcceptsWhatGgmlMakes) {
+    ggml_tensor *node = ggml_conv_2d_direct(ctx.get(), f32(3, 3, 4, 8), f32(16, 16, 4, 1), 1, 1, 1, 1, 1, 1);
+    EXPECT_TRUE(Accepted(node));
+    node->ne[1] = 1;  // a result row the kernel would still write 16 of
+    EXPECT_TRUE(Refused(node, "should be"));
+}
+
+TEST_F(OpValidation, ReplayedConvolutionRefusesStridesOfSizeOneDimensions) {
+    ggml_tensor *node = ggml_conv_2d_direct(ctx.get(), f32(3, 3, 4, 8), f32(16, 16, 4, 1), 1, 1, 1, 1, 1, 1);
+    node->nb[3] = 1 << 20;  // ne[3] is 1: a stride no span check sees
+    EXPECT_TRUE(Refused(node, "strides differ"));
+}
+
+TEST_F(OpValidation, ReplayedConstructorAssertsBecomeRefusals) {
+    ggml_tensor *node = ggml_conv_2d_direct(ctx.get(), f32(3, 3, 4, 8), f32(16, 16, 4, 1), 1, 1, 1, 1, 1, 1);
+    node->src[1] = f32(16, 16, 5, 1);  // channels differ: GGML_ASSERT(a->ne[2] == b->ne[2])
+    EXPECT_TRUE(Refused(node, "ggml refuses these arguments"));
+}
+
+TEST_F(OpValidation, ReplayedConvolutionRefusesAZeroStride) {
+    ggml_tensor *node = ggml_conv_2d_direct(ctx.get(), f32(3, 3, 4, 8), f32(16, 16, 4, 1), 1, 1, 1, 1, 1, 1);
+    node->op_params[0] = 0;  // ggml divides by it
+    EXPECT_TRUE(Refused(node, "op_params[0] = 0 out of range"));
+}
+
+TEST_F(OpValidation, ReplayedOpRefusesExtraOpParams) {
+    ggml_tensor *node = ggml_pad(ctx.get(), f32(8, 8), 1, 1, 0, 0);
+    ASSERT_TRUE(Accepted(node));
+    node->op_params[12] = 7;
+    EXPECT_TRUE(Refused(node, "op_params hold values"));
+}
+
+TEST_F(OpValidation, ReplayedOpNeedsContiguousSourcesWhereTheKernelReadsThemDensely) {
+    ggml_tensor *node = ggml_im2col(ctx.get(), f32(3, 3, 4, 8), f32(16, 16, 4, 1), 1, 1, 1, 1, 1, 1, true,
+                                    GGML_TYPE_F32);
+    ASSERT_TRUE(Accepted(node));
+    node->src[1]->nb[2] *= 2;
+    EXPECT_TRUE(Refused(node, "not contiguous"));
+}
+
+TEST_F(OpValidation, OpsWithoutARuleAreRefused) {
+    ggml_tensor *node = ggml_win_part(ctx.get(), f32(8, 8, 8), 4);
+    EXPECT_TRUE(Refused(node, "not accepted from a guest"));
 }
 
 TEST_F(OpValidation, MultiRopeTakesFourPositionsPerToken) {

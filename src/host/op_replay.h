@@ -1,0 +1,23 @@
+// Constructor replay: a node is accepted only if ggml's own constructor, called
+// with the node's sources and the arguments its op_params encode, makes exactly
+// that node (shape, type, strides, op_params, sources).
+//
+// For the ops llama.cpp rarely uses (convolutions, pooling, padding, the recurrent
+// state ops, ...) this takes every assertion ggml makes about them as our rule,
+// without restating each one: a failed GGML_ASSERT inside the replay is caught and
+// becomes a refusal, so it never reaches a kernel and never aborts the worker.
+#pragma once
+
+#include <ggml.h>
+
+#include <string>
+
+namespace ggml_remote::host {
+
+// Whether `op` is checked by replaying its constructor.
+bool has_constructor_replay(ggml_op op);
+
+// Empty when the constructor makes the same node; otherwise why not.
+std::string replay_constructor(const ggml_tensor *node);
+
+}  // namespace ggml_remote::host
