@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -25,6 +26,40 @@ Status create_shared_memory(size_t size, const char *name, UniqueFd *out) {
     *out = std::move(fd);
     return Status::success();
 }
+
+namespace {
+
+// Address space with no access on both sides of every mapping: a kernel that runs
+// off a buffer's end by less than kGuardBytes faults (ending only its own worker)
+// instead of reading or writing whatever the process mapped next to it.
+constexpr size_t kGuardBytes = 2u << 20;
+
+struct GuardedRange {
+    void *base = nullptr;   // the whole reservation, guards included
+    size_t length = 0;
+    void *inner = nullptr;  // `alignment`-aligned, with length bytes free for MAP_FIXED
+};
+
+Status reserve_guarded(size_t length, size_t alignment, GuardedRange *range) {
+    size_t total = 0;
+    if (__builtin_add_overflow(length, 2 * kGuardBytes + alignment, &total)) {
+        return error(Code::bad_request, "mapping too large");
+    }
+    void *reserved = ::mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserved == MAP_FAILED) return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(errno));
+    const uintptr_t start = reinterpret_cast<uintptr_t>(reserved);
+    const uintptr_t inner = (start + kGuardBytes + alignment - 1) / alignment * alignment;
+    // Keep exactly one guard on each side; give the rest of the slack back.
+    const uintptr_t head = inner - kGuardBytes, tail = inner + length + kGuardBytes, end = start + total;
+    if (head > start) ::munmap(reserved, head - start);
+    if (end > tail) ::munmap(reinterpret_cast<void *>(tail), end - tail);
+    range->base = reinterpret_cast<void *>(head);
+    range->length = tail - head;
+    range->inner = reinterpret_cast<void *>(inner);
+    return Status::success();
+}
+
+}  // namespace
 
 Mapping::Mapping(Mapping &&other) noexcept
     : base_(std::exchange(other.base_, nullptr)),
@@ -57,12 +92,19 @@ Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t aligned = offset / page * page;
     const size_t length = static_cast<size_t>(end - aligned);
-    void *base = ::mmap(nullptr, length, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd,
-                        static_cast<off_t>(aligned));
-    if (base == MAP_FAILED) return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(errno));
+    GuardedRange range;
+    Status status = reserve_guarded(length, page, &range);
+    if (!status) return status;
+    void *base = ::mmap(range.inner, length, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_FIXED,
+                        fd, static_cast<off_t>(aligned));
+    if (base == MAP_FAILED) {
+        const int saved = errno;
+        ::munmap(range.base, range.length);
+        return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(saved));
+    }
     Mapping mapping;
-    mapping.base_ = base;
-    mapping.length_ = length;
+    mapping.base_ = range.base;
+    mapping.length_ = range.length;
     mapping.data_ = static_cast<uint8_t *>(base) + (offset - aligned);
     mapping.size_ = size;
     *out = std::move(mapping);
@@ -72,23 +114,22 @@ Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping
 Status Mapping::anonymous(size_t size, Mapping *out) {
     if (size == 0) return error(Code::bad_request, "cannot map an empty range");
     constexpr size_t kHugePage = 2u << 20;
-    // Over-reserve, then trim to a huge-page-aligned start.
-    size_t length = 0;
-    if (__builtin_add_overflow(size, kHugePage, &length)) return error(Code::bad_request, "mapping too large");
-    void *reserved = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (reserved == MAP_FAILED) return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(errno));
-    const uintptr_t start = reinterpret_cast<uintptr_t>(reserved);
-    const uintptr_t aligned = (start + kHugePage - 1) & ~(uintptr_t(kHugePage) - 1);
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    if (size > SIZE_MAX / 2) return error(Code::bad_request, "mapping too large");
     const size_t used = (size + page - 1) / page * page;
-    if (aligned > start) ::munmap(reserved, aligned - start);
-    const uintptr_t end = start + length;
-    if (end > aligned + used) ::munmap(reinterpret_cast<void *>(aligned + used), end - (aligned + used));
-    void *base = reinterpret_cast<void *>(aligned);
+    GuardedRange range;
+    Status status = reserve_guarded(used, kHugePage, &range);
+    if (!status) return status;
+    void *base = ::mmap(range.inner, used, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (base == MAP_FAILED) {
+        const int saved = errno;
+        ::munmap(range.base, range.length);
+        return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(saved));
+    }
     if (used >= kHugePage) (void)::madvise(base, used, MADV_HUGEPAGE);  // a hint: "never" mode ignores it
     Mapping mapping;
-    mapping.base_ = base;
-    mapping.length_ = used;
+    mapping.base_ = range.base;
+    mapping.length_ = range.length;
     mapping.data_ = base;
     mapping.size_ = size;
     *out = std::move(mapping);

@@ -24,6 +24,8 @@ class Mapping {
     Mapping &operator=(const Mapping &) = delete;
     ~Mapping();
 
+    // Every mapping has 2 MiB of no-access address space on each side, so that a
+    // kernel running off its end faults instead of touching a neighbour.
     // Maps a range of `fd`, which need not be page-aligned. A read-only mapping
     // also checks that the range lies inside the file.
     static Status map(int fd, uint64_t offset, size_t size, bool writable, Mapping *mapping);
@@ -36,7 +38,7 @@ class Mapping {
     size_t size() const { return size_; }
 
   private:
-    void *base_ = nullptr;  // page-aligned start of the kernel mapping
+    void *base_ = nullptr;  // page-aligned start of the reservation, guards included
     size_t length_ = 0;     // its length
     void *data_ = nullptr;  // the requested offset inside it
     size_t size_ = 0;

@@ -72,3 +72,24 @@ TEST(SharedMemory, AnEmptyAnonymousMappingIsRefused) {
     Mapping memory;
     EXPECT_FALSE(Mapping::anonymous(0, &memory).ok());
 }
+
+// A kernel that runs off a buffer's end must fault rather than reach whatever the
+// worker mapped next to it.
+TEST(SharedMemoryDeathTest, AWriteJustPastAnAnonymousMappingFaults) {
+    Mapping memory;
+    ASSERT_TRUE(Mapping::anonymous(kHugePage, &memory).ok());
+    auto *past_end = static_cast<volatile uint8_t *>(memory.data()) + kHugePage + 64;
+    auto *before = static_cast<volatile uint8_t *>(memory.data()) - 64;
+    EXPECT_DEATH(*past_end = 1, "");
+    EXPECT_DEATH(*before = 1, "");
+}
+
+TEST(SharedMemoryDeathTest, AReadJustPastAFileMappingFaults) {
+    UniqueFd file;
+    ASSERT_TRUE(create_shared_memory(8192, "guarded", &file).ok());
+    Mapping memory;
+    ASSERT_TRUE(Mapping::map(file.get(), 0, 8192, true, &memory).ok());
+    static_cast<uint8_t *>(memory.data())[8191] = 1;
+    auto *past_end = static_cast<volatile uint8_t *>(memory.data()) + 8192 + 100;
+    EXPECT_DEATH((void)*past_end, "");
+}
