@@ -712,6 +712,53 @@ const OpRule *rule_for(ggml_op op) {
 }
 }  // namespace
 
+namespace {
+
+// Whether the bytes of `a` and `b` overlap.
+bool overlaps(const ggml_tensor *a, const ggml_tensor *b) {
+    const auto *a_begin = static_cast<const char *>(a->data), *b_begin = static_cast<const char *>(b->data);
+    return a_begin < b_begin + ggml_nbytes(b) && b_begin < a_begin + ggml_nbytes(a);
+}
+
+bool written_before(const ggml_cgraph *graph, int node_index, const ggml_tensor *t) {
+    auto *g = const_cast<ggml_cgraph *>(graph);
+    for (int i = 0; i < node_index; ++i) {
+        const ggml_tensor *earlier = ggml_graph_node(g, i);
+        if (earlier->data != nullptr && overlaps(earlier, t)) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+Status check_data_indexes(const ggml_cgraph *graph) {
+    auto *g = const_cast<ggml_cgraph *>(graph);
+    for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
+        const ggml_tensor *node = ggml_graph_node(g, i);
+        if (node->op != GGML_OP_SSM_SCAN) continue;
+        const ggml_tensor *ids = node->src[6];
+        const std::string name = std::string("SSM_SCAN node '") + node->name + "': ";
+        if (ids->buffer == nullptr || !ggml_backend_buffer_is_host(ids->buffer) || !ggml_is_contiguous(ids) ||
+            written_before(graph, i, ids)) {
+            return error(Code::bad_request, name + "its sequence ids must be the guest's own data in host memory");
+        }
+        const auto *values = static_cast<const int32_t *>(ids->data);
+        for (int64_t k = 0; k < ggml_nelements(ids); ++k) {
+            if (values[k] < 0 || values[k] >= node->src[0]->ne[3]) {
+                return error(Code::bad_request, name + "sequence id " + std::to_string(values[k]) + " out of range");
+            }
+        }
+    }
+    return Status::success();
+}
+
+bool op_has_rule(ggml_op op) { return rule_for(op) != nullptr; }
+
+uint32_t sources_written_in_place(ggml_op op) {
+    const OpRule *rule = rule_for(op);
+    return rule == nullptr ? 0 : rule->written_sources;
+}
+
 Status validate_node(const ggml_tensor *node) {
     const std::string name = std::string(" node '") + node->name + "': ";
     if (node->op < 0 || node->op >= GGML_OP_COUNT) {

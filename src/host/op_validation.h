@@ -14,4 +14,17 @@ namespace ggml_remote::host {
 // Constant time per node; a bad_request "<OP> node 'name': why" when they do not.
 Status validate_node(const ggml_tensor *node);
 
+// Checks, just before a compute, the indexes that ggml-cpu follows without checking
+// them itself: SSM_SCAN's sequence ids, which pick the state it reads. They must be
+// the guest's own data (no node of the graph writes them) and lie in range.
+Status check_data_indexes(const ggml_cgraph *graph);
+
+// Whether a guest may send `op` at all (it has a rule).
+bool op_has_rule(ggml_op op);
+
+// The sources that `op`'s kernel writes in place besides the result, bit i for
+// src[i] (the optimizer steps update their moments). The write-set oracle of the
+// fuzzers allows exactly these bytes, and the results', to change.
+uint32_t sources_written_in_place(ggml_op op);
+
 }  // namespace ggml_remote::host

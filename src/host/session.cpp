@@ -1,5 +1,7 @@
 #include "host/session.h"
 
+#include "host/op_validation.h"
+
 #include "abi/ggml_backend_abi_v3.h"
 #include "host/watchdog.h"
 
@@ -628,10 +630,13 @@ void Session::register_handlers() {
             }
             graph->checked_for_backend = request.backend;
         }
+        Status indexes = check_data_indexes(graph->graph);
+        if (!indexes) return indexes;
         if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
         weight_repack_.refresh();
         const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
         ++counters_.graph_computes;
+        if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
         for (uint64_t written : graph->writes_weights) weight_repack_.written(written, 0, UINT64_MAX);
         if (result != GGML_STATUS_SUCCESS) {
             return error(Code::error, std::string("graph compute failed on the host: ") + ggml_status_to_string(result));

@@ -79,6 +79,10 @@ class Session {
     // ggml would abort on (a documented, contained gap, see docs/SECURITY.md).
     using ComputeGateForTesting = std::function<bool(const ggml_cgraph *graph)>;
     void set_compute_gate_for_testing(ComputeGateForTesting gate) { compute_gate_for_testing_ = std::move(gate); }
+    // Test-only: called with each graph right after it was computed (the write-set
+    // oracle of the fuzzers compares the buffers with what the gate saw).
+    using ComputeCheckForTesting = std::function<void(const ggml_cgraph *graph)>;
+    void set_compute_check_for_testing(ComputeCheckForTesting check) { compute_check_for_testing_ = std::move(check); }
 
     // Serves the guest until it disconnects (success) or breaks the protocol
     // (the returned status says how). The session's objects stay until destruction.
@@ -178,6 +182,7 @@ class Session {
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
     FrameRecorder *recorder_ = nullptr;
     ComputeGateForTesting compute_gate_for_testing_;
+    ComputeCheckForTesting compute_check_for_testing_;
 };
 
 }  // namespace ggml_remote::host

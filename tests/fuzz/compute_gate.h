@@ -2,9 +2,7 @@
 //
 // Validation never depends on this; it only decides, after a graph passed every
 // check, whether the fuzzer lets ggml run it. Three kinds are not run:
-// - graphs with an op that op_validation.cpp checks for arity only (the ops
-//   llama.cpp does not use: convolutions, pooling, ...): ggml's kernels assume
-//   shapes those checks do not enforce yet;
+// - graphs with an op that has no rule (validation refuses those first);
 // - graphs whose data-dependent indexes (GET_ROWS, GET_ROWS_BACK, SET_ROWS row ids,
 //   MUL_MAT_ID expert ids, ADD_ID ids) are out of range, or written by an earlier
 //   node of the graph so that they cannot be checked beforehand: ggml aborts on them inside
@@ -12,6 +10,7 @@
 // - graphs whose work exceeds a budget, so that every input stays fast.
 #pragma once
 
+#include "host/op_validation.h"
 #include "protocol/tensor_codec.h"
 
 #include <ggml.h>
@@ -22,28 +21,9 @@
 
 namespace ggml_remote::fuzz {
 
-// Ops whose shapes and sources op_validation.cpp checks in full, and the views.
-inline bool op_fully_validated(ggml_op op) {
-    switch (op) {
-        case GGML_OP_NONE: case GGML_OP_VIEW: case GGML_OP_RESHAPE: case GGML_OP_PERMUTE: case GGML_OP_TRANSPOSE:
-        case GGML_OP_ADD: case GGML_OP_SUB: case GGML_OP_MUL: case GGML_OP_DIV: case GGML_OP_ADD_ID:
-        case GGML_OP_ADD1: case GGML_OP_ACC: case GGML_OP_SET: case GGML_OP_SQR: case GGML_OP_SQRT:
-        case GGML_OP_LOG: case GGML_OP_SIN: case GGML_OP_COS: case GGML_OP_CUMSUM: case GGML_OP_NORM:
-        case GGML_OP_RMS_NORM: case GGML_OP_GROUP_NORM: case GGML_OP_L2_NORM: case GGML_OP_SCALE:
-        case GGML_OP_DIAG_MASK_INF: case GGML_OP_DIAG_MASK_ZERO: case GGML_OP_CLAMP: case GGML_OP_LEAKY_RELU:
-        case GGML_OP_TRI: case GGML_OP_FILL: case GGML_OP_SUM: case GGML_OP_SUM_ROWS: case GGML_OP_MEAN:
-        case GGML_OP_ARGMAX: case GGML_OP_COUNT_EQUAL: case GGML_OP_REPEAT: case GGML_OP_REPEAT_BACK:
-        case GGML_OP_CONCAT: case GGML_OP_SILU_BACK: case GGML_OP_RMS_NORM_BACK: case GGML_OP_SOFT_MAX_BACK:
-        case GGML_OP_MUL_MAT: case GGML_OP_MUL_MAT_ID: case GGML_OP_OUT_PROD: case GGML_OP_DUP: case GGML_OP_CPY:
-        case GGML_OP_CONT: case GGML_OP_GET_ROWS: case GGML_OP_GET_ROWS_BACK: case GGML_OP_SET_ROWS:
-        case GGML_OP_DIAG: case GGML_OP_SOFT_MAX: case GGML_OP_ROPE: case GGML_OP_ROPE_BACK:
-        case GGML_OP_FLASH_ATTN_EXT: case GGML_OP_UNARY: case GGML_OP_GLU: case GGML_OP_ARGSORT:
-        case GGML_OP_TOP_K: case GGML_OP_CROSS_ENTROPY_LOSS:
-            return true;
-        default:
-            return false;
-    }
-}
+// Every op with a rule is checked in full (op_validation.cpp's table): the gate
+// computes them all.
+inline bool op_fully_validated(ggml_op op) { return host::op_has_rule(op); }
 
 inline bool writes_nothing(ggml_op op) {
     return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||

@@ -7,12 +7,14 @@
 // (compute_gate.h): graphs whose data-dependent indexes ggml would abort on, and
 // graphs too large to compute quickly, pass validation and are then not computed.
 #include "compute_gate.h"
+#include "write_set_oracle.h"
 #include "fuzz_support.h"
 #include "host/session.h"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -31,7 +33,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     limits.tensor_list.max_nodes = 1 << 16;
     host::Session session({cpu}, limits);
     session.allow_shared_memory();
-    session.set_compute_gate_for_testing(fuzz::safe_to_compute);
+    // The write-set oracle: a validated graph may change only its results' bytes.
+    static fuzz::WriteSetOracle oracle;
+    session.set_compute_gate_for_testing([](const ggml_cgraph *graph) {
+        if (!fuzz::safe_to_compute(graph)) return false;
+        oracle.before(graph);
+        return true;
+    });
+    session.set_compute_check_for_testing([](const ggml_cgraph *graph) {
+        const std::string stray = oracle.after(graph);
+        if (!stray.empty()) {
+            std::fprintf(stderr, "write-set oracle: %s\n", stray.c_str());
+            __builtin_trap();
+        }
+    });
 
     std::vector<uint8_t> hello;
     append_pod(hello, Hello::Request{});

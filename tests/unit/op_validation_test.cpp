@@ -4,6 +4,7 @@
 #include "ggml_test_support.h"
 #include "host/op_validation.h"
 
+#include <ggml-backend.h>
 #include <ggml.h>
 
 #include <gmock/gmock.h>
@@ -517,12 +518,25 @@ TEST_F(OpValidation, RopeFrequencyFactorsCoverHalfTheDimensions) {
 }
 
 // ggml-cpu reads ne[0] / 2 factors whatever n_dims is: 16 factors for 32 of 64
-// dimensions pass ggml's own assert, and the kernel would read 16 floats past them.
+// dimensions pass ggml's own assert, and the kernel reads 16 floats past them,
+// which must still be the guest's buffer.
 TEST_F(OpValidation, RopeFrequencyFactorsCoverWhatTheKernelReads) {
+    if (ggml_backend_dev_count() == 0) ggml_backend_load_all();
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ASSERT_NE(cpu, nullptr);
     ggml_tensor *factors = f32(16);
     ggml_tensor *node = ggml_rope_ext(ctx.get(), f32(64, 8, 7), i32(7), factors, 32, GGML_ROPE_TYPE_NEOX, 4096,
                                       10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+    ggml_backend_buffer_t exact = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(cpu), 16 * 4);
+    ggml_backend_buffer_t roomy = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(cpu), 32 * 4);
+    factors->buffer = exact;
+    factors->data = ggml_backend_buffer_get_base(exact);
     EXPECT_TRUE(Refused(node, "fewer than ne[0] / 2"));
+    factors->buffer = roomy;
+    factors->data = ggml_backend_buffer_get_base(roomy);
+    EXPECT_TRUE(Accepted(node));
+    ggml_backend_buffer_free(exact);
+    ggml_backend_buffer_free(roomy);
 }
 
 // ggml-cpu divides by the sum of the M-RoPE sections; its assert sees only that one
