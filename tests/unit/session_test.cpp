@@ -672,6 +672,30 @@ TEST_F(CpuSessionGraph, TensorWhoseDataRunsPastItsBufferIsRefusedAndNothingIsCom
     EXPECT_EQ(session->counters().graph_computes, 0u);
 }
 
+// Issue 14's out-of-bounds write: POOL_1D's kernel walks src[0]'s rows and writes
+// result row i at i * nb[1], even where the result claims ne[1] = 1, so the span
+// check (which multiplies nb[1] by ne[1] - 1 = 0) never sees that stride. Here the
+// result is one 4-float row at 64 with nb[1] = 32: the kernel would write rows 1-3
+// at 96, 128 and 160, past the result and into the canary after it.
+TEST_F(CpuSessionGraph, AStrideOfASizeOneDimensionCannotAimAWrite) {
+    ggml_tensor *rows = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, 4, 4);
+    ggml_tensor *pooled = ggml_pool_1d(ctx.get(), rows, GGML_OP_POOL_MAX, 1, 1, 0);
+    pooled->ne[1] = 1;
+    pooled->nb[1] = 32;
+    pooled->nb[2] = pooled->nb[3] = 32;
+    ggml_set_name(pooled, "aimed");
+    arena->place(rows, 0);
+    arena->place(pooled, 64);
+    const std::vector<uint8_t> canary(kBufferSize - 80, 0xA5);
+    ASSERT_TRUE(set(buffer, 80, canary).ok());
+    ASSERT_TRUE(set(buffer, 0, std::vector<uint8_t>(64, 0x3F)).ok());
+
+    Outcome outcome = compute({pooled});
+    EXPECT_EQ(outcome.status.code(), Code::bad_request) << outcome.status.message();
+    EXPECT_THAT(outcome.status.message(), HasSubstr("'aimed'"));
+    EXPECT_EQ(get(buffer, 80, kBufferSize - 80), canary) << "the kernel wrote past the result";
+}
+
 TEST_F(CpuSessionGraph, TensorWithoutABufferIsRefused) {
     ggml_tensor *a = vector("a"), *b = vector("b");
     ggml_tensor *sum = ggml_add(ctx.get(), a, b);
