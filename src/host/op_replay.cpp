@@ -306,6 +306,7 @@ std::string check_geometry(const ggml_tensor *node) {
             return {};
         case GGML_OP_SSM_SCAN:
         case GGML_OP_GATED_DELTA_NET: return all({0}, {});
+        case GGML_OP_DSV4_HC_COMB: return all({1}, {});  // iterations: a huge count would spin the worker
         case GGML_OP_ARANGE: {
             const float start = float_param(node, 0), stop = float_param(node, 1), step = float_param(node, 2);
             // Compared this way, NaN and infinities fail too.

@@ -194,10 +194,20 @@ Why check_add1(const ggml_tensor *node) {
     return same_shape_as_source(node);
 }
 
+// Ops whose ggml-cpu kernel asserts that the result and src[0] are contiguous
+// (SCALE, GET_ROWS_BACK and SOFT_MAX_BACK among them; DIAG_MASK_*, ACC and SET too).
+Why both_contiguous(const ggml_tensor *node) {
+    if (!ggml_is_contiguous(node)) return "the result is not contiguous";
+    if (!ggml_is_contiguous(node->src[0])) return "src[0] is not contiguous";
+    return {};
+}
+
 // SET and ACC write src[1] into a copy of src[0] at a byte offset with strides that
 // travel in op_params (int32 each): the whole write must land inside the result.
 Why check_set_or_acc(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
+    Why layout = both_contiguous(node);
+    if (!layout.empty()) return layout;
     if (elements(b) > elements(a)) return described("src[1]", b) + " has more elements than " + described("src[0]", a);
     if (node->op == GGML_OP_ACC) {
         Why why = first({source_type(node, 0, GGML_TYPE_F32), source_type(node, 1, GGML_TYPE_F32)});
@@ -311,8 +321,35 @@ Why check_mat_mul_kernel(const ggml_tensor *node) {
     return {};
 }
 
+// MUL_MAT, MUL_MAT_ID: op_params = {accumulator precision, hint, src[0] precision,
+// src[1] precision}; values ggml does not define are refused. ggml-cpu's Hadamard
+// hint (src[0] is a Hadamard matrix, applied as a fast transform) writes past the
+// result unless src[0] is a square matrix of a power-of-two size (found by the
+// write-set oracle with an 8 x 4 one): it is taken only for those.
+Why check_mat_mul_params(const ggml_tensor *node) {
+    const int32_t *p = node->op_params;
+    auto precision = [](int32_t value, bool quantized) {
+        return value == GGML_PREC_UNDEFINED || value == GGML_PREC_F32 || value == GGML_PREC_BF16 ||
+               value == GGML_PREC_F16 || (quantized && (value == GGML_PREC_Q8 || value == GGML_PREC_Q4));
+    };
+    if (!precision(p[0], false)) return "accumulator precision " + std::to_string(p[0]) + " is not supported";
+    const ggml_tensor *a = node->src[0];
+    const bool hadamard_shape = node->op == GGML_OP_MUL_MAT && a->ne[0] == a->ne[1] && a->ne[0] >= 64 &&
+                                (a->ne[0] & (a->ne[0] - 1)) == 0 && a->ne[2] == 1 && a->ne[3] == 1;
+    if (p[1] != GGML_HINT_NONE && !(p[1] == GGML_HINT_SRC0_IS_HADAMARD && hadamard_shape)) {
+        return "hint " + std::to_string(p[1]) + " is not supported for " + described("src[0]", a);
+    }
+    if (p[2] != GGML_PREC_UNDEFINED || !precision(p[3], true)) return "source precisions are not supported";
+    for (int i = 4; i < GGML_MAX_OP_PARAMS / 4; ++i) {
+        if (p[i] != 0) return "op_params[" + std::to_string(i) + "] is not used by this op";
+    }
+    return {};
+}
+
 Why check_mul_mat(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
+    Why params = check_mat_mul_params(node);
+    if (!params.empty()) return params;
     if (a->ne[0] != b->ne[0]) {
         return described("src[0]", a) + " and " + described("src[1]", b) + " differ in ne[0] (the dot product length)";
     }
@@ -327,7 +364,7 @@ Why check_mul_mat(const ggml_tensor *node) {
 // MUL_MAT_ID: as [cols, rows, n_expert], b [cols, n_used or 1, n_tokens], ids [n_used, n_tokens].
 Why check_mul_mat_id(const ggml_tensor *node) {
     const ggml_tensor *as = node->src[0], *b = node->src[1], *ids = node->src[2];
-    Why why = source_type(node, 2, GGML_TYPE_I32);
+    Why why = first({check_mat_mul_params(node), source_type(node, 2, GGML_TYPE_I32)});
     if (!why.empty()) return why;
     if (ggml_is_transposed(as)) return "src[0] is transposed";
     if (as->ne[3] != 1 || b->ne[3] != 1 || ids->ne[2] != 1 || ids->ne[3] != 1) {
@@ -372,6 +409,7 @@ Why check_get_rows(const ggml_tensor *node) {
 
 Why check_get_rows_back(const ggml_tensor *node) {
     const ggml_tensor *a = node->src[0], *rows = node->src[1];
+    if (!ggml_is_contiguous(node)) return "the result is not contiguous";
     Why why = source_type(node, 1, GGML_TYPE_I32);
     if (!why.empty()) return why;
     if (!ggml_is_matrix(a) || !ggml_is_vector(rows) || a->ne[1] < rows->ne[0]) {  // row i of src[0] per id
@@ -568,7 +606,41 @@ Why check_glu(const ggml_tensor *node) {
 
 Why same_shape_as_source_0(const ggml_tensor *node) { return same_shape_as_source(node); }
 
+// A float of op_params that ggml-cpu asserts is >= 0 (NaN is not).
+Why non_negative_float_param(const ggml_tensor *node, int index, const char *what) {
+    float value = 0.0f;
+    std::memcpy(&value, &node->op_params[index], sizeof(value));
+    if (value >= 0.0f) return {};
+    return std::string(what) + " " + std::to_string(value) + " is not >= 0";
+}
+
+// NORM, RMS_NORM, L2_NORM, RMS_NORM_BACK: op_params = {eps}; GROUP_NORM: {groups, eps}.
+Why check_norm(const ggml_tensor *node) {
+    const int eps_index = node->op == GGML_OP_GROUP_NORM ? 1 : 0;
+    Why why = non_negative_float_param(node, eps_index, "eps");
+    if (!why.empty()) return why;
+    if (node->op == GGML_OP_GROUP_NORM && node->op_params[0] <= 0) return "group count must be positive";
+    return node->op == GGML_OP_RMS_NORM_BACK ? check_same_shape_pair(node) : same_shape_as_source(node);
+}
+
+Why check_scale(const ggml_tensor *node) { return first({both_contiguous(node), same_shape_as_source(node)}); }
+
+Why check_diag_mask(const ggml_tensor *node) {  // op_params = {n_past}, which ggml-cpu asserts >= 0
+    if (node->op_params[0] < 0) return "n_past " + std::to_string(node->op_params[0]) + " is negative";
+    return first({both_contiguous(node), same_shape_as_source(node)});
+}
+
+Why check_soft_max_back(const ggml_tensor *node) {
+    float max_bias = 0.0f;  // op_params = {scale, max_bias}; ggml-cpu asserts max_bias == 0
+    std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
+    if (max_bias != 0.0f) return "max_bias must be 0";
+    if (!ggml_is_contiguous(node->src[1])) return "src[1] is not contiguous";
+    return first({both_contiguous(node), check_same_shape_pair(node)});
+}
+
 Why check_argsort(const ggml_tensor *node) {
+    const int32_t order = node->op_params[0];
+    if (order != GGML_SORT_ORDER_ASC && order != GGML_SORT_ORDER_DESC) return "sort order " + std::to_string(order);
     return first({same_shape_as_source(node), result_type(node, GGML_TYPE_I32)});
 }
 
@@ -591,6 +663,52 @@ Why check_view(const ggml_tensor *) {
 
 Why check_by_replay(const ggml_tensor *node) { return replay_constructor(node); }
 
+// RWKV_WKV6, RWKV_WKV7, GATED_LINEAR_ATTN: ggml-cpu's vector loops step through a
+// head in whole groups of SIMD registers (64 floats on AVX-512), so a head of 4 or
+// 16 floats, which the constructor accepts, makes RWKV_WKV7 write past the result
+// (found by the write-set oracle). Models use heads of 64.
+Why check_recurrent_heads(const ggml_tensor *node) {
+    Why why = replay_constructor(node);
+    if (!why.empty()) return why;
+    const int64_t head_size = node->op == GGML_OP_RWKV_WKV7 ? node->src[2]->ne[0] : node->src[0]->ne[0];
+    if (head_size % 64 != 0) return "head size " + std::to_string(head_size) + " is not a multiple of 64";
+    return {};
+}
+
+// GATED_DELTA_NET: ggml-cpu divides v's sequences and heads among q's and k's.
+Why check_gated_delta_net(const ggml_tensor *node) {
+    Why why = replay_constructor(node);
+    if (!why.empty()) return why;
+    const ggml_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
+    if (!ggml_are_same_shape(q, k) || q->ne[2] != v->ne[2] || !divides(q->ne[1], v->ne[1]) ||
+        !divides(q->ne[3], v->ne[3])) {
+        return described("q", q) + " and " + described("k", k) + " do not broadcast over " + described("v", v);
+    }
+    return {};
+}
+
+// CONV_2D_DW: ggml-cpu computes a dense kernel over an input that is either
+// contiguous or channels-first contiguous (CWHN), and aborts on anything else.
+Why check_conv_2d_dw(const ggml_tensor *node) {
+    Why why = replay_constructor(node);
+    if (!why.empty()) return why;
+    const ggml_tensor *kernel = node->src[0], *input = node->src[1];
+    const size_t element = ggml_type_size(kernel->type);
+    // The CWHN kernel: channels (dim 3) innermost, then x, then y.
+    const bool cwhn_kernel = kernel->nb[3] == element && kernel->nb[0] == size_t(kernel->ne[3]) * element &&
+                             kernel->nb[1] == kernel->nb[0] * size_t(kernel->ne[0]);
+    if (!ggml_is_contiguous(kernel) && !cwhn_kernel) return "the kernel is neither contiguous nor CWHN";
+    if (!ggml_is_contiguous(input) && !ggml_is_contiguous_channels(input)) return "the input is neither WHCN nor CWHN";
+    return {};
+}
+
+// FLASH_ATTN_EXT: ggml-cpu copies each result row as nb[1] bytes, so the result
+// must be exactly as dense as ggml makes it.
+Why check_attention(const ggml_tensor *node) {
+    if (!ggml_is_contiguous(node)) return "the result is not contiguous";
+    return check_flash_attn_ext(node);
+}
+
 // Every op a guest may send, once: its sources (src[0] to src[sources - 1] must be
 // there; optional ones are checked by the rule when present), the rule for its
 // shapes, types and op_params, and the sources its kernel writes in place besides
@@ -600,22 +718,30 @@ struct OpRule {
     int sources;
     Why (*check)(const ggml_tensor *node);
     uint32_t written_sources;  // bit i: the kernel also writes src[i]
+    // The tensors whose elements the kernel walks one by one through every stride
+    // (bit i: src[i]; kResultStrided: the result). The others it walks as rows of
+    // adjacent elements, and ggml-cpu asserts that their rows are dense: a node
+    // whose rows are not is refused here instead.
+    uint32_t strided = 0;
 };
+
+constexpr uint32_t kResultStrided = 1u << 31;
+constexpr uint32_t kAllStrided = ~0u;
 
 constexpr OpRule kOpRules[] = {
     // Views and element-wise ops.
-    {GGML_OP_NONE, 0, check_view, 0},
-    {GGML_OP_VIEW, 1, check_view, 0},
-    {GGML_OP_RESHAPE, 1, check_view, 0},
-    {GGML_OP_PERMUTE, 1, check_view, 0},
-    {GGML_OP_TRANSPOSE, 1, check_view, 0},
-    {GGML_OP_DUP, 1, check_copy, 0},
-    {GGML_OP_CPY, 1, check_copy, 0},  // src[1], the destination, is optional: ggml_cast points it at the node
-    {GGML_OP_CONT, 1, check_copy, 0},
-    {GGML_OP_ADD, 2, check_binary, 0},
-    {GGML_OP_SUB, 2, check_binary, 0},
-    {GGML_OP_MUL, 2, check_binary, 0},
-    {GGML_OP_DIV, 2, check_binary, 0},
+    {GGML_OP_NONE, 0, check_view, 0, kAllStrided},
+    {GGML_OP_VIEW, 1, check_view, 0, kAllStrided},
+    {GGML_OP_RESHAPE, 1, check_view, 0, kAllStrided},
+    {GGML_OP_PERMUTE, 1, check_view, 0, kAllStrided},
+    {GGML_OP_TRANSPOSE, 1, check_view, 0, kAllStrided},
+    {GGML_OP_DUP, 1, check_copy, 0, kAllStrided},
+    {GGML_OP_CPY, 1, check_copy, 0, kAllStrided},  // src[1], the destination, is optional: ggml_cast points it at the node
+    {GGML_OP_CONT, 1, check_copy, 0, kAllStrided},
+    {GGML_OP_ADD, 2, check_binary, 0, 1u << 1},  // check_binary_kernel: src[1]
+    {GGML_OP_SUB, 2, check_binary, 0, 1u << 1},  // check_binary_kernel: src[1]
+    {GGML_OP_MUL, 2, check_binary, 0, 1u << 1},  // check_binary_kernel: src[1]
+    {GGML_OP_DIV, 2, check_binary, 0, 1u << 1},  // check_binary_kernel: src[1]
     {GGML_OP_ADD_ID, 3, check_add_id, 0},
     {GGML_OP_ADD1, 2, check_add1, 0},
     {GGML_OP_ACC, 2, check_set_or_acc, 0},
@@ -626,13 +752,13 @@ constexpr OpRule kOpRules[] = {
     {GGML_OP_SIN, 1, same_shape_as_source_0, 0},
     {GGML_OP_COS, 1, same_shape_as_source_0, 0},
     {GGML_OP_CUMSUM, 1, same_shape_as_source_0, 0},
-    {GGML_OP_NORM, 1, same_shape_as_source_0, 0},
-    {GGML_OP_RMS_NORM, 1, same_shape_as_source_0, 0},
-    {GGML_OP_GROUP_NORM, 1, same_shape_as_source_0, 0},
-    {GGML_OP_L2_NORM, 1, same_shape_as_source_0, 0},
-    {GGML_OP_SCALE, 1, same_shape_as_source_0, 0},
-    {GGML_OP_DIAG_MASK_INF, 1, same_shape_as_source_0, 0},
-    {GGML_OP_DIAG_MASK_ZERO, 1, same_shape_as_source_0, 0},
+    {GGML_OP_NORM, 1, check_norm, 0, 1u << 0},
+    {GGML_OP_RMS_NORM, 1, check_norm, 0},
+    {GGML_OP_GROUP_NORM, 1, check_norm, 0},
+    {GGML_OP_L2_NORM, 1, check_norm, 0, 1u << 0},
+    {GGML_OP_SCALE, 1, check_scale, 0},
+    {GGML_OP_DIAG_MASK_INF, 1, check_diag_mask, 0},
+    {GGML_OP_DIAG_MASK_ZERO, 1, check_diag_mask, 0},
     {GGML_OP_CLAMP, 1, same_shape_as_source_0, 0},
     {GGML_OP_LEAKY_RELU, 1, same_shape_as_source_0, 0},
     {GGML_OP_TRI, 1, check_by_replay, 0},
@@ -640,7 +766,7 @@ constexpr OpRule kOpRules[] = {
     {GGML_OP_UNARY, 1, check_unary, 0},
     {GGML_OP_GLU, 1, check_glu, 0},  // src[1] is optional: the split form of the gated unit
     // Reductions, rearrangements.
-    {GGML_OP_SUM, 1, check_sum, 0},
+    {GGML_OP_SUM, 1, check_sum, 0, 1u << 0},
     {GGML_OP_SUM_ROWS, 1, check_reduce_rows, 0},
     {GGML_OP_MEAN, 1, check_reduce_rows, 0},
     {GGML_OP_ARGMAX, 1, check_argmax, 0},
@@ -661,11 +787,11 @@ constexpr OpRule kOpRules[] = {
     {GGML_OP_SOFT_MAX, 1, check_soft_max, 0},  // src[1] mask and src[2] sinks are optional
     {GGML_OP_ROPE, 2, check_rope, 0},          // src[2] frequency factors are optional
     {GGML_OP_ROPE_BACK, 2, check_rope, 0},
-    {GGML_OP_FLASH_ATTN_EXT, 3, check_flash_attn_ext, 0},  // src[3] mask and src[4] sinks are optional
+    {GGML_OP_FLASH_ATTN_EXT, 3, check_attention, 0},  // src[3] mask and src[4] sinks are optional
     // Training.
     {GGML_OP_SILU_BACK, 2, check_same_shape_pair, 0},
-    {GGML_OP_RMS_NORM_BACK, 2, check_same_shape_pair, 0},
-    {GGML_OP_SOFT_MAX_BACK, 2, check_same_shape_pair, 0},
+    {GGML_OP_RMS_NORM_BACK, 2, check_norm, 0},
+    {GGML_OP_SOFT_MAX_BACK, 2, check_soft_max_back, 0},
     {GGML_OP_CROSS_ENTROPY_LOSS, 2, check_cross_entropy_loss, 0},
     {GGML_OP_CROSS_ENTROPY_LOSS_BACK, 3, check_by_replay, 0},
     {GGML_OP_OPT_STEP_ADAMW, 5, check_by_replay, (1u << 2) | (1u << 3)},  // the moments m and v
@@ -678,22 +804,22 @@ constexpr OpRule kOpRules[] = {
     {GGML_OP_CONV_TRANSPOSE_2D, 2, check_by_replay, 0},
     {GGML_OP_IM2COL, 2, check_by_replay, 0},
     {GGML_OP_IM2COL_3D, 2, check_by_replay, 0},
-    {GGML_OP_CONV_2D, 2, check_by_replay, 0},
-    {GGML_OP_CONV_2D_DW, 2, check_by_replay, 0},
+    {GGML_OP_CONV_2D, 2, check_by_replay, 0, kAllStrided},
+    {GGML_OP_CONV_2D_DW, 2, check_conv_2d_dw, 0, kAllStrided},
     {GGML_OP_CONV_3D, 2, check_by_replay, 0},
     {GGML_OP_COL2IM_1D, 1, check_by_replay, 0},
     {GGML_OP_POOL_1D, 1, check_by_replay, 0},
     {GGML_OP_POOL_2D, 1, check_by_replay, 0},
-    {GGML_OP_UPSCALE, 1, check_by_replay, 0},
-    {GGML_OP_PAD, 1, check_by_replay, 0},
+    {GGML_OP_UPSCALE, 1, check_by_replay, 0, kAllStrided},
+    {GGML_OP_PAD, 1, check_by_replay, 0, kAllStrided},
     {GGML_OP_PAD_REFLECT_1D, 1, check_by_replay, 0},
-    {GGML_OP_ROLL, 1, check_by_replay, 0},
+    {GGML_OP_ROLL, 1, check_by_replay, 0, kAllStrided},
     {GGML_OP_SSM_CONV, 2, check_by_replay, 0},
     {GGML_OP_SSM_SCAN, 7, check_by_replay, 0},
-    {GGML_OP_RWKV_WKV6, 6, check_by_replay, 0},
-    {GGML_OP_RWKV_WKV7, 7, check_by_replay, 0},
-    {GGML_OP_GATED_LINEAR_ATTN, 5, check_by_replay, 0},
-    {GGML_OP_GATED_DELTA_NET, 6, check_by_replay, 0},
+    {GGML_OP_RWKV_WKV6, 6, check_recurrent_heads, 0},
+    {GGML_OP_RWKV_WKV7, 7, check_recurrent_heads, 0},
+    {GGML_OP_GATED_LINEAR_ATTN, 5, check_recurrent_heads, 0},
+    {GGML_OP_GATED_DELTA_NET, 6, check_gated_delta_net, 0},
     {GGML_OP_SOLVE_TRI, 2, check_by_replay, 0},
     {GGML_OP_LIGHTNING_INDEXER, 4, check_by_replay, 0},
     {GGML_OP_DSV4_HC_COMB, 3, check_by_replay, 0},
@@ -786,6 +912,12 @@ Status validate_node(const ggml_tensor *node) {
             return refuse(src_label(i) + " type " + std::to_string(node->src[i]->type) + " does not exist");
         if (!element_count(node->src[i], &count)) return refuse(src_label(i) + "'s element count overflows");
         if (!elements_fit_span(node->src[i], &overlap)) return refuse(src_label(i) + " " + overlap);
+    }
+    if ((rule->strided & kResultStrided) == 0 && !rows_are_dense(node)) return refuse("the result's rows are not dense");
+    for (int i = 0; i < GGML_MAX_SRC; ++i) {
+        if (node->src[i] != nullptr && ((rule->strided >> i) & 1u) == 0 && !rows_are_dense(node->src[i])) {
+            return refuse(src_label(i) + " rows are not dense");
+        }
     }
     const Why why = rule->check(node);
     if (!why.empty()) return refuse(why);
