@@ -15,6 +15,7 @@
 // guest's own worker process, which is the last line of defence.
 #include "host/op_validation.h"
 
+#include "protocol/printable.h"
 #include "protocol/tensor_codec.h"
 
 #include <cstring>
@@ -762,7 +763,7 @@ Why check_shapes(const ggml_tensor *node) {
 }  // namespace
 
 Status validate_node(const ggml_tensor *node) {
-    const std::string name = std::string(" node '") + node->name + "': ";
+    const std::string name = " node '" + printable(node->name) + "': ";
     if (node->op < 0 || node->op >= GGML_OP_COUNT) {
         return error(Code::bad_request, "op " + std::to_string(node->op) + name + "unknown op");
     }
