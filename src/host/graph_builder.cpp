@@ -1,6 +1,7 @@
 #include "host/graph_builder.h"
 
 #include "host/op_validation.h"
+#include "protocol/printable.h"
 
 #include <algorithm>
 #include <cstring>
@@ -17,7 +18,7 @@ namespace {
 
 Status bad(size_t index, const WireTensor &t, const std::string &what) {
     return error(Code::bad_request,
-                 "tensor " + std::to_string(index) + (t.name[0] ? " '" + std::string(t.name) + "'" : "") + ": " + what);
+                 "tensor " + std::to_string(index) + (t.name[0] ? " '" + printable(t.name) + "'" : "") + ": " + what);
 }
 
 // Ops whose result is only another look at their source: they write nothing.

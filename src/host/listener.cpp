@@ -1,5 +1,6 @@
 #include "host/listener.h"
 
+#include "host/peer_limits.h"
 #include "host/sandbox.h"
 #include "host/status_board.h"
 #include "transport/socket.h"
@@ -40,6 +41,17 @@ void refuse(int fd, Code code, const std::string &reason) {
                                  static_cast<int32_t>(code), reason.size()};
     (void)!::send(fd, &header, sizeof(header), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)!::send(fd, reason.data(), reason.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// Fairness between peers: whether the guest on `fd` may open one more session.
+// A guest turned away is told why, and the refusal is logged.
+bool admit_peer(const PeerLimits &peers, int fd, const std::string &peer, PeerAccount *account) {
+    const Status known = peer_account(fd, account);
+    const std::string refusal = known ? peers.refusal(*account) : "cannot tell who the peer is: " + known.message();
+    if (refusal.empty()) return true;
+    log_line("refused " + peer + ": " + refusal);
+    refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
+    return false;
 }
 
 pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int session_id, const std::string &peer,
@@ -118,6 +130,7 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
     if (!board_status) log_line("no status board (status queries will list no sessions): " + board_status.message());
 
     std::map<pid_t, LiveSession> live;
+    PeerLimits peers(sessions_per_peer(options), ::geteuid());
     int next_session = 1;
     bool stopping = false;
     while (!stopping) {
@@ -152,6 +165,7 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                     if (SessionSlot *slot = it->second.slot >= 0 ? board.slot(it->second.slot) : nullptr) {
                         slot->live.store(0);
                     }
+                    peers.closed(pid);
                     live.erase(it);
                 }
                 break;
@@ -173,6 +187,8 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                        "the server is serving its maximum of " + std::to_string(options.max_sessions) + " sessions");
                 continue;
             }
+            PeerAccount account;
+            if (!admit_peer(peers, client.get(), peer, &account)) continue;
             const int id = next_session++;
             const int slot_index = board.slots() > 0 ? board.find_free() : -1;
             SessionSlot *slot = slot_index >= 0 ? board.slot(slot_index) : nullptr;
@@ -196,6 +212,7 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
             }
             if (slot != nullptr) slot->pid = pid;
             live[pid] = {id, peer, slot_index};
+            peers.opened(pid, account);
             log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
         }
     }

@@ -16,6 +16,7 @@
 #include "host/op_validation.h"
 
 #include "host/op_replay.h"
+#include "protocol/printable.h"
 #include "protocol/tensor_codec.h"
 
 #include <ggml-backend.h>
@@ -863,7 +864,7 @@ Status check_data_indexes(const ggml_cgraph *graph) {
         const ggml_tensor *node = ggml_graph_node(g, i);
         if (node->op != GGML_OP_SSM_SCAN) continue;
         const ggml_tensor *ids = node->src[6];
-        const std::string name = std::string("SSM_SCAN node '") + node->name + "': ";
+        const std::string name = "SSM_SCAN node '" + printable(node->name) + "': ";
         if (ids->buffer == nullptr || !ggml_backend_buffer_is_host(ids->buffer) || !ggml_is_contiguous(ids) ||
             written_before(graph, i, ids)) {
             return error(Code::bad_request, name + "its sequence ids must be the guest's own data in host memory");
@@ -886,7 +887,7 @@ uint32_t sources_written_in_place(ggml_op op) {
 }
 
 Status validate_node(const ggml_tensor *node) {
-    const std::string name = std::string(" node '") + node->name + "': ";
+    const std::string name = " node '" + printable(node->name) + "': ";
     if (node->op < 0 || node->op >= GGML_OP_COUNT) {
         return error(Code::bad_request, "op " + std::to_string(node->op) + name + "unknown op");
     }

@@ -1,5 +1,7 @@
 #include "host/server_options.h"
 
+#include "protocol/printable.h"
+
 #include <ggml-backend.h>
 
 #include <cstdio>
@@ -18,7 +20,11 @@ void filtered_ggml_log(ggml_log_level level, const char *text, void *) {
     if (!g_verbose && (level == GGML_LOG_LEVEL_INFO || level == GGML_LOG_LEVEL_DEBUG || level == GGML_LOG_LEVEL_CONT)) {
         return;
     }
-    std::fputs(text, stderr);
+    // ggml's messages can name a guest's tensors: one message stays one line.
+    std::string_view message(text);
+    const bool ends_line = !message.empty() && message.back() == '\n';
+    if (ends_line) message.remove_suffix(1);
+    std::fputs((one_line(message) + (ends_line ? "\n" : "")).c_str(), stderr);
 }
 
 }  // namespace
@@ -29,7 +35,9 @@ void log_line(const std::string &text) {
     std::tm local{};
     localtime_r(&now, &local);
     std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
-    std::fprintf(stderr, "%s ggml-remote-server: %s\n", stamp, text.c_str());
+    // Guest strings are escaped where they enter a message (printable()); this is
+    // the guard behind that, so that no entry can ever start a line of its own.
+    std::fprintf(stderr, "%s ggml-remote-server: %s\n", stamp, one_line(text).c_str());
     std::fflush(stderr);
 }
 

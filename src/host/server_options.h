@@ -13,6 +13,8 @@ struct ServerOptions {
     std::vector<std::string> devices;  // host device names to expose; empty = all
     SessionLimits limits;
     int max_sessions = 64;
+    // --max-sessions-per-peer; 0: the default, a quarter of max_sessions (peer_limits.h).
+    int max_sessions_per_peer = 0;
     bool verbose = false;
     bool sandbox = true;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
     // --tls-psk: every TCP listener speaks TLS with a key from this file (read by

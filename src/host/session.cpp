@@ -4,6 +4,7 @@
 
 #include "abi/ggml_backend_abi_v3.h"
 #include "host/watchdog.h"
+#include "protocol/printable.h"
 
 #include <unistd.h>
 
@@ -624,7 +625,7 @@ void Session::register_handlers() {
         if (graph->checked_for_backend != request.backend) {
             for (ggml_tensor *tensor : graph->tensors) {
                 if (!ggml_backend_supports_buft(backend->backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
-                    return error(Code::bad_request, std::string("tensor '") + tensor->name +
+                    return error(Code::bad_request, "tensor '" + printable(tensor->name) +
                                                         "' is in a buffer this backend cannot compute with");
                 }
             }

@@ -1,5 +1,7 @@
 #include "protocol/tensor_codec.h"
 
+#include "protocol/printable.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -29,9 +31,10 @@ bool element_count_fits(const WireTensor &t) {
     return true;
 }
 
+// A guest's tensor, named in an error: the name is the guest's, so it is escaped.
 std::string tensor_label(size_t index, const WireTensor &t) {
-    std::string name(t.name, strnlen(t.name, sizeof(t.name)));
-    return "tensor " + std::to_string(index) + (name.empty() ? "" : " '" + name + "'");
+    const std::string_view name(t.name, strnlen(t.name, sizeof(t.name)));
+    return "tensor " + std::to_string(index) + (name.empty() ? "" : " '" + printable(name) + "'");
 }
 
 }  // namespace

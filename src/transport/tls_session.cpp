@@ -1,5 +1,6 @@
 #include "transport/tls_session.h"
 
+#include "protocol/printable.h"
 #include "transport/socket.h"
 
 #include <gnutls/gnutls.h>
@@ -27,7 +28,7 @@ constexpr size_t kCaptureLimit = 4096;
 // The server's keys, and what the guest asked for (for the log when it fails).
 struct ServerKeys {
     std::vector<PreSharedKey> keys;
-    std::string identity;  // the last identity a guest presented
+    std::string identity;  // the last identity a guest presented, escaped: it is only ever shown
     bool known = false;    // whether a key was found for it
 };
 
@@ -109,7 +110,7 @@ int find_key(gnutls_session_t session, const char *identity, gnutls_datum_t *key
         if (entry.identity == identity) found = &entry;
         if (entry.identity.empty() && found == nullptr) found = &entry;
     }
-    keys->identity = identity;
+    keys->identity = printable(identity);
     keys->known = found != nullptr;
     if (found == nullptr) return -1;
     key->data = static_cast<unsigned char *>(gnutls_malloc(found->key.size()));
@@ -285,7 +286,7 @@ std::string TlsSession::description() const {
 
 std::string TlsSession::peer_identity() const {
     const char *identity = gnutls_psk_server_get_username(state_->session);
-    return identity != nullptr ? identity : "";
+    return identity != nullptr ? printable(identity) : "";
 }
 
 bool TlsSession::forward_secret() const {

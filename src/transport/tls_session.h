@@ -34,7 +34,8 @@ class TlsSession {
 
     // The protocol and cipher suite, e.g. "(TLS1.3)-(ECDHE-SECP256R1)-(AES-256-GCM)".
     std::string description() const;
-    // The identity the guest presented (server side).
+    // The identity the guest presented (server side), escaped with printable(): the
+    // guest chose its bytes, and it is only ever shown (keys are matched in the handshake).
     std::string peer_identity() const;
     // Whether the key exchange gives forward secrecy ((EC)DHE with the key).
     bool forward_secret() const;

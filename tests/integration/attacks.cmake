@@ -10,3 +10,6 @@ add_integration_test(attacks_contained attacks_contained.sh $<TARGET_FILE:ggml-r
 
 # What an attacker who took over a worker would find: the sandbox, minimal descriptors.
 add_integration_test(worker_sandbox worker_sandbox.sh $<TARGET_FILE:ggml-remote-handshake-client>)
+
+# Fairness: one peer (an address, a user) cannot take every session.
+add_integration_test(peer_fairness peer_fairness.sh $<TARGET_FILE:ggml-remote-handshake-client>)

@@ -7,6 +7,7 @@
 // usage: ggml-remote-handshake-client ENDPOINT [--protocol-version N|next] [--magic N]
 //                                     [--command ID] [--raw TEXT] [--hold SECONDS]
 //                                     [--then idle|half-frame] [--reply-timeout SECONDS]
+//                                     [--from ADDRESS]
 // prints:
 //   sent: ...
 //   reply: code=NAME status=N            (or "reply: none (...)")
@@ -18,12 +19,16 @@
 // the first bytes of a frame (half-frame), and waits up to 30 s for the server to
 // hang up; prints "then: closed by the server after N ms" or "then: still open".
 // --reply-timeout: how long to wait for the server's reply (default 10 s).
+// --from connects to a tcp:// endpoint from this local IPv4 address, so that one
+// machine can play several peers (127.0.0.2 is another address of loopback).
 // exits 0 when the server replied, 1 when it did not, 2 on a usage error.
 #include "protocol/commands.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 #include "transport/socket.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -59,7 +64,8 @@ const char *code_name(int32_t code) {
     std::fprintf(stderr,
                  "handshake_client: %s\n"
                  "usage: handshake_client ENDPOINT [--protocol-version N|next] [--magic N] [--command ID] "
-                 "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame] [--reply-timeout SECONDS]\n",
+                 "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame] [--reply-timeout SECONDS] "
+                 "[--from ADDRESS]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -69,6 +75,24 @@ uint32_t parse_number(const std::string &flag, const std::string &text) {
     const unsigned long value = std::strtoul(text.c_str(), &end, 0);
     if (text.empty() || *end != '\0' || value > 0xffffffffu) usage(flag + ": not a number: " + text);
     return static_cast<uint32_t>(value);
+}
+
+// --from: a TCP connection to `endpoint` from the local IPv4 address `source`.
+Status connect_from(const std::string &source, const Endpoint &endpoint, UniqueFd *fd) {
+    sockaddr_in local{}, remote{};
+    local.sin_family = remote.sin_family = AF_INET;
+    remote.sin_port = htons(static_cast<uint16_t>(endpoint.port));
+    if (endpoint.kind != Endpoint::Kind::tcp || ::inet_pton(AF_INET, source.c_str(), &local.sin_addr) != 1 ||
+        ::inet_pton(AF_INET, endpoint.host.c_str(), &remote.sin_addr) != 1) {
+        return error(Code::error, "--from needs a tcp:// endpoint and IPv4 addresses");
+    }
+    UniqueFd connected(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!connected.valid() || ::bind(connected.get(), reinterpret_cast<sockaddr *>(&local), sizeof(local)) != 0 ||
+        ::connect(connected.get(), reinterpret_cast<sockaddr *>(&remote), sizeof(remote)) != 0) {
+        return error(Code::error, "connect from " + source + ": " + std::strerror(errno));
+    }
+    *fd = std::move(connected);
+    return Status::success();
 }
 
 // Whether the server hung up within a few seconds of its reply (it should,
@@ -133,6 +157,7 @@ int main(int argc, char **argv) {
     uint32_t hold_seconds = 0;
     std::string then;
     uint32_t reply_timeout_s = 10;
+    std::string from;
     for (int i = 2; i < argc; ++i) {
         const std::string arg = argv[i];
         if (i + 1 >= argc) usage(arg + " needs a value");
@@ -150,6 +175,8 @@ int main(int argc, char **argv) {
         } else if (arg == "--then") {
             if (value != "idle" && value != "half-frame") usage("--then: idle or half-frame, not " + value);
             then = value;
+        } else if (arg == "--from") {
+            from = value;
         } else if (arg == "--raw") {
             raw = value;
             send_raw = true;
@@ -162,7 +189,7 @@ int main(int argc, char **argv) {
     Status status = parse_endpoint(argv[1], &endpoint);
     if (!status) usage(status.message());
     UniqueFd fd;
-    status = connect_endpoint(endpoint, 5000, &fd);
+    status = from.empty() ? connect_endpoint(endpoint, 5000, &fd) : connect_from(from, endpoint, &fd);
     if (!status) {
         std::printf("reply: none (%s)\n", status.message().c_str());
         return 1;
@@ -172,6 +199,10 @@ int main(int argc, char **argv) {
     ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     FramedStream stream(std::move(fd), endpoint.to_string());
 
+    // A server that turns a guest away answers before it reads anything and hangs
+    // up, so a hello sent after that fails (EPIPE on a unix socket) while the answer
+    // waits to be read: as the plugin does, read it anyway.
+    Status sent;
     if (send_raw) {
         std::printf("sent: %zu raw bytes (not a frame)\n", raw.size());
         if (::send(stream.fd(), raw.data(), raw.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(raw.size())) {
@@ -183,17 +214,13 @@ int main(int argc, char **argv) {
                     hello.protocol_version, kProtocolVersion);
         FrameHeader header;
         header.command = command;
-        status = stream.send(header, {ByteView(&hello, sizeof(hello))});
-        if (!status) {
-            std::printf("reply: none (%s)\n", status.message().c_str());
-            return 1;
-        }
+        sent = stream.send(header, {ByteView(&hello, sizeof(hello))});
     }
 
     FrameHeader reply;
     status = stream.receive_header(&reply, 1 << 20);
     if (!status) {
-        std::printf("reply: none (%s)\n", status.message().c_str());
+        std::printf("reply: none (%s)\n", (sent.ok() ? status : sent).message().c_str());
         return 1;
     }
     std::printf("reply: code=%s status=%d command=%u flags=%u\n", code_name(reply.status), reply.status, reply.command,

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -485,6 +486,18 @@ TEST_F(TensorListDecoding, TypeOutOfRangeIsRefused) {
     expect_refused("type GGML_TYPE_COUNT");
     edit_wire_tensor(bytes, 1, [](WireTensor &t) { t.type = -1; });
     expect_refused("type -1");
+}
+
+TEST_F(TensorListDecoding, AGuestsTensorNameIsEscapedInTheRefusal) {
+    // The message can reach the server log: a newline in the name must not start a line.
+    edit_wire_tensor(bytes, 1, [](WireTensor &t) {
+        std::snprintf(t.name, sizeof(t.name), "y\n2026-12-01 ggml-remote-server: forged\x1b[2K");
+        t.type = 999;
+    });
+    Status status = decode(bytes);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_EQ(status.message().find_first_of("\n\x1b"), std::string::npos) << status.message();
+    EXPECT_THAT(status.message(), HasSubstr("'y\\x0a2026-12-01 ggml-remote-server: forged\\x1b[2K'"));
 }
 
 TEST_F(TensorListDecoding, RemovedTypeIsRefused) {

@@ -51,6 +51,9 @@ void print_usage(const char *program) {
         "                                default a CPU device repacks them into its fastest\n"
         "                                layouts, as llama.cpp does locally)\n"
         "         --max-sessions N       guests served at once (default: 64)\n"
+        "         --max-sessions-per-peer N  sessions one peer may hold: a user on a unix\n"
+        "                                socket (the server's own user and root: no limit), an\n"
+        "                                address on TCP (default: a quarter of --max-sessions)\n"
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
@@ -170,6 +173,8 @@ int main(int argc, char **argv) {
             }
         } else if (arg == "--max-sessions") {
             options.max_sessions = parse_int(arg, value(), 1);
+        } else if (arg == "--max-sessions-per-peer") {
+            options.max_sessions_per_peer = parse_int(arg, value(), 1);
         } else if (arg == "--memory-quota") {
             options.limits.memory_quota = parse_size(arg, value());
         } else if (arg == "--max-buffers") {

@@ -1,6 +1,7 @@
 #include "status_command.h"
 
 #include "guest/remote_session.h"
+#include "protocol/printable.h"
 #include "transport/endpoint.h"
 
 #include <cstdio>
@@ -85,6 +86,12 @@ int run_status_command(int argc, char **argv) {
         std::memcpy(sessions.data(), tail.data() + devices.size() * sizeof(StatusDevice),
                     sessions.size() * sizeof(StatusSession));
     }
+    // Every worker can write the status board: its strings end where their fields do.
+    for (StatusDevice &d : devices) {
+        d.name[sizeof(d.name) - 1] = '\0';
+        d.description[sizeof(d.description) - 1] = '\0';
+    }
+    for (StatusSession &s : sessions) s.peer[sizeof(s.peer) - 1] = '\0';
     const int64_t now = static_cast<int64_t>(std::time(nullptr));
 
     if (json) {
@@ -115,7 +122,8 @@ int run_status_command(int argc, char **argv) {
                 endpoint.to_string().c_str(), sessions.size(), reply.max_sessions);
     std::printf("%-8s %-40s %12s %12s\n", "DEVICE", "DESCRIPTION", "FREE MiB", "TOTAL MiB");
     for (const StatusDevice &d : devices) {
-        std::printf("%-8s %-40.40s %12s %12s\n", d.name, d.description, mib(d.memory_free).c_str(),
+        std::printf("%-8s %-40.40s %12s %12s\n", printable(d.name).c_str(),
+                    printable(d.description, sizeof(d.description)).c_str(), mib(d.memory_free).c_str(),
                     mib(d.memory_total).c_str());
     }
     std::printf("\n%-4s %-8s %-34s %8s %10s %9s %10s %10s %11s %7s\n", "ID", "WORKER", "PEER", "UPTIME_S", "COMMANDS",
@@ -124,7 +132,7 @@ int run_status_command(int argc, char **argv) {
         // The endpoint is in the heading: show who is connected ("pid N uid M").
         const char *who = std::strstr(s.peer, " pid ");
         std::printf("%-4d %-8d %-34.34s %8lld %10llu %9llu %10s %10s %11s %7llu\n", s.id, s.pid,
-                    who != nullptr ? who + 1 : s.peer,
+                    printable(who != nullptr ? who + 1 : s.peer, sizeof(s.peer)).c_str(),
                     (long long)(now - s.started_unix), (unsigned long long)s.commands,
                     (unsigned long long)s.graph_computes, mib(s.bytes_received).c_str(), mib(s.bytes_sent).c_str(),
                     mib(s.memory_in_use).c_str(), (unsigned long long)s.buffers);
