@@ -661,6 +661,19 @@ ggml_tensor *rope(GuestGraph &g) {
         ggml_rope(g.ctx(), g.f32(64, 4, 6), named(g.tensor(GGML_TYPE_I32, 6), "positions"), 64, GGML_ROPE_TYPE_NEOX));
 }
 
+// M-RoPE over 64-float rows, 4 positions per token, sections {16, 8, 8, 0}.
+ggml_tensor *multi_rope(GuestGraph &g) {
+    int sections[GGML_MROPE_SECTIONS] = {16, 8, 8, 0};
+    return g.place(ggml_rope_multi(g.ctx(), g.f32(64, 4, 6), named(g.tensor(GGML_TYPE_I32, 4 * 6), "positions"),
+                                   nullptr, 64, sections, GGML_ROPE_TYPE_MROPE, 4096, 10000.0f, 1.0f, 0.0f, 1.0f,
+                                   32.0f, 1.0f));
+}
+
+// POOL_1D's kernel writes result row i at i * nb[1] for every row of its source.
+ggml_tensor *pool_rows(GuestGraph &g) {
+    return g.place(ggml_pool_1d(g.ctx(), named(g.f32(16, 8), "rows"), GGML_OP_POOL_MAX, 2, 2, 0));
+}
+
 ggml_tensor *soft_max(GuestGraph &g) {
     return g.place(
         ggml_soft_max_ext(g.ctx(), g.f32(32, 4, 2), named(g.tensor(GGML_TYPE_F16, 32, 4), "mask"), 0.5f, 0.0f));
@@ -813,6 +826,27 @@ std::vector<Attack> refused_attacks() {
              [](std::vector<uint8_t> &l) {
                  edit(l, index_of(l, "victim"), [](WireTensor &t) { t.op_params[1] = 128; });
              }),
+        // ggml-cpu divides by the sections' sum (SIGFPE): {1, -1, 0, 0} passes its assert.
+        node("rope-mrope-sections-adding-up-to-zero", multi_rope,
+             [](std::vector<uint8_t> &l) {
+                 edit(l, index_of(l, "victim"), [](WireTensor &t) {
+                     t.op_params[11] = 1;
+                     t.op_params[12] = -1;
+                     t.op_params[13] = 0;
+                 });
+             }),
+        // The issue-14 write: a result of one row whose nb[1], never multiplied by the
+        // span check (ne[1] - 1 = 0), aims the kernel's other seven rows anywhere.
+        node("pool-result-row-stride-of-a-size-1-dimension", pool_rows,
+             [](std::vector<uint8_t> &l) {
+                 edit(l, index_of(l, "victim"), [](WireTensor &t) {
+                     t.ne[1] = 1;
+                     t.nb[1] = 4096;
+                     t.nb[2] = t.nb[3] = 4096;
+                 });
+             }),
+        node("op-without-a-rule", [](GuestGraph &g) { return g.place(ggml_win_part(g.ctx(), g.f32(8, 8, 8), 4)); },
+             [](std::vector<uint8_t> &) {}),
         node("soft-max-mask-shorter-than-its-rows", soft_max,
              [](std::vector<uint8_t> &l) { shrink_rows(l, "mask", 16); }),
         node("cpy-to-a-smaller-destination", copy, [](std::vector<uint8_t> &l) { shrink_rows(l, "destination", 8); }),
