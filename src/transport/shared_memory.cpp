@@ -37,18 +37,25 @@ constexpr size_t kGuardBytes = 2u << 20;
 struct GuardedRange {
     void *base = nullptr;   // the whole reservation, guards included
     size_t length = 0;
-    void *inner = nullptr;  // `alignment`-aligned, with length bytes free for MAP_FIXED
+    void *inner = nullptr;  // with length bytes free for MAP_FIXED
 };
 
-Status reserve_guarded(size_t length, size_t alignment, GuardedRange *range) {
+// Where huge pages can back a mapping: its address and its file offset must agree
+// modulo 2 MiB (the kernel maps a model file read back into the page cache in
+// 2 MiB folios with huge pages only then, as it does for a plain mmap).
+constexpr size_t kHugePageBytes = 2u << 20;
+
+// Reserves guarded address space whose inner start is `phase` past a multiple of
+// `alignment`.
+Status reserve_guarded(size_t length, size_t alignment, size_t phase, GuardedRange *range) {
     size_t total = 0;
-    if (__builtin_add_overflow(length, 2 * kGuardBytes + alignment, &total)) {
+    if (__builtin_add_overflow(length, 2 * kGuardBytes + 2 * alignment, &total)) {
         return error(Code::bad_request, "mapping too large");
     }
     void *reserved = ::mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (reserved == MAP_FAILED) return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(errno));
     const uintptr_t start = reinterpret_cast<uintptr_t>(reserved);
-    const uintptr_t inner = (start + kGuardBytes + alignment - 1) / alignment * alignment;
+    const uintptr_t inner = (start + kGuardBytes + alignment - 1) / alignment * alignment + phase;
     // Keep exactly one guard on each side; give the rest of the slack back.
     const uintptr_t head = inner - kGuardBytes, tail = inner + length + kGuardBytes, end = start + total;
     if (head > start) ::munmap(reserved, head - start);
@@ -93,7 +100,7 @@ Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping
     const uint64_t aligned = offset / page * page;
     const size_t length = static_cast<size_t>(end - aligned);
     GuardedRange range;
-    Status status = reserve_guarded(length, page, &range);
+    Status status = reserve_guarded(length, kHugePageBytes, aligned % kHugePageBytes, &range);
     if (!status) return status;
     void *base = ::mmap(range.inner, length, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_FIXED,
                         fd, static_cast<off_t>(aligned));
@@ -118,7 +125,7 @@ Status Mapping::anonymous(size_t size, Mapping *out) {
     if (size > SIZE_MAX / 2) return error(Code::bad_request, "mapping too large");
     const size_t used = (size + page - 1) / page * page;
     GuardedRange range;
-    Status status = reserve_guarded(used, kHugePage, &range);
+    Status status = reserve_guarded(used, kHugePage, 0, &range);
     if (!status) return status;
     void *base = ::mmap(range.inner, used, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     if (base == MAP_FAILED) {

@@ -93,3 +93,15 @@ TEST(SharedMemoryDeathTest, AReadJustPastAFileMappingFaults) {
     auto *past_end = static_cast<volatile uint8_t *>(memory.data()) + 8192 + 100;
     EXPECT_DEATH((void)*past_end, "");
 }
+
+// Huge pages can back a file mapping only where its address and its file offset
+// agree modulo 2 MiB, as the kernel arranges for a plain mmap of a model file.
+TEST(SharedMemory, AFileMappingKeepsItsOffsetModuloAHugePage) {
+    UniqueFd file;
+    ASSERT_TRUE(create_shared_memory(6 * kHugePage, "aligned", &file).ok());
+    for (uint64_t offset : {uint64_t(0), uint64_t(kHugePage + 4096), uint64_t(3 * kHugePage + 123)}) {
+        Mapping memory;
+        ASSERT_TRUE(Mapping::map(file.get(), offset, kHugePage, false, &memory).ok());
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(memory.data()) % kHugePage, offset % kHugePage) << "offset " << offset;
+    }
+}
