@@ -248,12 +248,13 @@ int main(int argc, char **argv) {
     }
     // A sandbox that cannot work here is found now, once, rather than by every guest.
     if (options.sandbox) {
-        status = host::probe_sandbox();
+        host::SandboxReport report;
+        status = host::probe_sandbox(&report);
         if (!status) {
             fail("cannot sandbox session workers on this system: " + status.message() +
                  "; --no-sandbox serves without (see docs/SECURITY.md)");
         }
-        host::log_line("session workers: seccomp sandbox, no new privileges, no core dumps");
+        host::log_line("session workers: " + host::describe_sandbox(report));
     } else {
         host::log_line("session workers: NOT sandboxed (--no-sandbox)");
     }
