@@ -13,6 +13,9 @@ struct ServerOptions {
     std::vector<std::string> devices;  // host device names to expose; empty = all
     SessionLimits limits;
     int max_sessions = 64;
+    // Connections that have not authenticated yet (TLS guests in their handshake);
+    // they never hold one of max_sessions (see admission.h).
+    int max_unauthenticated = 16;
     bool verbose = false;
     bool sandbox = true;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
     // --tls-psk: every TCP listener speaks TLS with a key from this file (read by
@@ -21,6 +24,8 @@ struct ServerOptions {
     // Worker only: the listener's status board and this session's slot in it.
     int status_fd = -1;
     int status_slot = -1;
+    // Worker only (TLS): where it asks the listener for a session place after its handshake.
+    int admission_fd = -1;
 };
 
 // The host devices a session may use, in the order guests see them.

@@ -7,6 +7,7 @@
 // usage: ggml-remote-handshake-client ENDPOINT [--protocol-version N|next] [--magic N]
 //                                     [--command ID] [--raw TEXT] [--hold SECONDS]
 //                                     [--then idle|half-frame] [--reply-timeout SECONDS]
+//                                     [--psk FILE]
 // prints:
 //   sent: ...
 //   reply: code=NAME status=N            (or "reply: none (...)")
@@ -18,11 +19,15 @@
 // the first bytes of a frame (half-frame), and waits up to 30 s for the server to
 // hang up; prints "then: closed by the server after N ms" or "then: still open".
 // --reply-timeout: how long to wait for the server's reply (default 10 s).
+// --psk: TLS with the first key of FILE on a tcp:// ENDPOINT before the handshake
+// (prints "tls: ..." or "reply: none (TLS ...)").
 // exits 0 when the server replied, 1 when it did not, 2 on a usage error.
 #include "protocol/commands.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 #include "transport/socket.h"
+#include "transport/tls_key.h"
+#include "transport/tls_session.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -59,7 +64,7 @@ const char *code_name(int32_t code) {
     std::fprintf(stderr,
                  "handshake_client: %s\n"
                  "usage: handshake_client ENDPOINT [--protocol-version N|next] [--magic N] [--command ID] "
-                 "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame] [--reply-timeout SECONDS]\n",
+                 "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame] [--reply-timeout SECONDS] [--psk FILE]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -133,6 +138,7 @@ int main(int argc, char **argv) {
     uint32_t hold_seconds = 0;
     std::string then;
     uint32_t reply_timeout_s = 10;
+    std::string psk_file;
     for (int i = 2; i < argc; ++i) {
         const std::string arg = argv[i];
         if (i + 1 >= argc) usage(arg + " needs a value");
@@ -150,6 +156,8 @@ int main(int argc, char **argv) {
         } else if (arg == "--then") {
             if (value != "idle" && value != "half-frame") usage("--then: idle or half-frame, not " + value);
             then = value;
+        } else if (arg == "--psk") {
+            psk_file = value;
         } else if (arg == "--raw") {
             raw = value;
             send_raw = true;
@@ -171,6 +179,19 @@ int main(int argc, char **argv) {
     timeval timeout{static_cast<time_t>(reply_timeout_s), 0};
     ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     FramedStream stream(std::move(fd), endpoint.to_string());
+    if (!psk_file.empty()) {
+        std::vector<PreSharedKey> keys;
+        status = read_psk_file(psk_file, &keys);
+        if (!status) usage(status.message());
+        std::unique_ptr<TlsSession> tls;
+        status = TlsSession::connect(stream.fd(), keys.front(), 5000, &tls);
+        if (!status) {
+            std::printf("reply: none (TLS: %s)\n", status.message().c_str());
+            return 1;
+        }
+        std::printf("tls: %s\n", tls->description().c_str());
+        stream.start_tls(std::move(tls));
+    }
 
     if (send_raw) {
         std::printf("sent: %zu raw bytes (not a frame)\n", raw.size());

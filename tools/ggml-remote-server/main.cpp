@@ -51,6 +51,9 @@ void print_usage(const char *program) {
         "                                default a CPU device repacks them into its fastest\n"
         "                                layouts, as llama.cpp does locally)\n"
         "         --max-sessions N       guests served at once (default: 64)\n"
+        "         --max-unauthenticated N  TLS connections still in their handshake (default:\n"
+        "                                16; they never take one of --max-sessions, and when\n"
+        "                                all N are taken the oldest is ended)\n"
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
@@ -170,6 +173,8 @@ int main(int argc, char **argv) {
             }
         } else if (arg == "--max-sessions") {
             options.max_sessions = parse_int(arg, value(), 1);
+        } else if (arg == "--max-unauthenticated") {
+            options.max_unauthenticated = parse_int(arg, value(), 1);
         } else if (arg == "--memory-quota") {
             options.limits.memory_quota = parse_size(arg, value());
         } else if (arg == "--max-buffers") {
@@ -202,6 +207,9 @@ int main(int argc, char **argv) {
             continue;
         } else if (arg == "--status-slot") {
             options.status_slot = parse_int(arg, value(), 0);
+            continue;
+        } else if (arg == "--admission-fd") {
+            options.admission_fd = parse_int(arg, value(), 0);
             continue;
         } else {
             fail("unknown argument: " + arg);
