@@ -17,7 +17,9 @@ struct ServerOptions {
     // they never hold one of max_sessions (see admission.h).
     int max_unauthenticated = 16;
     bool verbose = false;
-    bool sandbox = true;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
+    bool sandbox = true;
+    // --worker-user: a server started as root runs its workers as this user.
+    std::string worker_user;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
     // --tls-psk: every TCP listener speaks TLS with a key from this file (read by
     // the listener at start-up and by each worker, so a changed file applies to new sessions).
     std::string tls_psk_file;

@@ -2,6 +2,7 @@
 
 #include "host/admission.h"
 #include "host/sandbox.h"
+#include "host/worker_identity.h"
 #include "transport/connection.h"
 #include "transport/socket.h"
 #include "transport/tls_key.h"
@@ -155,6 +156,18 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
             return 2;
         }
     }
+    // Who the server runs as, for the status query's trust, before the worker becomes
+    // --worker-user.
+    const uid_t server_uid = ::geteuid();
+    if (!options.worker_user.empty()) {
+        WorkerIdentity identity;
+        status = find_worker_identity(options.worker_user, &identity);
+        if (status) status = become(identity);
+        if (!status) {
+            log_line(label + ": refused: cannot run the worker as " + options.worker_user + ": " + status.message());
+            return 1;
+        }
+    }
     // The guest's first byte is read inside the sandbox: GnuTLS parses the handshake of
     // a guest that may hold no key, and the backends load only after it authenticated.
     if (options.sandbox) {
@@ -186,7 +199,7 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
             ucred credentials{};
             socklen_t size = sizeof(credentials);
             trusted_local_peer = ::getsockopt(client_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 &&
-                                 (credentials.uid == 0 || credentials.uid == ::geteuid());
+                                 (credentials.uid == 0 || credentials.uid == server_uid);
         }
         StatusBoard board;
         if (options.status_fd >= 0 && StatusBoard::attach(options.status_fd, &board).ok()) {

@@ -8,6 +8,8 @@
 # A TLS connection that sends no key is probed too: its worker is sandboxed before it
 # reads the first byte, so GnuTLS parses unauthenticated bytes inside the sandbox.
 # The probed sessions still work afterwards.
+# Where the test runs as root, a server with --worker-user nobody runs its workers
+# with nobody's real, effective and saved IDs, and they still serve.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
@@ -73,6 +75,24 @@ wait_for_line "$srv_LOG" "session 3 \\(.*\\): connected, worker pid" 10 >/dev/nu
 keyless=$(worker_pid 3)
 expect_refused "$keyless" "open listener memory read-write /proc/$srv_PID/mem" "read $WORK/keys.psk"
 note "key-less TLS worker $keyless: probed before its handshake"
+
+# --worker-user: a root server's workers as an unprivileged user.
+if [ "$(id -u)" = 0 ] && nobody=$(id -u nobody 2>/dev/null); then
+    start_server asuser --worker-user nobody
+    grep -q "session workers: .*, as nobody (uid $nobody)" "$asuser_LOG" || failures+=("--worker-user is not in the start-up line")
+    timeout 60 "$CLIENT" "$asuser_UNIX" --hold 5 >"$WORK/asuser.txt" 2>&1 &
+    SERVER_PIDS+=($!)
+    if wait_for_line "$WORK/asuser.txt" '^accepted: ' 20 >/dev/null; then
+        worker=$(sed -n 's/.*session 1 (.*): connected, worker pid \([0-9]*\).*/\1/p' "$asuser_LOG")
+        ids=$(sed -n 's/^Uid:\t//p' "/proc/$worker/status" | tr '\t' ' ')
+        [ "$ids" = "$nobody $nobody $nobody $nobody" ] || failures+=("--worker-user nobody: worker $worker has Uid: $ids")
+        note "--worker-user nobody: worker $worker serves with Uid: $ids"
+    else
+        failures+=("--worker-user nobody: the session was not accepted: $(cat "$WORK/asuser.txt")")
+    fi
+else
+    note "skipped --worker-user (not root, or no user nobody)"
+fi
 
 if allowed=$(grep 'worker-probe\[[0-9]*\]: .*: ALLOWED' "$srv_LOG"); then failures+=("allowed: $allowed"); fi
 if grep -q 'worker died' "$srv_LOG"; then failures+=("a worker died: $(grep 'worker died' "$srv_LOG")"); fi

@@ -3,6 +3,7 @@
 // Each test sandboxes a child process of its own and reports back through a pipe.
 #include "host/sandbox.h"
 #include "host/server_options.h"
+#include "host/worker_identity.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
@@ -245,6 +246,36 @@ TEST_F(LandlockTest, WorkerPolicyKeepsTheBackendsAndNotTheTestsFiles) {
                                  EACCES);
         return failures;
     });
+    EXPECT_EQ(report, "");
+}
+
+TEST(WorkerIdentityTest, RefusesRootAndUnknownUsers) {
+    WorkerIdentity identity;
+    EXPECT_FALSE(find_worker_identity("root", &identity).ok());
+    EXPECT_FALSE(find_worker_identity("0", &identity).ok());
+    EXPECT_FALSE(find_worker_identity("no-such-user-ggml-remote", &identity).ok());
+}
+
+// --worker-user: a root server's worker becomes the user for good, then sandboxes.
+TEST(WorkerIdentityTest, BecomesTheUserForGood) {
+    WorkerIdentity identity;
+    if (::geteuid() != 0 || !find_worker_identity("nobody", &identity).ok()) {
+        GTEST_SKIP() << "needs root and a user 'nobody'";
+    }
+    const std::string report = in_child(
+        [&identity] {
+            std::string failures;
+            uid_t real = 0, effective = 0, saved = 0;
+            ::getresuid(&real, &effective, &saved);
+            if (real != identity.uid || effective != identity.uid || saved != identity.uid) failures += "uids; ";
+            if (::getegid() != identity.gid) failures += "gid; ";
+            failures += expect_errno("setresuid(0)", ::setresuid(0, 0, 0), EPERM);
+            return failures;
+        },
+        [&identity] {
+            Status status = become(identity);
+            return status.ok() ? enter_sandbox() : status;
+        });
     EXPECT_EQ(report, "");
 }
 

@@ -4,11 +4,14 @@
 #include "host/server_options.h"
 #include "status_command.h"
 #include "host/worker.h"
+#include "host/worker_identity.h"
 #include "protocol/wire.h"
 #include "transport/endpoint.h"
 #include "transport/tls_key.h"
 
 #include <ggml-backend.h>
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +66,8 @@ void print_usage(const char *program) {
         "                                seconds plus one per MiB (default: 60; 0: no limit)\n"
         "         --idle-timeout S       end a session that sends nothing for S seconds\n"
         "                                (default: 0, never: llama-server idles between requests)\n"
+        "         --worker-user USER     a server started as root runs its session workers as\n"
+        "                                USER (recommended there: see docs/SECURITY.md)\n"
         "         --no-sandbox           workers without the seccomp sandbox (for debugging;\n"
         "                                see docs/SECURITY.md)\n"
         "  -v,    --verbose              also log ggml's informational messages\n"
@@ -189,6 +194,8 @@ int main(int argc, char **argv) {
             options.limits.idle_timeout_s = parse_int(arg, value(), 0);
         } else if (arg == "--no-repack") {
             options.limits.repack_weights = false;
+        } else if (arg == "--worker-user") {
+            options.worker_user = value();
         } else if (arg == "--no-sandbox") {
             options.sandbox = false;
         } else if (arg == "-v" || arg == "--verbose") {
@@ -245,6 +252,14 @@ int main(int argc, char **argv) {
                            " (chmod o-r it)");
         }
     }
+    std::string worker_identity;
+    if (!options.worker_user.empty()) {
+        if (::geteuid() != 0) fail("--worker-user needs the server to start as root");
+        host::WorkerIdentity identity;
+        Status status = host::find_worker_identity(options.worker_user, &identity);
+        if (!status) fail(status.message());
+        worker_identity = ", as " + identity.user + " (uid " + std::to_string(identity.uid) + ")";
+    }
     // Fail early on a --device that does not exist, and say what is served.
     host::load_host_backends(options.verbose);
     std::vector<ggml_backend_dev_t> devices;
@@ -262,9 +277,9 @@ int main(int argc, char **argv) {
             fail("cannot sandbox session workers on this system: " + status.message() +
                  "; --no-sandbox serves without (see docs/SECURITY.md)");
         }
-        host::log_line("session workers: " + host::describe_sandbox(report));
+        host::log_line("session workers: " + host::describe_sandbox(report) + worker_identity);
     } else {
-        host::log_line("session workers: NOT sandboxed (--no-sandbox)");
+        host::log_line("session workers: NOT sandboxed (--no-sandbox)" + worker_identity);
     }
     return host::run_listener(options, worker_command);
 }
