@@ -115,7 +115,8 @@ void append_path_list(const char *variable, std::vector<std::string> *paths) {
     size_t start = 0;
     while (start <= list.size()) {
         const size_t end = std::min(list.find(':', start), list.size());
-        if (end > start) paths->push_back(list.substr(start, end - start));
+        // Relative entries ("", ".") would name the working directory: not granted.
+        if (end > start && list[start] == '/') paths->push_back(list.substr(start, end - start));
         start = end + 1;
     }
 }
@@ -146,6 +147,23 @@ FilesystemPolicy worker_filesystem_policy() {
         policy.read_write.push_back(record);
     }
     return policy;
+}
+
+bool policy_lets_read(const FilesystemPolicy &policy, const std::string &path) {
+    char resolved[PATH_MAX];
+    if (::realpath(path.c_str(), resolved) == nullptr) return false;
+    const std::string target = resolved;
+    for (const std::vector<std::string> *paths : {&policy.read_only, &policy.devices, &policy.read_write}) {
+        for (const std::string &allowed : *paths) {
+            char allowed_resolved[PATH_MAX];
+            if (::realpath(allowed.c_str(), allowed_resolved) == nullptr) continue;
+            const std::string root = allowed_resolved;
+            if (target == root || (target.rfind(root, 0) == 0 && (root == "/" || target[root.size()] == '/'))) {
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 int landlock_abi() {

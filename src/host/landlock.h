@@ -23,6 +23,10 @@ struct FilesystemPolicy {
 // What a session worker's backends need; paths that do not exist here are left out.
 FilesystemPolicy worker_filesystem_policy();
 
+// Whether `path` lies beneath a path of `policy` (both resolved): a key file there
+// would stay readable to a sandboxed worker.
+bool policy_lets_read(const FilesystemPolicy &policy, const std::string &path);
+
 // The Landlock ABI version of this kernel, or 0 where it has none (or it is disabled).
 int landlock_abi();
 

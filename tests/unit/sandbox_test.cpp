@@ -249,6 +249,17 @@ TEST_F(LandlockTest, WorkerPolicyKeepsTheBackendsAndNotTheTestsFiles) {
     EXPECT_EQ(report, "");
 }
 
+TEST_F(LandlockTest, SaysWhetherAPolicyLetsAFileBeRead) {
+    FilesystemPolicy policy;
+    policy.read_only = {root_ + "/allowed"};
+    EXPECT_TRUE(policy_lets_read(policy, root_ + "/allowed/library"));
+    EXPECT_TRUE(policy_lets_read(policy, root_ + "/allowed/../allowed/library"));
+    EXPECT_FALSE(policy_lets_read(policy, root_ + "/secret/keys.psk"));
+    std::filesystem::create_directory(root_ + "/allowed-not");
+    std::ofstream(root_ + "/allowed-not/keys.psk") << "x";
+    EXPECT_FALSE(policy_lets_read(policy, root_ + "/allowed-not/keys.psk")) << "a prefix of a name is not a parent";
+}
+
 TEST(WorkerIdentityTest, RefusesRootAndUnknownUsers) {
     WorkerIdentity identity;
     EXPECT_FALSE(find_worker_identity("root", &identity).ok());

@@ -248,6 +248,11 @@ int main(int argc, char **argv) {
         Status status = read_psk_file(options.tls_psk_file, &keys);
         if (!status) fail("--tls-psk: " + status.message());
         for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
+        if (options.sandbox && host::policy_lets_read(host::worker_filesystem_policy(), options.tls_psk_file)) {
+            host::log_line("warning: the key file " + options.tls_psk_file +
+                           " lies where session workers may read (their sandbox allows it); move it, e.g. to "
+                           "/etc/ggml-remote/");
+        }
         if (psk_file_readable_by_others(options.tls_psk_file)) {
             host::log_line("warning: every user of this machine can read the key file " + options.tls_psk_file +
                            " (chmod o-r it)");
