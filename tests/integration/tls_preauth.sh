@@ -86,13 +86,11 @@ fi
 wait "$holder" 2>/dev/null || true
 
 # Every key-less connection ends within the limits, dribbling or not.
+ended_pattern='no TLS handshake within|TLS handshake failed|ended unauthenticated|not authenticated within'
 deadline=$(($(now_ms) + 12000))
-while pgrep -f 'IO::Socket::INET' >/dev/null && [ "$(now_ms)" -lt "$deadline" ]; do
-    live=$(grep -cE 'no TLS handshake within|TLS handshake failed|ended unauthenticated|not authenticated within' "$srv_LOG" || true)
-    [ "$live" -ge 4 ] && break
+while ended=$(grep -cE "$ended_pattern" "$srv_LOG" || true); [ "$ended" -lt 4 ] && [ "$(now_ms)" -lt "$deadline" ]; do
     sleep 0.2
 done
-ended=$(grep -cE 'no TLS handshake within|TLS handshake failed|ended unauthenticated|not authenticated within' "$srv_LOG" || true)
 [ "$ended" -ge 4 ] || failures+=("only $ended of 4 key-less connections were ended within 12 s")
 note "key-less connections ended: $ended"
 
