@@ -27,8 +27,7 @@ class Admission {
     using Clock = std::chrono::steady_clock;
 
     // `board` (may have no slots) lists the authenticated sessions for status queries.
-    Admission(int max_sessions, int max_unauthenticated, Clock::duration unauthenticated_deadline,
-              StatusBoard *board);
+    Admission(int max_sessions, int max_unauthenticated, Clock::duration unauthenticated_deadline, StatusBoard *board);
 
     int sessions() const { return sessions_; }
     int unauthenticated() const { return unauthenticated_; }

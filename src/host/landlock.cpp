@@ -36,17 +36,16 @@ constexpr uint64_t kScopeAbstractUnixSocket = 1ull << 0;
 constexpr uint64_t kScopeSignal = 1ull << 1;
 
 constexpr uint64_t kAbi1FileSystemRights = (1ull << 13) - 1;  // EXECUTE .. MAKE_SYM
-constexpr uint64_t kRefer = 1ull << 13;                         // ABI 2
-constexpr uint64_t kTruncate = 1ull << 14;                      // ABI 3
-constexpr uint64_t kIoctlDevice = 1ull << 15;                   // ABI 5
+constexpr uint64_t kRefer = 1ull << 13;                       // ABI 2
+constexpr uint64_t kTruncate = 1ull << 14;                    // ABI 3
+constexpr uint64_t kIoctlDevice = 1ull << 15;                 // ABI 5
 
-constexpr uint64_t kReadOnly =
-    LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_EXECUTE;
-constexpr uint64_t kDevice =
-    LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_READ_DIR | kTruncate | kIoctlDevice;
+constexpr uint64_t kReadOnly = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_EXECUTE;
+constexpr uint64_t kDevice = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
+                             LANDLOCK_ACCESS_FS_READ_DIR | kTruncate | kIoctlDevice;
 // The rights Landlock lets a rule on a file (rather than a directory) carry.
-constexpr uint64_t kFileRights =
-    LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_READ_FILE | kTruncate | kIoctlDevice;
+constexpr uint64_t kFileRights = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE |
+                                 LANDLOCK_ACCESS_FS_READ_FILE | kTruncate | kIoctlDevice;
 
 uint64_t handled_file_system_rights(int abi) {
     uint64_t rights = kAbi1FileSystemRights;
@@ -62,7 +61,9 @@ size_t attributes_size(int abi) {
     return sizeof(RulesetAttributes);
 }
 
-Status failure(const std::string &what) { return error(Code::error, "landlock: " + what + ": " + std::strerror(errno)); }
+Status failure(const std::string &what) {
+    return error(Code::error, "landlock: " + what + ": " + std::strerror(errno));
+}
 
 // Adds a rule that grants `rights` beneath `path`; a path that is not there is skipped.
 Status allow_beneath(int ruleset, const std::string &path, uint64_t rights, uint64_t handled) {
@@ -126,9 +127,11 @@ void append_path_list(const char *variable, std::vector<std::string> *paths) {
 FilesystemPolicy worker_filesystem_policy() {
     FilesystemPolicy policy;
     // Libraries, ggml's backend directory and the drivers' files (Vulkan and OpenCL
-    // ICDs live in /usr/share and /etc), and what a backend reads about the machine.
-    policy.read_only = {"/usr", "/lib", "/lib32", "/lib64", "/opt", "/etc/ld.so.cache", "/etc/localtime",
-                        "/etc/vulkan", "/etc/OpenCL", "/etc/glvnd", "/proc", "/sys"};
+    // ICDs live in /usr/share and /etc; NVIDIA's profiles, Mesa's drirc), and what a
+    // backend reads about the machine.
+    policy.read_only = {"/usr",           "/lib",        "/lib32",      "/lib64",     "/opt",        "/etc/ld.so.cache",
+                        "/etc/localtime", "/etc/vulkan", "/etc/OpenCL", "/etc/glvnd", "/etc/nvidia", "/etc/drirc",
+                        "/proc",          "/sys"};
     // ggml looks for backends beside the executable, and GGML_BACKEND_PATH names one.
     const std::string own_directory = directory_of_executable();
     if (!own_directory.empty()) policy.read_only.push_back(own_directory);
@@ -143,7 +146,9 @@ FilesystemPolicy worker_filesystem_policy() {
         ::closedir(dev);
     }
     // GGML_REMOTE_RECORD_DIR: the worker writes the session's frames there.
+    // It is made now if need be: once sandboxed, the worker could not make it.
     if (const char *record = std::getenv("GGML_REMOTE_RECORD_DIR"); record != nullptr && *record != '\0') {
+        (void)::mkdir(record, 0700);
         policy.read_write.push_back(record);
     }
     return policy;
@@ -190,8 +195,8 @@ Status restrict_filesystem(const FilesystemPolicy &policy, bool *applied) {
         const std::vector<std::string> &paths;
         uint64_t rights;
     };
-    for (const Grant &grant : {Grant{policy.read_only, kReadOnly}, Grant{policy.devices, kDevice},
-                               Grant{policy.read_write, read_write}}) {
+    for (const Grant &grant :
+         {Grant{policy.read_only, kReadOnly}, Grant{policy.devices, kDevice}, Grant{policy.read_write, read_write}}) {
         for (const std::string &path : grant.paths) {
             Status status = allow_beneath(ruleset.get(), path, grant.rights, handled);
             if (!status) return status;

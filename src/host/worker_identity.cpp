@@ -24,12 +24,15 @@ Status find_worker_identity(const std::string &user, WorkerIdentity *identity) {
     if (found == nullptr) {
         char *end = nullptr;
         const unsigned long number = std::strtoul(user.c_str(), &end, 10);
-        if (!user.empty() && *end == '\0') rc = ::getpwuid_r(static_cast<uid_t>(number), &entry, buffer.data(), buffer.size(), &found);
+        if (!user.empty() && *end == '\0')
+            rc = ::getpwuid_r(static_cast<uid_t>(number), &entry, buffer.data(), buffer.size(), &found);
     }
     if (found == nullptr) {
-        return error(Code::not_found, "--worker-user: no user '" + user + "'" + (rc != 0 ? std::string(": ") + std::strerror(rc) : ""));
+        return error(Code::not_found,
+                     "--worker-user: no user '" + user + "'" + (rc != 0 ? std::string(": ") + std::strerror(rc) : ""));
     }
-    if (entry.pw_uid == 0) return error(Code::bad_request, "--worker-user: '" + user + "' is root; name an unprivileged user");
+    if (entry.pw_uid == 0)
+        return error(Code::bad_request, "--worker-user: '" + user + "' is root; name an unprivileged user");
     identity->user = entry.pw_name;
     identity->uid = entry.pw_uid;
     identity->gid = entry.pw_gid;
