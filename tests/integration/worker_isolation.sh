@@ -4,7 +4,8 @@
 #   the listener's and a sibling's /proc/PID/mem (read-write) and environment,
 #   ptrace, kill, their CPU affinity and priority;
 #   reading the --tls-psk key file and a file in the test's directory;
-#   creating a file there.
+#   creating a file there;
+#   finding the key file's key in a TLS worker's memory once its guest is authenticated.
 # A TLS connection that sends no key is probed too: its worker is sandboxed before it
 # reads the first byte, so GnuTLS parses unauthenticated bytes inside the sandbox.
 # The probed sessions still work afterwards.
@@ -18,7 +19,7 @@ PROBE=${2:?usage: worker_isolation.sh HANDSHAKE_CLIENT PROBE_LIBRARY}
 
 psktool -u guest -p "$WORK/keys.psk" >/dev/null
 echo "another guest's data" >"$WORK/guest-data.txt"
-GGML_REMOTE_PROBE_FILES="$WORK/keys.psk:$WORK/guest-data.txt:/etc/passwd" \
+GGML_REMOTE_PROBE_FILES="$WORK/keys.psk:$WORK/guest-data.txt:/etc/passwd" GGML_REMOTE_PROBE_KEY_FILE="$WORK/keys.psk" \
     GGML_REMOTE_PROBE_WRITE="$WORK/probe-wrote-this" LD_PRELOAD=$PROBE start_server srv --tls-psk "$WORK/keys.psk"
 
 failures=()
@@ -85,6 +86,19 @@ keyless=$(worker_pid 3)
 expect_refused "$keyless" "open listener memory read-write /proc/$srv_PID/mem"
 [ "$confined" = no ] || expect_refused "$keyless" "read $WORK/keys.psk"
 note "key-less TLS worker $keyless: probed before its handshake"
+
+# A guest with the key: once it is authenticated (the backends load then), its worker
+# holds the key file's keys nowhere in its memory.
+"$CLIENT" "$srv_TCP" --psk "$WORK/keys.psk" >"$WORK/keyed.txt" 2>&1 || true
+grep -q '^accepted: ' "$WORK/keyed.txt" || failures+=("the guest with the key was not served: $(cat "$WORK/keyed.txt")")
+keyed=$(worker_pid 4)
+if [ -n "$keyed" ]; then
+    wait_for_line "$srv_LOG" "worker-probe\\[$keyed\\]: key in memory" 10 >/dev/null || true
+    expect_refused "$keyed" "key in memory after authentication"
+    note "$(grep "worker-probe\\[$keyed\\]: key in memory" "$srv_LOG")"
+else
+    failures+=("no worker pid for the guest with the key")
+fi
 
 # --worker-user: a root server's workers as an unprivileged user.
 if [ "$(id -u)" = 0 ] && nobody=$(id -u nobody 2>/dev/null); then

@@ -12,6 +12,13 @@
 // the same parent), and the files named in GGML_REMOTE_PROBE_FILES (colon-separated:
 // the key file, a file in the test's directory); GGML_REMOTE_PROBE_WRITE names a file
 // it tries to create.
+//
+// GGML_REMOTE_PROBE_KEY_FILE: a key file of one "identity:hexkey" line, read when the
+// library loads (before any sandbox). The probe also hooks ggml_backend_load_all,
+// which a worker calls once its guest is authenticated, and there searches the
+// worker's writable memory for that key, as bytes and as hex text:
+//   worker-probe[PID]: key in memory after authentication: refused (not found)
+// It keeps the key only masked, so that it never finds its own copy.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -132,6 +139,75 @@ void maybe_probe() {
     if (!g_probed.load() && sandboxed()) probe();
 }
 
+// The key to look for, masked (XOR kMask) so that this library's copy never matches.
+constexpr unsigned char kMask = 0x5a;
+struct MaskedKey {
+    std::vector<unsigned char> bytes, hex;
+};
+// A function's static, so that it exists before the constructor below fills it.
+MaskedKey &masked_key() {
+    static MaskedKey key;
+    return key;
+}
+
+__attribute__((constructor)) void read_key_file() {
+    const char *path = std::getenv("GGML_REMOTE_PROBE_KEY_FILE");
+    if (path == nullptr) return;
+    std::vector<unsigned char> &bytes = masked_key().bytes;
+    std::vector<unsigned char> &hex_text = masked_key().hex;
+    std::ifstream file(path);
+    std::string line;
+    std::getline(file, line);
+    const size_t colon = line.rfind(':');
+    const std::string hex = line.substr(colon == std::string::npos ? 0 : colon + 1);
+    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+        bytes.push_back(static_cast<unsigned char>(std::stoi(hex.substr(i, 2), nullptr, 16)) ^ kMask);
+    }
+    for (char c : hex) hex_text.push_back(static_cast<unsigned char>(c) ^ kMask);
+}
+
+bool contains_masked(const unsigned char *data, size_t size, const std::vector<unsigned char> &masked) {
+    if (masked.empty() || size < masked.size()) return false;
+    for (size_t i = 0; i + masked.size() <= size; ++i) {
+        size_t j = 0;
+        while (j < masked.size() && (data[i + j] ^ kMask) == masked[j]) ++j;
+        if (j == masked.size()) return true;
+    }
+    return false;
+}
+
+bool is_worker() {
+    std::ifstream cmdline("/proc/self/cmdline");
+    std::string text((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    return text.find(std::string("--worker-fd") + '\0') != std::string::npos;
+}
+
+// Searches every private writable mapping (heap, stacks, anonymous memory, libraries'
+// data) for the key.
+void search_memory_for_key() {
+    const MaskedKey &key = masked_key();
+    if (key.bytes.empty() || !is_worker()) return;
+    std::ifstream maps("/proc/self/maps");
+    std::string line, found;
+    while (std::getline(maps, line)) {
+        unsigned long start = 0, end = 0;
+        char permissions[5] = {};
+        if (std::sscanf(line.c_str(), "%lx-%lx %4s", &start, &end, permissions) != 3) continue;
+        if (std::string(permissions) != "rw-p") continue;
+        const auto *data = reinterpret_cast<const unsigned char *>(start);
+        if (contains_masked(data, end - start, key.bytes) || contains_masked(data, end - start, key.hex)) {
+            found += " " + line.substr(line.find_last_of(' ') + 1) + "@" + line.substr(0, line.find(' '));
+        }
+    }
+    if (found.empty()) {
+        std::fprintf(stderr, "worker-probe[%d]: key in memory after authentication: refused (not found)\n",
+                     static_cast<int>(::getpid()));
+    } else {
+        std::fprintf(stderr, "worker-probe[%d]: key in memory after authentication: ALLOWED (found in%s)\n",
+                     static_cast<int>(::getpid()), found.c_str());
+    }
+}
+
 template <typename Function>
 Function next(const char *name) {
     return reinterpret_cast<Function>(::dlsym(RTLD_NEXT, name));
@@ -149,4 +225,10 @@ extern "C" ssize_t recvmsg(int fd, msghdr *message, int flags) {
     static const auto real = next<ssize_t (*)(int, msghdr *, int)>("recvmsg");
     maybe_probe();
     return real(fd, message, flags);
+}
+
+extern "C" void ggml_backend_load_all() {
+    static const auto real = next<void (*)()>("ggml_backend_load_all");
+    search_memory_for_key();
+    real();
 }
