@@ -69,8 +69,8 @@ Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &k
         stream->start_tls(std::move(tls));
         return Status::success();
     }
-    // A listener that turns guests away (--max-sessions) does so before TLS, in the
-    // plain protocol; so does a server without --tls-psk, confused by our hello.
+    // A server without --tls-psk answers our hello in the plain protocol, and so did
+    // a full server's listener before TLS guests were admitted after their handshake.
     bool refused_hello = false;
     const std::string reason = first_bytes.empty() ? "" : plain_reply_reason(stream->fd(), first_bytes, &refused_hello);
     if (refused_hello) return error(Code::disconnected, name + " refused the session: " + reason);

@@ -1,5 +1,6 @@
 #include "host/listener.h"
 
+#include "host/admission.h"
 #include "host/peer_limits.h"
 #include "host/sandbox.h"
 #include "host/status_board.h"
@@ -15,9 +16,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 
 namespace ggml_remote::host {
 
@@ -43,11 +46,13 @@ void refuse(int fd, Code code, const std::string &reason) {
     (void)!::send(fd, reason.data(), reason.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-// Fairness between peers: whether the guest on `fd` may open one more session.
-// A guest turned away is told why, and the refusal is logged.
-bool admit_peer(const PeerLimits &peers, int fd, const std::string &peer, PeerAccount *account) {
+// Fairness between peers: whether the guest on `fd` may open one more session
+// (a guest that has yet to authenticate is counted when it has: only whether we know
+// who it is matters now). A guest turned away is told why, and the refusal is logged.
+bool admit_peer(const PeerLimits &peers, int fd, const std::string &peer, bool authenticated, PeerAccount *account) {
     const Status known = peer_account(fd, account);
-    const std::string refusal = known ? peers.refusal(*account) : "cannot tell who the peer is: " + known.message();
+    std::string refusal = known ? std::string() : "cannot tell who the peer is: " + known.message();
+    if (known && authenticated) refusal = peers.refusal(*account);
     if (refusal.empty()) return true;
     log_line("refused " + peer + ": " + refusal);
     refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
@@ -55,13 +60,14 @@ bool admit_peer(const PeerLimits &peers, int fd, const std::string &peer, PeerAc
 }
 
 pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int session_id, const std::string &peer,
-                   const StatusBoard &board, int slot, const sigset_t &original_mask) {
+                   const StatusBoard &board, int slot, int admission_fd, const sigset_t &original_mask) {
     std::vector<std::string> args = command;
     args.insert(args.end(), {"--worker-fd", std::to_string(client_fd), "--session-id", std::to_string(session_id),
                              "--peer", peer});
     if (slot >= 0) {
         args.insert(args.end(), {"--status-fd", std::to_string(board.fd()), "--status-slot", std::to_string(slot)});
     }
+    if (admission_fd >= 0) args.insert(args.end(), {"--admission-fd", std::to_string(admission_fd)});
     std::vector<char *> argv;
     for (std::string &arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -70,7 +76,7 @@ pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int s
     if (pid != 0) return pid;
     // Child: keep only the client's socket across exec, and restore the signals.
     ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-    for (int fd : {client_fd, slot >= 0 ? board.fd() : -1}) {
+    for (int fd : {client_fd, slot >= 0 ? board.fd() : -1, admission_fd}) {
         if (fd < 0) continue;
         const int flags = ::fcntl(fd, F_GETFD);
         ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
@@ -81,11 +87,76 @@ pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int s
     ::_exit(127);
 }
 
+// How long a connection may stay unauthenticated before the listener ends its worker:
+// the worker gives the TLS handshake 5 s itself; this bounds a worker that does not.
+constexpr int kUnauthenticatedDeadlineMs = 8000;
+
+// The socket pair a TLS worker asks for its session place through (admission.h).
+bool admission_pair(UniqueFd *worker_end, UniqueFd *listener_end) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return false;
+    worker_end->reset(pair[0]);
+    listener_end->reset(pair[1]);
+    return true;
+}
+
+std::string session_label(const std::map<pid_t, LiveSession> &live, pid_t pid) {
+    const auto it = live.find(pid);
+    if (it == live.end()) return "worker " + std::to_string(pid);
+    return "session " + std::to_string(it->second.id) + " (" + it->second.peer + ")";
+}
+
+// Pre-authentication accounting, kept apart from accepting: the unauthenticated cap
+// evicts the oldest connection still in its handshake, so that key-less clients held
+// open never keep out a guest that holds the key.
+void make_room_for_unauthenticated(Admission *admission, const std::map<pid_t, LiveSession> &live) {
+    if (const std::optional<pid_t> oldest = admission->evict_oldest_unauthenticated_if_full()) {
+        log_line(session_label(live, *oldest) + ": ended unauthenticated to make room (" +
+                 std::to_string(admission->unauthenticated()) + " others in their handshake, --max-unauthenticated)");
+        ::kill(*oldest, SIGKILL);
+    }
+}
+
+void end_overdue_unauthenticated(Admission *admission, const std::map<pid_t, LiveSession> &live) {
+    for (pid_t pid : admission->take_overdue(Admission::Clock::now())) {
+        log_line(session_label(live, pid) + ": ended, not authenticated within " +
+                 std::to_string(kUnauthenticatedDeadlineMs) + " ms");
+        ::kill(pid, SIGKILL);
+    }
+}
+
+// A TLS guest's peer is counted once it authenticated: until then its connection
+// holds no session, neither the server's nor its peer's.
+void answer_admission_requests(Admission *admission, PeerLimits *peers,
+                               std::map<pid_t, PeerAccount> *unauthenticated_peers, const std::vector<pollfd> &polled,
+                               const std::map<pid_t, LiveSession> &live) {
+    auto peer_may_open = [&](pid_t pid) {
+        const auto it = unauthenticated_peers->find(pid);
+        return it != unauthenticated_peers->end() && peers->refusal(it->second).empty();
+    };
+    for (const Admission::Answer &answer : admission->answer_requests(polled, peer_may_open)) {
+        const auto it = unauthenticated_peers->find(answer.pid);
+        if (answer.admitted && it != unauthenticated_peers->end()) {
+            peers->opened(answer.pid, it->second);  // the worker logs its session
+        } else if (answer.peer_full && it != unauthenticated_peers->end()) {
+            log_line("refused " + session_label(live, answer.pid) + " after its handshake: " + peers->refusal(it->second));
+        } else if (!answer.admitted) {
+            log_line("refused " + session_label(live, answer.pid) + " after its handshake: " +
+                     std::to_string(admission->sessions()) + " sessions already (--max-sessions)");
+        }
+        if (it != unauthenticated_peers->end()) unauthenticated_peers->erase(it);
+    }
+}
+
 }  // namespace
 
 int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
     // Nothing this process holds reaches a worker unless spawn_worker hands it over.
     mark_descriptors_cloexec(3);
+    // Workers run as the same user: without this, code in one could open the
+    // listener's /proc/PID/mem.
+    Status undumpable = make_undumpable();
+    if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
     // With --tls-psk every TCP listener speaks TLS; its workers do the handshake.
     const bool tls = !options.tls_psk_file.empty();
     auto describe = [tls](const Endpoint &endpoint) {
@@ -125,19 +196,26 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
     ::sigprocmask(SIG_BLOCK, &handled, &original);
     UniqueFd signals(::signalfd(-1, &handled, SFD_CLOEXEC));
 
+    // Room for every session, the unauthenticated connections, and as many again
+    // that were evicted or timed out and are not reaped yet.
     StatusBoard board;
-    Status board_status = StatusBoard::create(static_cast<uint32_t>(options.max_sessions), &board);
+    Status board_status = StatusBoard::create(
+        static_cast<uint32_t>(options.max_sessions + 2 * options.max_unauthenticated), &board);
     if (!board_status) log_line("no status board (status queries will list no sessions): " + board_status.message());
+    Admission admission(options.max_sessions, options.max_unauthenticated,
+                        std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board);
 
     std::map<pid_t, LiveSession> live;
     PeerLimits peers(sessions_per_peer(options), ::geteuid());
+    std::map<pid_t, PeerAccount> unauthenticated_peers;  // TLS workers before their handshake
     int next_session = 1;
     bool stopping = false;
     while (!stopping) {
         std::vector<pollfd> polled;
         polled.push_back({signals.get(), POLLIN, 0});
         for (const ListeningSocket &socket : sockets) polled.push_back({socket.fd.get(), POLLIN, 0});
-        if (::poll(polled.data(), polled.size(), -1) < 0) {
+        admission.add_poll_fds(&polled);
+        if (::poll(polled.data(), polled.size(), admission.poll_timeout_ms(Admission::Clock::now())) < 0) {
             if (errno == EINTR) continue;
             log_line(std::string("poll: ") + std::strerror(errno));
             break;
@@ -154,7 +232,7 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                 while ((pid = ::waitpid(-1, &wait_status, WNOHANG)) > 0) {
                     auto it = live.find(pid);
                     if (it == live.end()) continue;
-                    if (WIFSIGNALED(wait_status)) {
+                    if (WIFSIGNALED(wait_status) && !admission.ended_by_listener(pid)) {
                         log_line("session " + std::to_string(it->second.id) + " (" + it->second.peer +
                                  "): worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
                                  strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
@@ -162,15 +240,16 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                         log_line("session " + std::to_string(it->second.id) + " (" + it->second.peer +
                                  "): worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
                     }
-                    if (SessionSlot *slot = it->second.slot >= 0 ? board.slot(it->second.slot) : nullptr) {
-                        slot->live.store(0);
-                    }
+                    admission.release(pid);
                     peers.closed(pid);
+                    unauthenticated_peers.erase(pid);
                     live.erase(it);
                 }
                 break;
             }
         }
+        answer_admission_requests(&admission, &peers, &unauthenticated_peers, polled, live);
+        end_overdue_unauthenticated(&admission, live);
         for (size_t i = 0; i < sockets.size() && !stopping; ++i) {
             if (!(polled[i + 1].revents & POLLIN)) continue;
             UniqueFd client;
@@ -181,16 +260,25 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                 continue;
             }
             if (tls && peer.rfind("tcp://", 0) == 0) peer.replace(0, 3, "tls");
-            if (static_cast<int>(live.size()) >= options.max_sessions) {
-                log_line("refused " + peer + ": " + std::to_string(live.size()) + " sessions already (--max-sessions)");
+            // A TLS guest authenticates in its worker; everyone else at accept.
+            const bool authenticated = !(tls && peer.rfind("tls://", 0) == 0);
+            if (authenticated && admission.sessions_full()) {
+                log_line("refused " + peer + ": " + std::to_string(admission.sessions()) +
+                         " sessions already (--max-sessions)");
                 refuse(client.get(), Code::limit_exceeded,
                        "the server is serving its maximum of " + std::to_string(options.max_sessions) + " sessions");
                 continue;
             }
             PeerAccount account;
-            if (!admit_peer(peers, client.get(), peer, &account)) continue;
+            if (!admit_peer(peers, client.get(), peer, authenticated, &account)) continue;
+            if (!authenticated) make_room_for_unauthenticated(&admission, live);
+            UniqueFd admission_worker_end, admission_listener_end;
+            if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
+                log_line("refused " + peer + ": socketpair: " + std::strerror(errno));
+                continue;
+            }
             const int id = next_session++;
-            const int slot_index = board.slots() > 0 ? board.find_free() : -1;
+            const int slot_index = admission.free_slot();
             SessionSlot *slot = slot_index >= 0 ? board.slot(slot_index) : nullptr;
             if (slot != nullptr) {
                 slot->id = id;
@@ -201,18 +289,26 @@ int run_listener(const ServerOptions &options, const std::vector<std::string> &w
                                       &slot->memory_in_use, &slot->buffers}) {
                     counter->store(0);
                 }
-                slot->live.store(1);
             }
-            const pid_t pid = spawn_worker(worker_command, client.get(), id, peer, board, slot_index, original);
+            const pid_t pid = spawn_worker(worker_command, client.get(), id, peer, board, slot_index,
+                                           admission_worker_end.get(), original);
             if (pid < 0) {
-                if (slot != nullptr) slot->live.store(0);
                 log_line("refused " + peer + ": fork: " + std::strerror(errno));
                 refuse(client.get(), Code::error, "the server could not start a session worker");
                 continue;
             }
             if (slot != nullptr) slot->pid = pid;
+            if (authenticated) {
+                admission.add_authenticated(pid, slot_index);
+            } else {
+                admission.add_unauthenticated(pid, slot_index, std::move(admission_listener_end));
+            }
             live[pid] = {id, peer, slot_index};
-            peers.opened(pid, account);
+            if (authenticated) {
+                peers.opened(pid, account);
+            } else {
+                unauthenticated_peers[pid] = account;
+            }
             log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
         }
     }

@@ -2,11 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace ggml_remote::host {
 
@@ -42,7 +45,7 @@ constexpr const char *kDeniedSyscalls[] = {
     "execve", "execveat", "fork", "vfork",
     // other processes
     "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_open", "pidfd_getfd",
-    "pidfd_send_signal", "tkill", "kcmp",
+    "pidfd_send_signal", "tkill", "kcmp", "get_robust_list", "process_mrelease",
     // new network connections; the guest's socket keeps working (sendmsg, recvmsg)
     "socket", "connect", "bind", "listen", "accept", "accept4",
     // io_uring would do all of the above without the system calls
@@ -59,6 +62,9 @@ constexpr const char *kDeniedSyscalls[] = {
     "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups", "setfsuid", "setfsgid",
     "capset", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname",
     "setrlimit"};
+
+// IOPRIO_WHO_PROCESS (linux/ioprio.h is not in every libc's headers).
+constexpr scmp_datum_t kIoprioWhoProcess = 1;
 
 // clone()'s flags are its first argument, except on s390.
 #if defined(__s390__)
@@ -136,8 +142,27 @@ Status load_filter() {
         {"tgkill", not_equal(0, self)},
         {"rt_sigqueueinfo", not_equal(0, self)},
         {"rt_tgsigqueueinfo", not_equal(0, self)},
-        // Limits can be read (getrlimit is prlimit64 without a new limit), not raised.
+        // Limits can be read (getrlimit is prlimit64 without a new limit), not raised,
+        // and only this process's.
         {"prlimit64", not_equal(2, 0)},
+        {"prlimit64", not_equal(0, 0)},
+        // Scheduling, priority, CPU affinity and memory placement of the calling thread
+        // only, named as 0: a filter cannot compare with each thread's own id, and a
+        // rule cannot allow two values of one argument, so a thread named by its id
+        // (pthread_setaffinity_np, pthread_setschedparam) is refused as well. ggml-cpu
+        // calls those only for an explicit cpumask or priority, which workers never set.
+        {"sched_setaffinity", not_equal(0, 0)},
+        {"sched_setscheduler", not_equal(0, 0)},
+        {"sched_setparam", not_equal(0, 0)},
+        {"sched_setattr", not_equal(0, 0)},
+        {"migrate_pages", not_equal(0, 0)},
+        {"move_pages", not_equal(0, 0)},
+        {"setpriority", not_equal(0, PRIO_PROCESS)},  // not a process group or a user
+        {"setpriority", not_equal(1, 0)},
+        {"ioprio_set", not_equal(0, kIoprioWhoProcess)},
+        {"ioprio_set", not_equal(1, 0)},
+        // Once undumpable, always: a dumpable worker's memory would be open to its siblings.
+        {"prctl", masked_equal(0, 0xffffffffu, PR_SET_DUMPABLE)},
         // A terminal on stdout or stderr must not take typed-in commands from us.
         // (ioctl's request is 32 bits wide; the mask ignores what lies above.)
         {"ioctl", masked_equal(1, 0xffffffffu, TIOCSTI)},
@@ -172,6 +197,52 @@ std::vector<int> open_descriptors() {
     return fds;
 }
 
+// A server started as root (or with file capabilities) would give its workers
+// capabilities that pass every permission check an attacker meets next:
+// CAP_SYS_PTRACE opens any process's memory, CAP_DAC_OVERRIDE any file. A worker
+// needs none, so it drops them all: the bounding set first (that takes
+// CAP_SETPCAP, which goes last), the ambient set, then what it holds.
+Status drop_capabilities(bool *had_any) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct held[2] = {};
+    if (::syscall(SYS_capget, &header, held) != 0) {
+        return error(Code::error, std::string("capget: ") + std::strerror(errno));
+    }
+    *had_any = false;
+    for (const __user_cap_data_struct &word : held) *had_any |= (word.effective | word.permitted | word.inheritable) != 0;
+    if (!*had_any) return Status::success();  // (an unprivileged process cannot shrink its bounding set)
+    for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability) {
+        if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 && errno != EINVAL) {
+            return error(Code::error, "prctl(PR_CAPBSET_DROP, " + std::to_string(capability) + "): " + std::strerror(errno));
+        }
+    }
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+        return error(Code::error, std::string("prctl(PR_CAP_AMBIENT_CLEAR_ALL): ") + std::strerror(errno));
+    }
+    __user_cap_data_struct none[2] = {};
+    if (::syscall(SYS_capset, &header, none) != 0) {
+        return error(Code::error, std::string("capset: ") + std::strerror(errno));
+    }
+    return Status::success();
+}
+
+// No core dumps (they would hold guest data) and at most kMaxDescriptors descriptors.
+Status lower_limits() {
+    const rlimit no_core{0, 0};
+    if (::setrlimit(RLIMIT_CORE, &no_core) != 0) {
+        return error(Code::error, std::string("setrlimit(RLIMIT_CORE): ") + std::strerror(errno));
+    }
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+        files.rlim_cur = std::min(files.rlim_cur, kMaxDescriptors);
+        files.rlim_max = std::min(files.rlim_max, kMaxDescriptors);
+        if (::setrlimit(RLIMIT_NOFILE, &files) != 0) {
+            return error(Code::error, std::string("setrlimit(RLIMIT_NOFILE): ") + std::strerror(errno));
+        }
+    }
+    return Status::success();
+}
+
 }  // namespace
 
 void close_descriptors_except(std::vector<int> keep) {
@@ -204,26 +275,43 @@ void mark_descriptors_cloexec(int first) {
     }
 }
 
-Status enter_sandbox() {
+Status make_undumpable() {
+    if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        return error(Code::error, std::string("prctl(PR_SET_DUMPABLE): ") + std::strerror(errno));
+    }
+    return Status::success();
+}
+
+Status enter_sandbox(const FilesystemPolicy &files, SandboxReport *report) {
+    SandboxReport local;
+    if (report == nullptr) report = &local;
+    Status status = make_undumpable();
+    if (!status) return status;
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         return error(Code::error, std::string("prctl(PR_SET_NO_NEW_PRIVS): ") + std::strerror(errno));
     }
-    const rlimit no_core{0, 0};
-    if (::setrlimit(RLIMIT_CORE, &no_core) != 0) {
-        return error(Code::error, std::string("setrlimit(RLIMIT_CORE): ") + std::strerror(errno));
-    }
-    rlimit files{};
-    if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
-        files.rlim_cur = std::min(files.rlim_cur, kMaxDescriptors);
-        files.rlim_max = std::min(files.rlim_max, kMaxDescriptors);
-        if (::setrlimit(RLIMIT_NOFILE, &files) != 0) {
-            return error(Code::error, std::string("setrlimit(RLIMIT_NOFILE): ") + std::strerror(errno));
-        }
-    }
+    status = drop_capabilities(&report->had_capabilities);
+    if (!status) return status;
+    status = lower_limits();
+    if (!status) return status;
+    report->landlock_abi = landlock_abi();
+    status = restrict_filesystem(files, &report->filesystem_confined);
+    if (!status) return status;
     return load_filter();
 }
 
-Status probe_sandbox() {
+std::string describe_sandbox(const SandboxReport &report) {
+    std::string words = "seccomp sandbox, no new privileges, no core dumps, not dumpable";
+    words += report.had_capabilities ? ", every capability dropped" : ", no capabilities";
+    if (report.filesystem_confined) {
+        words += ", files confined by Landlock (ABI " + std::to_string(report.landlock_abi) + ")";
+    } else {
+        words += ", files NOT confined (this kernel has no Landlock; see docs/SECURITY.md)";
+    }
+    return words;
+}
+
+Status probe_sandbox(SandboxReport *report) {
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return error(Code::error, std::string("pipe: ") + std::strerror(errno));
     const pid_t child = ::fork();
@@ -234,7 +322,10 @@ Status probe_sandbox() {
     }
     if (child == 0) {
         ::close(pipe_fds[0]);
-        Status status = enter_sandbox();
+        // The child reports what it got, then why it failed (if it did).
+        SandboxReport got;
+        Status status = enter_sandbox(worker_filesystem_policy(), &got);
+        (void)!::write(pipe_fds[1], &got, sizeof(got));
         if (!status) (void)!::write(pipe_fds[1], status.message().data(), status.message().size());
         ::_exit(status.ok() ? 0 : 1);
     }
@@ -248,6 +339,11 @@ Status probe_sandbox() {
     ::close(pipe_fds[0]);
     int wait_status = 0;
     while (::waitpid(child, &wait_status, 0) < 0 && errno == EINTR) {
+    }
+    static_assert(std::is_trivially_copyable<SandboxReport>::value, "sent through a pipe");
+    if (message.size() >= sizeof(SandboxReport)) {
+        if (report != nullptr) std::memcpy(report, message.data(), sizeof(SandboxReport));
+        message.erase(0, sizeof(SandboxReport));
     }
     if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) return Status::success();
     if (message.empty()) message = "the probe process failed";

@@ -15,14 +15,21 @@ struct ServerOptions {
     int max_sessions = 64;
     // --max-sessions-per-peer; 0: the default, a quarter of max_sessions (peer_limits.h).
     int max_sessions_per_peer = 0;
+    // Connections that have not authenticated yet (TLS guests in their handshake);
+    // they never hold one of max_sessions (see admission.h).
+    int max_unauthenticated = 16;
     bool verbose = false;
-    bool sandbox = true;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
+    bool sandbox = true;
+    // --worker-user: a server started as root runs its workers as this user.
+    std::string worker_user;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
     // --tls-psk: every TCP listener speaks TLS with a key from this file (read by
     // the listener at start-up and by each worker, so a changed file applies to new sessions).
     std::string tls_psk_file;
     // Worker only: the listener's status board and this session's slot in it.
     int status_fd = -1;
     int status_slot = -1;
+    // Worker only (TLS): where it asks the listener for a session place after its handshake.
+    int admission_fd = -1;
 };
 
 // The host devices a session may use, in the order guests see them.

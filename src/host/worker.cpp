@@ -1,6 +1,8 @@
 #include "host/worker.h"
 
+#include "host/admission.h"
 #include "host/sandbox.h"
+#include "host/worker_identity.h"
 #include "transport/connection.h"
 #include "transport/socket.h"
 #include "transport/tls_key.h"
@@ -48,34 +50,92 @@ int peek_first_byte(int fd, int timeout_ms) {
     return byte;
 }
 
-// TLS with a pre-shared key on a TCP guest's connection (--tls-psk). A guest that
-// speaks the plain protocol is told, in it, to use tls://.
-Status accept_tls(const ServerOptions &options, FramedStream *stream) {
-    std::vector<PreSharedKey> keys;
-    Status status = read_psk_file(options.tls_psk_file, &keys);
-    if (!status) return error(Code::error, "cannot start TLS: " + status.message());
+// Tells the guest why it is turned away, in a handshake reply (through TLS where the
+// stream has it), and takes its first message so that closing the socket does not
+// reset the connection before the guest has read why.
+void refuse(FramedStream *stream, Code code, const std::string &reason) {
+    protocol::FrameHeader reply{static_cast<uint16_t>(protocol::CommandId::hello), protocol::kFrameReply,
+                                static_cast<int32_t>(code), 0};
+    (void)stream->send(reply, {protocol::ByteView(reason.data(), reason.size())});
+    constexpr int kLingerMs = 2000;
+    constexpr uint64_t kLargestHello = 4096;
+    protocol::FrameHeader hello;
+    if (poll_one(stream->fd(), POLLIN, kLingerMs) > 0 && stream->receive_header(&hello, kLargestHello).ok()) {
+        (void)stream->discard(hello.payload_size);
+    }
+}
+
+// TLS with a pre-shared key on a TCP guest's connection (--tls-psk), within
+// kTlsHandshakeTimeoutMs of connecting in all. A guest that speaks the plain
+// protocol is told, in it, to use tls://. The keys are wiped whatever happens.
+Status accept_tls(std::vector<PreSharedKey> *keys, FramedStream *stream) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTlsHandshakeTimeoutMs);
     constexpr int kTlsHandshakeRecord = 22;
     const int first = peek_first_byte(stream->fd(), kTlsHandshakeTimeoutMs);
-    if (first < 0) {
+    const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    Status status;
+    if (first < 0 || left_ms.count() <= 0) {
         status = error(Code::disconnected, "no TLS handshake within " + std::to_string(kTlsHandshakeTimeoutMs) + " ms");
     } else if (first != kTlsHandshakeRecord) {
-        const std::string reason = "this server speaks TLS on TCP: connect to tls://host:port with its pre-shared "
-                                   "key (GGML_REMOTE_TLS_PSK_FILE)";
-        protocol::FrameHeader reply{static_cast<uint16_t>(protocol::CommandId::hello), protocol::kFrameReply,
-                                    static_cast<int32_t>(Code::bad_request), 0};
-        (void)stream->send(reply, {protocol::ByteView(reason.data(), reason.size())});
+        refuse(stream, Code::bad_request,
+               "this server speaks TLS on TCP: connect to tls://host:port with its pre-shared key "
+               "(GGML_REMOTE_TLS_PSK_FILE)");
         status = error(Code::bad_request, "refused a guest without TLS (a tcp:// guest?)");
     } else {
         std::unique_ptr<TlsSession> tls;
-        status = TlsSession::accept(stream->fd(), keys, kTlsHandshakeTimeoutMs, &tls);
+        status = TlsSession::accept(stream->fd(), *keys, static_cast<int>(left_ms.count()), &tls);
         if (status) {
             stream->start_tls(std::move(tls));
         } else {
             status = error(status.code(), "TLS handshake failed: " + status.message());
         }
     }
-    for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
+    for (PreSharedKey &key : *keys) ::explicit_bzero(key.key.data(), key.key.size());
+    keys->clear();
     return status;
+}
+
+// After its handshake a TLS guest asks the listener for one of --max-sessions places
+// (admission.h): the listener's answer, kAdmissionGranted when it got one. No answer
+// within a few seconds counts as kAdmissionFull.
+char ask_for_session_place(int admission_fd) {
+    if (admission_fd < 0) return kAdmissionGranted;  // a worker the listener admitted at accept
+    constexpr int kAnswerTimeoutMs = 5000;
+    const char request = kAdmissionRequest;
+    char answer = 0;
+    const bool answered = ::send(admission_fd, &request, 1, MSG_NOSIGNAL) == 1 &&
+                          poll_one(admission_fd, POLLIN, kAnswerTimeoutMs) > 0 &&
+                          ::recv(admission_fd, &answer, 1, MSG_DONTWAIT) == 1;
+    ::close(admission_fd);
+    return answered ? answer : kAdmissionFull;
+}
+
+// The TLS stage of a worker: the handshake (inside the sandbox, with keys read
+// before it) and the session place. False when the guest is not served.
+bool authenticate(const std::string &label, const ServerOptions &options, std::vector<PreSharedKey> *keys,
+                  FramedStream *stream) {
+    Status status = accept_tls(keys, stream);
+    if (!status) {
+        log_line(label + ": " + status.message());
+        return false;
+    }
+    const TlsSession *tls = stream->tls();
+    const char answer = ask_for_session_place(options.admission_fd);
+    if (answer == kAdmissionPeerFull) {
+        log_line(label + ": refused after its TLS handshake as '" + tls->peer_identity() +
+                 "': its address holds all the sessions one peer may (--max-sessions-per-peer)");
+        refuse(stream, Code::limit_exceeded, "this address holds the most sessions one peer may (--max-sessions-per-peer)");
+        return false;
+    }
+    if (answer != kAdmissionGranted) {
+        log_line(label + ": refused after its TLS handshake as '" + tls->peer_identity() +
+                 "': the server is full (--max-sessions)");
+        refuse(stream, Code::limit_exceeded,
+               "the server is serving its maximum of " + std::to_string(options.max_sessions) + " sessions");
+        return false;
+    }
+    log_line(label + ": TLS as '" + tls->peer_identity() + "': " + tls->description());
+    return true;
 }
 
 }  // namespace
@@ -83,37 +143,56 @@ Status accept_tls(const ServerOptions &options, FramedStream *stream) {
 int run_worker(int client_fd, int session_id, const std::string &peer, const ServerOptions &options) {
     const auto started = std::chrono::steady_clock::now();
     const std::string label = "session " + std::to_string(session_id) + " (" + peer + ")";
-    // Only the guest's socket and the status board: nothing the listener or the
-    // listener's parents happened to leave open.
+    // First of all: exec made this process dumpable again.
+    Status status = make_undumpable();
+    if (!status) log_line(label + ": " + status.message());
+    // Only the guest's socket, the status board and the admission socket: nothing the
+    // listener or the listener's parents happened to leave open.
     std::vector<int> kept{client_fd};
     if (options.status_fd >= 0) kept.push_back(options.status_fd);
+    if (options.admission_fd >= 0) kept.push_back(options.admission_fd);
     close_descriptors_except(kept);
     FramedStream stream(UniqueFd(client_fd), peer);
-    if (!options.tls_psk_file.empty() && is_tcp(client_fd)) {
-        Status status = accept_tls(options, &stream);
+    // The key file is read before the sandbox, which leaves it unreachable; the keys
+    // are wiped from memory once the handshake is over.
+    const bool needs_tls = !options.tls_psk_file.empty() && is_tcp(client_fd);
+    std::vector<PreSharedKey> keys;
+    if (needs_tls) {
+        status = read_psk_file(options.tls_psk_file, &keys);
         if (!status) {
-            log_line(label + ": " + status.message());
+            log_line(label + ": cannot start TLS: " + status.message());
             return 2;
         }
-        const TlsSession *tls = stream.tls();
-        log_line(label + ": TLS as '" + tls->peer_identity() + "': " + tls->description());
     }
-
-    load_host_backends(options.verbose);
-    std::vector<ggml_backend_dev_t> devices;
-    Status status = select_devices(options, &devices);
-    if (!status) {
-        log_line(label + ": " + status.message());
-        return 1;
+    // Who the server runs as, for the status query's trust, before the worker becomes
+    // --worker-user.
+    const uid_t server_uid = ::geteuid();
+    if (!options.worker_user.empty()) {
+        WorkerIdentity identity;
+        status = find_worker_identity(options.worker_user, &identity);
+        if (status) status = become(identity);
+        if (!status) {
+            log_line(label + ": refused: cannot run the worker as " + options.worker_user + ": " + status.message());
+            return 1;
+        }
     }
-    // The backends are loaded (and GPU drivers opened their devices): from here on
-    // the worker only serves. Without the sandbox the guest is not served at all.
+    // The guest's first byte is read inside the sandbox: GnuTLS parses the handshake of
+    // a guest that may hold no key, and the backends load only after it authenticated.
     if (options.sandbox) {
         status = enter_sandbox();
         if (!status) {
             log_line(label + ": refused: cannot sandbox the worker: " + status.message());
             return 1;
         }
+    }
+    if (needs_tls && !authenticate(label, options, &keys, &stream)) return 2;
+
+    load_host_backends(options.verbose);
+    std::vector<ggml_backend_dev_t> devices;
+    status = select_devices(options, &devices);
+    if (!status) {
+        log_line(label + ": " + status.message());
+        return 1;
     }
 
     Status outcome;
@@ -128,7 +207,7 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
             ucred credentials{};
             socklen_t size = sizeof(credentials);
             trusted_local_peer = ::getsockopt(client_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 &&
-                                 (credentials.uid == 0 || credentials.uid == ::geteuid());
+                                 (credentials.uid == 0 || credentials.uid == server_uid);
         }
         StatusBoard board;
         if (options.status_fd >= 0 && StatusBoard::attach(options.status_fd, &board).ok()) {

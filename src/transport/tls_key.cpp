@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "transport/unique_fd.h"
 
@@ -23,10 +24,10 @@ int hex_digit(char c) {
     return -1;
 }
 
-std::string trim(const std::string &text) {
+std::string_view trim(std::string_view text) {
     const char *blanks = " \t\r";
     const size_t first = text.find_first_not_of(blanks);
-    if (first == std::string::npos) return "";
+    if (first == std::string_view::npos) return {};
     return text.substr(first, text.find_last_not_of(blanks) - first + 1);
 }
 
@@ -36,27 +37,31 @@ Status bad_line(size_t number, const std::string &why) {
 
 }  // namespace
 
+// The text is only looked at, never copied, and each key is decoded into a buffer of
+// its final size: no copy of a key is left behind in freed memory.
 Status parse_psk_text(const std::string &text, std::vector<PreSharedKey> *keys) {
     std::vector<PreSharedKey> parsed;
+    const std::string_view all(text);
     size_t start = 0, number = 0;
-    while (start < text.size()) {
-        size_t end = text.find('\n', start);
-        if (end == std::string::npos) end = text.size();
-        const std::string line = trim(text.substr(start, end - start));
+    while (start < all.size()) {
+        size_t end = all.find('\n', start);
+        if (end == std::string_view::npos) end = all.size();
+        const std::string_view line = trim(all.substr(start, end - start));
         start = end + 1;
         ++number;
         if (line.empty() || line[0] == '#') continue;
 
         PreSharedKey entry;
-        std::string hex = line;
+        std::string_view hex = line;
         const size_t colon = line.rfind(':');
-        if (colon != std::string::npos) {
-            entry.identity = trim(line.substr(0, colon));
+        if (colon != std::string_view::npos) {
+            entry.identity = std::string(trim(line.substr(0, colon)));
             hex = trim(line.substr(colon + 1));
             if (entry.identity.empty()) return bad_line(number, "empty identity before ':'");
         }
         if (hex.empty()) return bad_line(number, "no key (expected identity:hexkey or a hex key)");
         if (hex.size() % 2 != 0) return bad_line(number, "the key has an odd number of hex digits");
+        entry.key.reserve(hex.size() / 2);
         for (size_t i = 0; i < hex.size(); i += 2) {
             const int high = hex_digit(hex[i]), low = hex_digit(hex[i + 1]);
             if (high < 0 || low < 0) return bad_line(number, "the key is not hexadecimal");

@@ -248,6 +248,10 @@ Status TlsSession::accept(int fd, const std::vector<PreSharedKey> &keys, int tim
         TlsSession failed(std::move(state));
         return failed.failure(rc);
     }
+    // The keys are needed for the handshake only: the process that serves this guest
+    // keeps none of them (nor other guests') in its memory from here on.
+    for (PreSharedKey &key : state->server_keys.keys) ::explicit_bzero(key.key.data(), key.key.size());
+    state->server_keys.keys.clear();
     out->reset(new TlsSession(std::move(state)));
     return Status::success();
 }

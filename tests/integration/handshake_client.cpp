@@ -8,6 +8,7 @@
 //                                     [--command ID] [--raw TEXT] [--hold SECONDS]
 //                                     [--then idle|half-frame] [--reply-timeout SECONDS]
 //                                     [--from ADDRESS]
+//                                     [--psk FILE]
 // prints:
 //   sent: ...
 //   reply: code=NAME status=N            (or "reply: none (...)")
@@ -21,11 +22,15 @@
 // --reply-timeout: how long to wait for the server's reply (default 10 s).
 // --from connects to a tcp:// endpoint from this local IPv4 address, so that one
 // machine can play several peers (127.0.0.2 is another address of loopback).
+// --psk: TLS with the first key of FILE on a tcp:// ENDPOINT before the handshake
+// (prints "tls: ..." or "reply: none (TLS ...)").
 // exits 0 when the server replied, 1 when it did not, 2 on a usage error.
 #include "protocol/commands.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 #include "transport/socket.h"
+#include "transport/tls_key.h"
+#include "transport/tls_session.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -65,7 +70,7 @@ const char *code_name(int32_t code) {
                  "handshake_client: %s\n"
                  "usage: handshake_client ENDPOINT [--protocol-version N|next] [--magic N] [--command ID] "
                  "[--raw TEXT] [--hold SECONDS] [--then idle|half-frame] [--reply-timeout SECONDS] "
-                 "[--from ADDRESS]\n",
+                 "[--from ADDRESS] [--psk FILE]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -158,6 +163,7 @@ int main(int argc, char **argv) {
     std::string then;
     uint32_t reply_timeout_s = 10;
     std::string from;
+    std::string psk_file;
     for (int i = 2; i < argc; ++i) {
         const std::string arg = argv[i];
         if (i + 1 >= argc) usage(arg + " needs a value");
@@ -177,6 +183,8 @@ int main(int argc, char **argv) {
             then = value;
         } else if (arg == "--from") {
             from = value;
+        } else if (arg == "--psk") {
+            psk_file = value;
         } else if (arg == "--raw") {
             raw = value;
             send_raw = true;
@@ -198,6 +206,19 @@ int main(int argc, char **argv) {
     timeval timeout{static_cast<time_t>(reply_timeout_s), 0};
     ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     FramedStream stream(std::move(fd), endpoint.to_string());
+    if (!psk_file.empty()) {
+        std::vector<PreSharedKey> keys;
+        status = read_psk_file(psk_file, &keys);
+        if (!status) usage(status.message());
+        std::unique_ptr<TlsSession> tls;
+        status = TlsSession::connect(stream.fd(), keys.front(), 5000, &tls);
+        if (!status) {
+            std::printf("reply: none (TLS: %s)\n", status.message().c_str());
+            return 1;
+        }
+        std::printf("tls: %s\n", tls->description().c_str());
+        stream.start_tls(std::move(tls));
+    }
 
     // A server that turns a guest away answers before it reads anything and hangs
     // up, so a hello sent after that fails (EPIPE on a unix socket) while the answer

@@ -3,6 +3,7 @@
 // Each test sandboxes a child process of its own and reports back through a pipe.
 #include "host/sandbox.h"
 #include "host/server_options.h"
+#include "host/worker_identity.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
@@ -14,8 +15,10 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -24,6 +27,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -36,7 +40,7 @@ namespace {
 // Runs `body` in a child process after `prepare` (sandboxing, by default); returns
 // what body reported (empty when every check held) or why the child failed.
 std::string in_child(const std::function<std::string()> &body,
-                     const std::function<Status()> &prepare = enter_sandbox) {
+                     const std::function<Status()> &prepare = [] { return enter_sandbox(); }) {
     int fds[2];
     if (::pipe(fds) != 0) return "pipe failed";
     const pid_t child = ::fork();
@@ -113,6 +117,176 @@ TEST(SandboxTest, RefusesNewProgramsProcessesAndConnections) {
         if (status_line("Seccomp") != "Seccomp:\t2") failures += status_line("Seccomp") + "; ";
         return failures;
     });
+    EXPECT_EQ(report, "");
+}
+
+// Code in a worker must not move, slow down or reprioritise the listener or another
+// worker; it may still do so for itself (the pid argument 0: the calling thread).
+TEST(SandboxTest, RefusesSchedulingPriorityAndPlacementOfOtherProcesses) {
+    const std::string report = in_child([] {
+        std::string failures;
+        // Each attempt asks for what the target already has, and groups and users that
+        // have no processes: were a call let through, nothing would change.
+        const pid_t parent = ::getppid();
+        constexpr id_t kNoSuchGroupOrUser = 0x7ffffff0;
+        cpu_set_t cpus;
+        CPU_ZERO(&cpus);
+        ::sched_getaffinity(parent, sizeof(cpus), &cpus);
+        failures += expect_errno("sched_setaffinity(parent)", ::sched_setaffinity(parent, sizeof(cpus), &cpus), EPERM);
+        ::sched_getaffinity(0, sizeof(cpus), &cpus);
+        failures += expect_ok("sched_setaffinity(0)", ::sched_setaffinity(0, sizeof(cpus), &cpus) == 0);
+        sched_param param{};
+        ::sched_getparam(parent, &param);
+        const int policy = ::sched_getscheduler(parent);
+        failures += expect_errno("sched_setscheduler(parent)", ::sched_setscheduler(parent, policy, &param), EPERM);
+        failures += expect_errno("sched_setparam(parent)", ::sched_setparam(parent, &param), EPERM);
+        ::sched_getparam(0, &param);
+        failures += expect_ok("sched_setparam(0)", ::sched_setparam(0, &param) == 0);
+        char attributes[56] = {};  // struct sched_attr; refused before the kernel reads it
+        failures += expect_errno("sched_setattr(parent)", ::syscall(SYS_sched_setattr, parent, attributes, 0), EPERM);
+        errno = 0;
+        const int parent_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(parent));
+        failures += expect_errno("setpriority(parent)", ::setpriority(PRIO_PROCESS, parent, parent_nice), EPERM);
+        failures += expect_errno("setpriority(process group)", ::setpriority(PRIO_PGRP, kNoSuchGroupOrUser, 0), EPERM);
+        failures += expect_errno("setpriority(user)", ::setpriority(PRIO_USER, kNoSuchGroupOrUser, 0), EPERM);
+        const int nice = ::getpriority(PRIO_PROCESS, 0);
+        failures += expect_ok("setpriority(self)", ::setpriority(PRIO_PROCESS, 0, nice) == 0);
+        constexpr int kIoprioWhoProcess = 1, kIoprioWhoProcessGroup = 2;
+        const long parent_ioprio = ::syscall(SYS_ioprio_get, kIoprioWhoProcess, parent);
+        failures += expect_errno("ioprio_set(parent)", ::syscall(SYS_ioprio_set, kIoprioWhoProcess, parent, parent_ioprio),
+                                 EPERM);
+        failures += expect_errno("ioprio_set(process group)",
+                                 ::syscall(SYS_ioprio_set, kIoprioWhoProcessGroup, kNoSuchGroupOrUser, 0), EPERM);
+        rlimit limit{};
+        failures += expect_errno("prlimit(parent) read", ::prlimit(parent, RLIMIT_NOFILE, nullptr, &limit), EPERM);
+        failures += expect_ok("prlimit(self) read", ::prlimit(0, RLIMIT_NOFILE, nullptr, &limit) == 0);
+        unsigned long nodes = 1;
+        failures += expect_errno("migrate_pages(parent)", ::syscall(SYS_migrate_pages, parent, 64, &nodes, &nodes), EPERM);
+        failures += expect_errno("move_pages(parent)", ::syscall(SYS_move_pages, parent, 0, nullptr, nullptr, nullptr, 0),
+                                 EPERM);
+        failures += expect_errno("kcmp", ::syscall(SYS_kcmp, parent, ::getpid(), 0, 0, 0), EPERM);
+        failures += expect_errno("get_robust_list(parent)", ::syscall(SYS_get_robust_list, parent, nullptr, nullptr),
+                                 EPERM);
+        failures += expect_errno("prctl(PR_SET_DUMPABLE, 1)", ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), EPERM);
+        return failures;
+    });
+    EXPECT_EQ(report, "");
+}
+
+// Another process of the same user cannot open a worker's memory, and a worker holds
+// no capability that would let it open theirs (CAP_SYS_PTRACE passes the dumpable check).
+TEST(SandboxTest, IsNotDumpableAndHoldsNoCapabilities) {
+    const bool privileged = status_line("CapEff") != "CapEff:\t0000000000000000";
+    const std::string report = in_child([privileged] {
+        std::string failures;
+        if (::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0) failures += "still dumpable; ";
+        for (const char *set : {"CapInh", "CapPrm", "CapEff", "CapAmb"}) {
+            const std::string line = status_line(set);
+            if (line != std::string(set) + ":\t0000000000000000") failures += line + "; ";
+        }
+        // Only a privileged process can empty its bounding set.
+        if (privileged && status_line("CapBnd") != "CapBnd:\t0000000000000000") failures += status_line("CapBnd") + "; ";
+        return failures;
+    });
+    EXPECT_EQ(report, "") << (privileged ? "(run with capabilities)" : "(run without capabilities)");
+}
+
+// Landlock: what the policy lists stays readable, nothing else can be opened or created.
+class LandlockTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (landlock_abi() == 0) GTEST_SKIP() << "this kernel has no Landlock";
+        char pattern[] = "/tmp/ggml-remote-landlock.XXXXXX";
+        ASSERT_NE(::mkdtemp(pattern), nullptr);
+        root_ = pattern;
+        ASSERT_EQ(::mkdir((root_ + "/allowed").c_str(), 0700), 0);
+        ASSERT_EQ(::mkdir((root_ + "/secret").c_str(), 0700), 0);
+        std::ofstream(root_ + "/allowed/library") << "code";
+        std::ofstream(root_ + "/secret/keys.psk") << "guest:00112233445566778899aabbccddeeff";
+    }
+    void TearDown() override {
+        if (!root_.empty()) std::filesystem::remove_all(root_);
+    }
+    std::string root_;
+};
+
+TEST_F(LandlockTest, OpensOnlyWhatThePolicyAllows) {
+    FilesystemPolicy policy;
+    policy.read_only = {root_ + "/allowed", "/proc"};
+    policy.devices = {"/dev/null"};
+    const std::string root = root_;
+    const std::string report = in_child(
+        [root] {
+            std::string failures;
+            failures += expect_ok("read an allowed file", ::open((root + "/allowed/library").c_str(), O_RDONLY) >= 0);
+            failures += expect_ok("read /proc/self/status", ::open("/proc/self/status", O_RDONLY) >= 0);
+            failures += expect_ok("write /dev/null", ::open("/dev/null", O_WRONLY) >= 0);
+            failures += expect_errno("read the key file", ::open((root + "/secret/keys.psk").c_str(), O_RDONLY), EACCES);
+            failures += expect_errno("write an allowed file", ::open((root + "/allowed/library").c_str(), O_WRONLY),
+                                     EACCES);
+            failures += expect_errno("create a file", ::open((root + "/allowed/new").c_str(), O_WRONLY | O_CREAT, 0600),
+                                     EACCES);
+            failures += expect_errno("read /etc/passwd", ::open("/etc/passwd", O_RDONLY), EACCES);
+            return failures;
+        },
+        [policy] { return enter_sandbox(policy); });
+    EXPECT_EQ(report, "");
+}
+
+// The worker's own policy keeps what the backends load and nothing from /tmp.
+TEST_F(LandlockTest, WorkerPolicyKeepsTheBackendsAndNotTheTestsFiles) {
+    load_host_backends(false);
+    const std::string root = root_;
+    const std::string report = in_child([root] {
+        std::string failures;
+        failures += expect_ok("read /etc/ld.so.cache", ::open("/etc/ld.so.cache", O_RDONLY) >= 0);
+        failures += expect_ok("read /dev/urandom", ::open("/dev/urandom", O_RDONLY) >= 0);
+        failures += expect_errno("read a file in /tmp", ::open((root + "/allowed/library").c_str(), O_RDONLY), EACCES);
+        failures += expect_errno("create a file in /tmp", ::open((root + "/new").c_str(), O_WRONLY | O_CREAT, 0600),
+                                 EACCES);
+        return failures;
+    });
+    EXPECT_EQ(report, "");
+}
+
+TEST_F(LandlockTest, SaysWhetherAPolicyLetsAFileBeRead) {
+    FilesystemPolicy policy;
+    policy.read_only = {root_ + "/allowed"};
+    EXPECT_TRUE(policy_lets_read(policy, root_ + "/allowed/library"));
+    EXPECT_TRUE(policy_lets_read(policy, root_ + "/allowed/../allowed/library"));
+    EXPECT_FALSE(policy_lets_read(policy, root_ + "/secret/keys.psk"));
+    std::filesystem::create_directory(root_ + "/allowed-not");
+    std::ofstream(root_ + "/allowed-not/keys.psk") << "x";
+    EXPECT_FALSE(policy_lets_read(policy, root_ + "/allowed-not/keys.psk")) << "a prefix of a name is not a parent";
+}
+
+TEST(WorkerIdentityTest, RefusesRootAndUnknownUsers) {
+    WorkerIdentity identity;
+    EXPECT_FALSE(find_worker_identity("root", &identity).ok());
+    EXPECT_FALSE(find_worker_identity("0", &identity).ok());
+    EXPECT_FALSE(find_worker_identity("no-such-user-ggml-remote", &identity).ok());
+}
+
+// --worker-user: a root server's worker becomes the user for good, then sandboxes.
+TEST(WorkerIdentityTest, BecomesTheUserForGood) {
+    WorkerIdentity identity;
+    if (::geteuid() != 0 || !find_worker_identity("nobody", &identity).ok()) {
+        GTEST_SKIP() << "needs root and a user 'nobody'";
+    }
+    const std::string report = in_child(
+        [&identity] {
+            std::string failures;
+            uid_t real = 0, effective = 0, saved = 0;
+            ::getresuid(&real, &effective, &saved);
+            if (real != identity.uid || effective != identity.uid || saved != identity.uid) failures += "uids; ";
+            if (::getegid() != identity.gid) failures += "gid; ";
+            failures += expect_errno("setresuid(0)", ::setresuid(0, 0, 0), EPERM);
+            return failures;
+        },
+        [&identity] {
+            Status status = become(identity);
+            return status.ok() ? enter_sandbox() : status;
+        });
     EXPECT_EQ(report, "");
 }
 

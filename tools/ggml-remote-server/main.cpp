@@ -4,11 +4,14 @@
 #include "host/server_options.h"
 #include "status_command.h"
 #include "host/worker.h"
+#include "host/worker_identity.h"
 #include "protocol/wire.h"
 #include "transport/endpoint.h"
 #include "transport/tls_key.h"
 
 #include <ggml-backend.h>
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +57,9 @@ void print_usage(const char *program) {
         "         --max-sessions-per-peer N  sessions one peer may hold: a user on a unix\n"
         "                                socket (the server's own user and root: no limit), an\n"
         "                                address on TCP (default: a quarter of --max-sessions)\n"
+        "         --max-unauthenticated N  TLS connections still in their handshake (default:\n"
+        "                                16; they never take one of --max-sessions, and when\n"
+        "                                all N are taken the oldest is ended)\n"
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
@@ -63,7 +69,10 @@ void print_usage(const char *program) {
         "                                seconds plus one per MiB (default: 60; 0: no limit)\n"
         "         --idle-timeout S       end a session that sends nothing for S seconds\n"
         "                                (default: 0, never: llama-server idles between requests)\n"
-        "         --no-sandbox           workers without the seccomp sandbox (for debugging;\n"
+        "         --worker-user USER     a server started as root runs its session workers as\n"
+        "                                USER (recommended there: see docs/SECURITY.md)\n"
+        "         --no-sandbox           workers without their sandbox: seccomp, Landlock, no\n"
+        "                                capabilities (for debugging;\n"
         "                                see docs/SECURITY.md)\n"
         "  -v,    --verbose              also log ggml's informational messages\n"
         "\n"
@@ -175,6 +184,8 @@ int main(int argc, char **argv) {
             options.max_sessions = parse_int(arg, value(), 1);
         } else if (arg == "--max-sessions-per-peer") {
             options.max_sessions_per_peer = parse_int(arg, value(), 1);
+        } else if (arg == "--max-unauthenticated") {
+            options.max_unauthenticated = parse_int(arg, value(), 1);
         } else if (arg == "--memory-quota") {
             options.limits.memory_quota = parse_size(arg, value());
         } else if (arg == "--max-buffers") {
@@ -189,6 +200,8 @@ int main(int argc, char **argv) {
             options.limits.idle_timeout_s = parse_int(arg, value(), 0);
         } else if (arg == "--no-repack") {
             options.limits.repack_weights = false;
+        } else if (arg == "--worker-user") {
+            options.worker_user = value();
         } else if (arg == "--no-sandbox") {
             options.sandbox = false;
         } else if (arg == "-v" || arg == "--verbose") {
@@ -207,6 +220,9 @@ int main(int argc, char **argv) {
             continue;
         } else if (arg == "--status-slot") {
             options.status_slot = parse_int(arg, value(), 0);
+            continue;
+        } else if (arg == "--admission-fd") {
+            options.admission_fd = parse_int(arg, value(), 0);
             continue;
         } else {
             fail("unknown argument: " + arg);
@@ -237,10 +253,23 @@ int main(int argc, char **argv) {
         Status status = read_psk_file(options.tls_psk_file, &keys);
         if (!status) fail("--tls-psk: " + status.message());
         for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
+        if (options.sandbox && host::policy_lets_read(host::worker_filesystem_policy(), options.tls_psk_file)) {
+            host::log_line("warning: the key file " + options.tls_psk_file +
+                           " lies where session workers may read (their sandbox allows it); move it, e.g. to "
+                           "/etc/ggml-remote/");
+        }
         if (psk_file_readable_by_others(options.tls_psk_file)) {
             host::log_line("warning: every user of this machine can read the key file " + options.tls_psk_file +
                            " (chmod o-r it)");
         }
+    }
+    std::string worker_identity;
+    if (!options.worker_user.empty()) {
+        if (::geteuid() != 0) fail("--worker-user needs the server to start as root");
+        host::WorkerIdentity identity;
+        Status status = host::find_worker_identity(options.worker_user, &identity);
+        if (!status) fail(status.message());
+        worker_identity = ", as " + identity.user + " (uid " + std::to_string(identity.uid) + ")";
     }
     // Fail early on a --device that does not exist, and say what is served.
     host::load_host_backends(options.verbose);
@@ -253,14 +282,15 @@ int main(int argc, char **argv) {
     }
     // A sandbox that cannot work here is found now, once, rather than by every guest.
     if (options.sandbox) {
-        status = host::probe_sandbox();
+        host::SandboxReport report;
+        status = host::probe_sandbox(&report);
         if (!status) {
             fail("cannot sandbox session workers on this system: " + status.message() +
                  "; --no-sandbox serves without (see docs/SECURITY.md)");
         }
-        host::log_line("session workers: seccomp sandbox, no new privileges, no core dumps");
+        host::log_line("session workers: " + host::describe_sandbox(report) + worker_identity);
     } else {
-        host::log_line("session workers: NOT sandboxed (--no-sandbox)");
+        host::log_line("session workers: NOT sandboxed (--no-sandbox)" + worker_identity);
     }
     return host::run_listener(options, worker_command);
 }

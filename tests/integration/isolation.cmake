@@ -1,0 +1,10 @@
+# Isolation between processes, and pre-authentication (issue 14, items 3 and 4).
+# worker_probe: a preload that plays an attacker with code running in a worker.
+add_library(ggml_remote_worker_probe SHARED ${CMAKE_CURRENT_LIST_DIR}/worker_probe.cpp)
+target_link_libraries(ggml_remote_worker_probe PRIVATE ${CMAKE_DL_LIBS})
+
+add_integration_test(worker_isolation worker_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
+  $<TARGET_FILE:ggml_remote_worker_probe>)
+
+# Key-less TLS clients, idle or dribbling handshake bytes, never keep out a guest with the key.
+add_integration_test(tls_preauth tls_preauth.sh $<TARGET_FILE:ggml-remote-handshake-client>)
