@@ -22,6 +22,21 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 note() { echo "-- $*"; }
 
+# finish LOG: ends a test that collected its problems in the array `failures`:
+# PASS when there are none, else each one, LOG, and FAIL. A worker that died from a
+# signal is a problem too.
+finish() {
+    local log=$1
+    if grep -q 'worker died' "$log"; then failures+=("a worker died: $(grep 'worker died' "$log")"); fi
+    if [ "${#failures[@]}" -gt 0 ]; then
+        printf 'FAIL: %s\n' "${failures[@]}" >&2
+        echo "--- server log:" >&2
+        cat "$log" >&2
+        fail "${#failures[@]} expectation(s) not met"
+    fi
+    echo PASS
+}
+
 # model PRESET [TYPE] -> prints the path of a synthetic model, writing it once.
 model() {
     local preset=$1 type=${2:-f16}
