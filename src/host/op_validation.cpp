@@ -485,7 +485,9 @@ Why check_rope_mode(const ggml_tensor *node) {
         default:
             return "mode " + std::to_string(mode) + " is not supported";
     }
-    if (n_dims < 0 || n_dims % 2 != 0 || n_offs < 0 || n_offs % 2 != 0 || int64_t(n_dims) + n_offs > a->ne[0]) {
+    // n_dims = 0 makes ggml-cpu's loop over the unrotated pairs step back for ever
+    // (found by the session fuzzer).
+    if (n_dims <= 0 || n_dims % 2 != 0 || n_offs < 0 || n_offs % 2 != 0 || int64_t(n_dims) + n_offs > a->ne[0]) {
         return "n_dims " + std::to_string(n_dims) + " at offset " + std::to_string(n_offs) + " does not fit " +
                described("src[0]", a);
     }

@@ -556,6 +556,15 @@ TEST_F(OpValidation, MultiRopeSectionsMustAddUpToSomethingThatFits) {
     EXPECT_TRUE(Refused(node, "sections adding up to 1000"));
 }
 
+// Found by the session fuzzer: with n_dims = 0, ggml-cpu's loop over the pairs
+// left unrotated steps from 0 to -2 and back, for ever.
+TEST_F(OpValidation, RopeOfNoDimensionsIsRefused) {
+    ggml_tensor *node = ggml_rope(ctx.get(), f32(16, 2, 17), i32(17), 16, GGML_ROPE_TYPE_NORMAL);
+    ASSERT_TRUE(Accepted(node));
+    node->op_params[1] = 0;
+    EXPECT_TRUE(Refused(node, "n_dims 0"));
+}
+
 TEST_F(OpValidation, RopeModesOutsideGgmlsSwitchAreRefused) {
     ggml_tensor *node = ggml_rope(ctx.get(), f32(64, 8, 7), i32(7), 64, GGML_ROPE_TYPE_NEOX);
     ASSERT_TRUE(Accepted(node));
