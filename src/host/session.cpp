@@ -765,7 +765,7 @@ Watchdog::Clock::time_point after(double seconds) {
 }  // namespace
 
 Status Session::serve(FramedStream &stream) {
-    std::vector<uint8_t> payload;
+    FrameBuffer payload;
     Status deferred;  // the first failure of a one-way command, told with the next reply
     // A guest must not hold its worker by sending nothing or half a frame; the clock
     // never runs while the session computes.
@@ -776,6 +776,9 @@ Status Session::serve(FramedStream &stream) {
     bool guest_busy = false;
     uint64_t computes_answered = 0;
     for (;;) {
+        // The last frame is handled and answered (a reply may point into it until
+        // sent): a large frame's memory is not kept while the guest idles.
+        payload.release_excess();
         if (!handshaken_ && limits_.handshake_timeout_s > 0) {
             watchdog.arm(handshake_deadline, Watchdog::Wait::handshake, limits_.handshake_timeout_s);
         } else if (handshaken_ && limits_.idle_timeout_s > 0) {
@@ -802,12 +805,15 @@ Status Session::serve(FramedStream &stream) {
                 watchdog.disarm();
             }
         }
-        payload.resize(header.payload_size);
-        status = stream.receive(payload.data(), payload.size());
+        status = stream.receive_payload(&payload, header.payload_size);
         if (!watchdog.disarm()) return watchdog.failure();
-        if (!status) return Status::success();  // the guest went away mid-message
-        counters_.bytes_received += sizeof(header) + payload.size();
-        if (recorder_ != nullptr) recorder_->record(header, ByteView(payload));
+        if (!status) {
+            if (status.code() == Code::disconnected) return Status::success();  // gone mid-message
+            return status;
+        }
+        const ByteView frame(payload.data(), payload.size());
+        counters_.bytes_received += sizeof(header) + frame.size;
+        if (recorder_ != nullptr) recorder_->record(header, frame);
 
         ReplyFrame reply;
         std::vector<UniqueFd> fds = std::move(stream.received_fds());
@@ -820,7 +826,7 @@ Status Session::serve(FramedStream &stream) {
             status = deferred;
             deferred = Status::success();
         } else {
-            status = handle(header.command, ByteView(payload), &reply, &fds);
+            status = handle(header.command, frame, &reply, &fds);
         }
         fds.clear();  // whatever a handler did not take is closed
         publish_status();
