@@ -24,6 +24,12 @@ int hardware_threads() {
     return n == 0 ? 1 : static_cast<int>(n);
 }
 
+// "this session already has 16 backends (--max-backends)": the refusal of a capped object.
+Status over_cap(size_t count, const char *what, const char *flag) {
+    return error(Code::limit_exceeded,
+                 "this session already has " + std::to_string(count) + " " + what + " (" + flag + ")");
+}
+
 // Tells the guest which optional buffer hooks the host device really has, so that
 // it can skip a message per tensor for the common devices that have none. Reads
 // ggml's internal structs, so only when the loaded ggml has the layout we know.
@@ -46,6 +52,7 @@ Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
     : devices_(std::move(devices)), limits_(limits) {
     if (limits_.max_threads <= 0) limits_.max_threads = hardware_threads();
     if (limits_.default_threads <= 0) limits_.default_threads = limits_.max_threads;
+    weight_repack_.set_max_copies(limits_.max_weight_copies);
     register_handlers();
 }
 
@@ -158,6 +165,10 @@ void Session::register_handlers() {
         if (request.magic != kHelloMagic) {
             return error(Code::bad_request, "not a ggml-remote guest (bad handshake magic)");
         }
+        if (handshaken_) {
+            // One handshake per session: each would make a new shared ring.
+            return error(Code::bad_request, "the handshake was already done in this session");
+        }
         if (request.protocol_version != kProtocolVersion) {
             return error(Code::version_mismatch,
                          "protocol version mismatch: the guest speaks version " +
@@ -253,10 +264,7 @@ void Session::register_handlers() {
             ggml_backend_dev_t device = nullptr;
             Status status = device_at(request.device, &device);
             if (!status) return status;
-            if (buffers_.size() >= limits_.max_buffers) {
-                return error(Code::limit_exceeded,
-                             "this session already has " + std::to_string(buffers_.size()) + " buffers (limit)");
-            }
+            if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
             if (!fits_quota(request.size)) {
                 return error(Code::limit_exceeded, "allocating " + std::to_string(request.size) +
                                                        " bytes would exceed the session's memory quota of " +
@@ -303,10 +311,7 @@ void Session::register_handlers() {
         if (fds_ == nullptr || fds_->size() != 1) {
             return error(Code::bad_request, "buffer_from_file needs exactly one file descriptor");
         }
-        if (buffers_.size() >= limits_.max_buffers) {
-            return error(Code::limit_exceeded,
-                         "this session already has " + std::to_string(buffers_.size()) + " buffers (limit)");
-        }
+        if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
         UniqueFd file = std::move(fds_->front());
         fds_->clear();
         SessionBuffer record;
@@ -555,6 +560,9 @@ void Session::register_handlers() {
             ggml_backend_dev_t device = nullptr;
             Status status = device_at(request.device, &device);
             if (!status) return status;
+            if (backends_.size() >= limits_.max_backends) {
+                return over_cap(backends_.size(), "backends", "--max-backends");
+            }
             ggml_backend_t backend = ggml_backend_dev_init(device, nullptr);
             if (backend == nullptr) {
                 return error(Code::error, std::string("cannot initialise a backend on host device ") +

@@ -28,7 +28,13 @@ namespace ggml_remote::host {
 struct SessionLimits {
     uint64_t max_message_size = protocol::kDefaultMaxMessageSize;
     uint64_t memory_quota = 0;  // bytes of device memory for all buffers together; 0 = no limit
-    uint32_t max_buffers = 65536;
+    uint32_t max_buffers = 65536;  // buffers of every kind, file-backed ones included
+    // Backends: each has a thread pool of its own and its compute's work memory.
+    // llama.cpp and whisper.cpp need one or two per device.
+    uint32_t max_backends = 16;
+    // Repacked copies of weights (weight_repack.h); their bytes count against the
+    // memory quota, their number against this. A model has a few per layer.
+    uint32_t max_weight_copies = 16384;
     int max_threads = 0;        // cap for set_n_threads; 0 = hardware threads
     int default_threads = 0;    // threads of a new CPU backend; 0 = hardware threads
     int cpu_poll = 50;          // ggml's threadpool poll level: how long idle CPU threads spin
@@ -91,8 +97,11 @@ class Session {
                   std::vector<UniqueFd> *fds = nullptr);
 
     const SessionCounters &counters() const { return counters_; }
+    const SessionLimits &limits() const { return limits_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
     size_t buffer_count() const { return buffers_.size(); }
+    size_t backend_count() const { return backends_.size(); }
+    size_t weight_copies() const { return weight_repack_.copies(); }
 
   private:
     struct BufferDeleter {

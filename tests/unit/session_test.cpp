@@ -496,6 +496,40 @@ TEST_F(CpuSession, BufferCountLimitIsEnforcedAndFreedSlotsCanBeReused) {
 
 // Op queries.
 
+// Every kind of object a guest can make the host create has a cap.
+
+TEST_F(CpuSession, BackendsBeyondTheCapAreRefusedAndAFreedOneMakesRoom) {
+    SessionLimits limits;
+    limits.max_backends = 2;
+    start(limits);
+    hello();
+    const uint64_t first = backend();
+    backend();
+    Outcome third = call<BackendInit>(BackendInit::Request{0});
+    EXPECT_EQ(third.status.code(), Code::limit_exceeded);
+    EXPECT_THAT(third.status.message(), HasSubstr("2 backends (--max-backends)"));
+    EXPECT_EQ(session->backend_count(), 2u);
+    ASSERT_TRUE(call<BackendFree>(BackendFree::Request{first}).status.ok());
+    EXPECT_NE(backend(), 0u);
+}
+
+TEST_F(CpuSession, BackendsAreCappedByDefault) {
+    hello();
+    const uint32_t cap = SessionLimits{}.max_backends;
+    ASSERT_GT(cap, 0u);
+    ASSERT_LE(cap, 64u) << "each backend holds a thread pool: the default cap must be small";
+    for (uint32_t i = 0; i < cap; ++i) ASSERT_NE(backend(), 0u);
+    EXPECT_EQ(call<BackendInit>(BackendInit::Request{0}).status.code(), Code::limit_exceeded);
+}
+
+TEST_F(CpuSession, SecondHandshakeIsRefusedAndTheSessionGoesOn) {
+    hello();
+    Outcome again = call<Hello>(Hello::Request{});
+    EXPECT_EQ(again.status.code(), Code::bad_request);
+    EXPECT_THAT(again.status.message(), HasSubstr("already"));
+    EXPECT_NE(alloc(64), 0u);
+}
+
 TEST_F(CpuSession, SupportsOpAnswersForAPlainAdd) {
     hello();
     GgmlContext ctx = metadata_context();
@@ -1158,6 +1192,18 @@ TEST_F(RepackedWeightsOverSockets, ABufferNotNamedAsWeightsIsLeftAsItIs) {
     EXPECT_EQ(session->counters().weights_repacked, 1u);
     expect_close(repacked, plain);
     expect_near_reference(plain, reference(quantized));
+}
+
+TEST_F(RepackedWeights, CopiesBeyondTheCapAreNotMadeAndTheProductStaysRight) {
+    SessionLimits limits;
+    limits.max_weight_copies = 1;
+    restart(limits);
+    (void)product(weights_buffer(true));
+    ASSERT_EQ(session->weight_copies(), 1u);
+    const std::vector<float> uncopied = product(weights_buffer(true));  // another buffer: another copy
+    EXPECT_EQ(session->weight_copies(), 1u);
+    EXPECT_EQ(session->counters().weights_repacked, 1u);
+    expect_near_reference(uncopied, reference(quantized));
 }
 
 // A guest on shared memory without a mapped model file (llama.cpp --no-mmap) writes

@@ -53,6 +53,7 @@ void print_usage(const char *program) {
         "         --max-sessions N       guests served at once (default: 64)\n"
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
+        "         --max-backends N       backends per session (default: 16)\n"
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
         "         --handshake-timeout S  a guest must complete the handshake within S seconds\n"
         "                                of connecting (default: 10; 0: no limit)\n"
@@ -174,6 +175,8 @@ int main(int argc, char **argv) {
             options.limits.memory_quota = parse_size(arg, value());
         } else if (arg == "--max-buffers") {
             options.limits.max_buffers = static_cast<uint32_t>(parse_int(arg, value(), 1));
+        } else if (arg == "--max-backends") {
+            options.limits.max_backends = static_cast<uint32_t>(parse_int(arg, value(), 1));
         } else if (arg == "--max-message-size") {
             options.limits.max_message_size = parse_size(arg, value());
         } else if (arg == "--handshake-timeout") {
