@@ -24,6 +24,12 @@ int hardware_threads() {
     return n == 0 ? 1 : static_cast<int>(n);
 }
 
+uint64_t physical_memory() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
+}
+
 // "this session already has 16 backends (--max-backends)": the refusal of a capped object.
 Status over_cap(size_t count, const char *what, const char *flag) {
     return error(Code::limit_exceeded,
@@ -52,6 +58,7 @@ Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
     : devices_(std::move(devices)), limits_(limits) {
     if (limits_.max_threads <= 0) limits_.max_threads = hardware_threads();
     if (limits_.default_threads <= 0) limits_.default_threads = limits_.max_threads;
+    if (limits_.mapped_file_quota == 0) limits_.mapped_file_quota = physical_memory();
     weight_repack_.set_max_copies(limits_.max_weight_copies);
     register_handlers();
 }
@@ -312,6 +319,12 @@ void Session::register_handlers() {
             return error(Code::bad_request, "buffer_from_file needs exactly one file descriptor");
         }
         if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
+        if (request.size > limits_.mapped_file_quota - mapped_file_bytes_) {
+            return error(Code::limit_exceeded,
+                         "mapping " + std::to_string(request.size) + " bytes of the guest's file would exceed the "
+                         "session's mapped-file quota of " + std::to_string(limits_.mapped_file_quota) +
+                         " bytes (--mapped-file-quota; " + std::to_string(mapped_file_bytes_) + " mapped)");
+        }
         UniqueFd file = std::move(fds_->front());
         fds_->clear();
         SessionBuffer record;
@@ -332,6 +345,8 @@ void Session::register_handlers() {
         record.device = request.device;
         record.size = request.size;
         record.writable = false;
+        record.mapped = request.size;
+        mapped_file_bytes_ += record.mapped;
         reply->buffer = buffers_.insert(std::move(record));
         return Status::success();
     });
@@ -390,6 +405,7 @@ void Session::register_handlers() {
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
         memory_in_use_ -= buffer->charged;
+        mapped_file_bytes_ -= buffer->mapped;
         // Kept graphs may point into the buffer (or its repacked weights); the guest forgets them too.
         for (auto &slot : graph_slots_) slot.reset();
         memory_in_use_ -= weight_repack_.forget(request.buffer);

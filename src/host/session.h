@@ -32,6 +32,11 @@ struct SessionLimits {
     // Backends: each has a thread pool of its own and its compute's work memory.
     // llama.cpp and whisper.cpp need one or two per device.
     uint32_t max_backends = 16;
+    // Bytes of guests' files mapped as buffers (BufferFromFile) together. They are
+    // not device memory (the pages are the guest's file), but a sparse memory file
+    // passed as a model makes the host fault in fresh shared memory as it reads.
+    // 0 = the host's physical memory (Session resolves it).
+    uint64_t mapped_file_quota = 0;
     // Repacked copies of weights (weight_repack.h); their bytes count against the
     // memory quota, their number against this. A model has a few per layer.
     uint32_t max_weight_copies = 16384;
@@ -99,6 +104,7 @@ class Session {
     const SessionCounters &counters() const { return counters_; }
     const SessionLimits &limits() const { return limits_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
+    uint64_t mapped_file_bytes() const { return mapped_file_bytes_; }
     size_t buffer_count() const { return buffers_.size(); }
     size_t backend_count() const { return backends_.size(); }
     size_t weight_copies() const { return weight_repack_.copies(); }
@@ -116,6 +122,7 @@ class Session {
         uint32_t device = 0;
         uint64_t size = 0;
         uint64_t charged = 0;  // bytes counted against the session's memory quota
+        uint64_t mapped = 0;   // bytes of a guest's file, counted against the mapped-file quota
         bool writable = true;
         bool weights = false;  // the guest said it holds weights (BufferSetUsage)
     };
@@ -172,6 +179,7 @@ class Session {
     HandleTable<SessionBackend> backends_;
     std::array<std::unique_ptr<BuiltTensors>, protocol::kGraphSlots> graph_slots_;
     uint64_t memory_in_use_ = 0;
+    uint64_t mapped_file_bytes_ = 0;
     bool handshaken_ = false;
     bool shared_memory_allowed_ = false;
     bool shared_memory_ = false;  // granted in the handshake

@@ -1287,6 +1287,33 @@ TEST_F(SharedMemorySession, FreeingAFileBufferKeepsTheMemoryAccountRight) {
     EXPECT_TRUE(call<BufferAlloc>(BufferAlloc::Request{0, 4096}).status.ok());
 }
 
+TEST_F(SharedMemorySession, FileBuffersBeyondTheMappedFileQuotaAreRefused) {
+    SessionLimits limits;
+    limits.mapped_file_quota = 12288;
+    restart(limits);
+    const uint64_t first = file_buffer(counting_bytes(8192), 0, 8192);
+    ASSERT_NE(first, 0u);
+    Outcome over = buffer_from_file(file_holding(counting_bytes(8192)), 0, 8192);
+    EXPECT_EQ(over.status.code(), Code::limit_exceeded);
+    EXPECT_THAT(over.status.message(), HasSubstr("--mapped-file-quota"));
+    EXPECT_NE(file_buffer(counting_bytes(4096), 0, 4096), 0u) << "what is left of the quota can be used";
+    EXPECT_EQ(session->mapped_file_bytes(), 12288u);
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{first}).status.ok());
+    EXPECT_EQ(session->mapped_file_bytes(), 4096u);
+    EXPECT_NE(file_buffer(counting_bytes(8192), 0, 8192), 0u) << "freeing gives the bytes back";
+}
+
+TEST_F(SharedMemorySession, SparseMemoryFileLargerThanTheHostsMemoryIsRefusedUnmapped) {
+    // A "model" that is all holes: each page the host read would be fresh shared memory.
+    const uint64_t physical = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
+    EXPECT_EQ(session->limits().mapped_file_quota, physical) << "the default quota";
+    UniqueFd sparse(::memfd_create("sparse.gguf", MFD_CLOEXEC));
+    ASSERT_EQ(::ftruncate(sparse.get(), static_cast<off_t>(physical + (1u << 20))), 0);
+    Outcome outcome = buffer_from_file(std::move(sparse), 0, physical + 4096);
+    EXPECT_EQ(outcome.status.code(), Code::limit_exceeded);
+    EXPECT_EQ(session->buffer_count(), 0u);
+}
+
 TEST_F(SharedMemorySession, UnalignedFileOffsetIsRefusedOrServed) {
     // A guest chooses file_offset; whatever it is, the host answers instead of aborting.
     const std::vector<uint8_t> contents = counting_bytes(8192);
