@@ -394,6 +394,12 @@ void Session::register_handlers() {
             entry.graph_computes = slot->graph_computes.load(std::memory_order_relaxed);
             entry.memory_in_use = slot->memory_in_use.load(std::memory_order_relaxed);
             entry.buffers = slot->buffers.load(std::memory_order_relaxed);
+            entry.backends = slot->backends.load(std::memory_order_relaxed);
+            entry.mapped_file_bytes = slot->mapped_file_bytes.load(std::memory_order_relaxed);
+            entry.memory_quota = slot->memory_quota.load(std::memory_order_relaxed);
+            entry.max_buffers = slot->max_buffers.load(std::memory_order_relaxed);
+            entry.max_backends = slot->max_backends.load(std::memory_order_relaxed);
+            entry.mapped_file_quota = slot->mapped_file_quota.load(std::memory_order_relaxed);
             append_pod(tail->owned, entry);
             ++reply->n_sessions;
         }
@@ -773,6 +779,17 @@ void Session::publish_status() {
     status_slot_->graph_computes.store(counters_.graph_computes, std::memory_order_relaxed);
     status_slot_->memory_in_use.store(memory_in_use_, std::memory_order_relaxed);
     status_slot_->buffers.store(buffers_.size(), std::memory_order_relaxed);
+    status_slot_->backends.store(backends_.size(), std::memory_order_relaxed);
+    status_slot_->mapped_file_bytes.store(mapped_file_bytes_, std::memory_order_relaxed);
+}
+
+void Session::publish_limits() {
+    if (status_slot_ == nullptr) return;
+    status_slot_->memory_quota.store(limits_.memory_quota, std::memory_order_relaxed);
+    status_slot_->max_buffers.store(limits_.max_buffers, std::memory_order_relaxed);
+    status_slot_->max_backends.store(limits_.max_backends, std::memory_order_relaxed);
+    status_slot_->mapped_file_quota.store(limits_.mapped_file_quota, std::memory_order_relaxed);
+    publish_status();
 }
 
 namespace {

@@ -79,6 +79,7 @@ class Session {
         status_slot_ = slot;
         status_query_allowed_ = may_query;
         max_sessions_ = max_sessions;
+        publish_limits();
     }
 
     // Writes every frame serve() receives to `recorder` (GGML_REMOTE_RECORD_DIR).
@@ -190,6 +191,7 @@ class Session {
     bool status_query_allowed_ = false;
     uint32_t max_sessions_ = 0;
     void publish_status();
+    void publish_limits();  // once: what status shows each session's figures against
     SessionCounters counters_;
     WeightRepack weight_repack_;
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
