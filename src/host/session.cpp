@@ -593,6 +593,7 @@ void Session::register_handlers() {
             SessionBackend record;
             record.backend.reset(backend);
             record.device = request.device;
+            abort_compute_when_guest_gone(backend);
             set_threads(&record, limits_.default_threads);
             reply->backend = backends_.insert(std::move(record));
             return Status::success();
@@ -660,6 +661,8 @@ void Session::register_handlers() {
         }
         if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
         weight_repack_.refresh();
+        // A guest that hangs up now is not waited for (its compute is aborted).
+        Watchdog::HangupWatch watch(watchdog_);
         const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
         ++counters_.graph_computes;
         for (uint64_t written : graph->writes_weights) weight_repack_.written(written, 0, UINT64_MAX);
@@ -669,6 +672,25 @@ void Session::register_handlers() {
         return Status::success();
     });
 
+}
+
+bool Session::guest_gone(void *session) {
+    return static_cast<const Session *>(session)->guest_gone_.load(std::memory_order_relaxed);
+}
+
+void Session::abort_compute_when_guest_gone(ggml_backend_t backend) {
+    ggml_backend_dev_t device = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = device != nullptr ? ggml_backend_dev_backend_reg(device) : nullptr;
+    if (reg == nullptr) return;
+    // The generic name first (any backend may offer it), then ggml-cpu's own.
+    for (const char *name : {"ggml_backend_set_abort_callback", "ggml_backend_cpu_set_abort_callback"}) {
+        auto set_abort = reinterpret_cast<ggml_backend_set_abort_callback_t>(ggml_backend_reg_get_proc_address(reg, name));
+        if (set_abort != nullptr) {
+            set_abort(backend, &Session::guest_gone, this);
+            return;
+        }
+    }
+    // Without one the compute runs to its end, and serve() ends the session after it.
 }
 
 void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
@@ -810,7 +832,13 @@ Status Session::serve(FramedStream &stream) {
     Status deferred;  // the first failure of a one-way command, told with the next reply
     // A guest must not hold its worker by sending nothing or half a frame; the clock
     // never runs while the session computes.
-    Watchdog watchdog(stream.fd());
+    Watchdog watchdog(stream.fd(), &guest_gone_);
+    // The compute handler reaches it through watchdog_ while serve() runs, never after.
+    watchdog_ = &watchdog;
+    struct ForgetWatchdogOnReturn {
+        Watchdog *&pointer;
+        ~ForgetWatchdogOnReturn() { pointer = nullptr; }
+    } forget_watchdog{watchdog_};
     const auto handshake_deadline = after(limits_.handshake_timeout_s);
     // Whether the last reply answered a guest that waited on a compute: it now
     // works on its own until its next graph (see SpinPolicy).
@@ -871,6 +899,8 @@ Status Session::serve(FramedStream &stream) {
         }
         fds.clear();  // whatever a handler did not take is closed
         publish_status();
+        // The guest hung up during a compute: nothing it sent after that needs serving.
+        if (guest_gone_.load(std::memory_order_relaxed)) return Status::success();
         if (one_way) {
             if (!status && deferred.ok()) {
                 deferred = error(status.code(), std::string(command_name(static_cast<CommandId>(header.command))) +

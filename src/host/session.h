@@ -8,6 +8,7 @@
 #include "host/weight_repack.h"
 #include "host/handle_table.h"
 #include "host/status_board.h"
+#include "host/watchdog.h"
 #include "protocol/commands.h"
 #include "protocol/tensor_codec.h"
 #include "transport/connection.h"
@@ -17,6 +18,7 @@
 #include <ggml-backend.h>
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <utility>
 #include <memory>
@@ -155,6 +157,10 @@ class Session {
     };
 
     void register_handlers();
+    // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
+    // where its backend has an abort callback (ggml-cpu has one).
+    void abort_compute_when_guest_gone(ggml_backend_t backend);
+    static bool guest_gone(void *session);
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
     Status buffer_at(uint64_t handle, SessionBuffer **buffer);
     Status backend_at(uint64_t handle, SessionBackend **backend);
@@ -181,6 +187,9 @@ class Session {
     std::array<std::unique_ptr<BuiltTensors>, protocol::kGraphSlots> graph_slots_;
     uint64_t memory_in_use_ = 0;
     uint64_t mapped_file_bytes_ = 0;
+    // Set by serve()'s watchdog when the guest hangs up during a compute.
+    std::atomic<bool> guest_gone_{false};
+    Watchdog *watchdog_ = nullptr;  // serve()'s, while it runs
     bool handshaken_ = false;
     bool shared_memory_allowed_ = false;
     bool shared_memory_ = false;  // granted in the handshake

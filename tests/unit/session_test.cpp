@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -1485,6 +1486,53 @@ TEST_F(ServedSession, OversizedMessageIsRefusedAndEndsTheSession) {
     EXPECT_THAT(message, HasSubstr("exceeds the limit of 64"));
     server.join();
     EXPECT_EQ(served.code(), Code::limit_exceeded);
+}
+
+// A guest that hangs up during a long compute: the compute is abandoned, not run
+// to its end with the guest's memory held.
+TEST_F(ServedSession, ComputeOfAGuestThatHangsUpIsAbandoned) {
+    constexpr int64_t kSide = 1024;
+    constexpr int kProducts = 96;  // about 200 GFLOP: seconds on a few cores
+    constexpr uint64_t kMatrix = kSide * kSide * sizeof(float);
+    send<Hello>(Hello::Request{});
+    (void)receive_reply();
+    send<BufferAlloc>(BufferAlloc::Request{0, 4 * kMatrix});
+    auto [alloc_header, alloc_reply] = receive_reply();
+    ASSERT_EQ(alloc_header.status, static_cast<int32_t>(Code::ok)) << alloc_reply;
+    BufferAlloc::Reply buffer{};
+    std::memcpy(&buffer, alloc_reply.data(), sizeof(buffer));
+    send<BackendInit>(BackendInit::Request{0});
+    auto [init_header, init_reply] = receive_reply();
+    ASSERT_EQ(init_header.status, static_cast<int32_t>(Code::ok)) << init_reply;
+    BackendInit::Reply backend{};
+    std::memcpy(&backend, init_reply.data(), sizeof(backend));
+
+    // A chain of products, each result in the slot its source does not use.
+    GgmlContext ctx = metadata_context(kProducts + 8);
+    Placements placements;
+    ggml_tensor *a = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kSide, kSide);
+    ggml_tensor *product = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kSide, kSide);
+    placements.place(a, buffer.buffer, 0);
+    placements.place(product, buffer.buffer, kMatrix);
+    ggml_cgraph *graph = ggml_new_graph(ctx.get());
+    for (int i = 0; i < kProducts; ++i) {
+        product = ggml_mul_mat(ctx.get(), a, product);
+        placements.place(product, buffer.buffer, (2 + i % 2) * kMatrix);
+        ggml_build_forward_expand(graph, product);
+    }
+    TensorListEncoder encoder(placements.locator());
+    for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) encoder.add_node(ggml_graph_node(graph, i));
+    ASSERT_FALSE(encoder.failed()) << encoder.error();
+    const std::vector<uint8_t> list = encoder.finish();
+
+    send<GraphCompute>(graph_request(backend.backend), ByteView(list));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the compute is under way
+    const auto hung_up = std::chrono::steady_clock::now();
+    guest.close();
+    server.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_up).count();
+    EXPECT_TRUE(served.ok()) << served.message();
+    EXPECT_LT(seconds, 1.0) << "the session ended " << seconds << " s after its guest hung up";
 }
 
 }  // namespace
