@@ -27,6 +27,18 @@ int hardware_threads() {
     return n == 0 ? 1 : static_cast<int>(n);
 }
 
+uint64_t physical_memory() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
+}
+
+// "this session already has 16 backends (--max-backends)": the refusal of a capped object.
+Status over_cap(size_t count, const char *what, const char *flag) {
+    return error(Code::limit_exceeded,
+                 "this session already has " + std::to_string(count) + " " + what + " (" + flag + ")");
+}
+
 // Tells the guest which optional buffer hooks the host device really has, so that
 // it can skip a message per tensor for the common devices that have none. Reads
 // ggml's internal structs, so only when the loaded ggml has the layout we know.
@@ -49,6 +61,8 @@ Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
     : devices_(std::move(devices)), limits_(limits) {
     if (limits_.max_threads <= 0) limits_.max_threads = hardware_threads();
     if (limits_.default_threads <= 0) limits_.default_threads = limits_.max_threads;
+    if (limits_.mapped_file_quota == 0) limits_.mapped_file_quota = physical_memory();
+    weight_repack_.set_max_copies(limits_.max_weight_copies);
     register_handlers();
 }
 
@@ -161,6 +175,10 @@ void Session::register_handlers() {
         if (request.magic != kHelloMagic) {
             return error(Code::bad_request, "not a ggml-remote guest (bad handshake magic)");
         }
+        if (handshaken_) {
+            // One handshake per session: each would make a new shared ring.
+            return error(Code::bad_request, "the handshake was already done in this session");
+        }
         if (request.protocol_version != kProtocolVersion) {
             return error(Code::version_mismatch,
                          "protocol version mismatch: the guest speaks version " +
@@ -256,10 +274,7 @@ void Session::register_handlers() {
             ggml_backend_dev_t device = nullptr;
             Status status = device_at(request.device, &device);
             if (!status) return status;
-            if (buffers_.size() >= limits_.max_buffers) {
-                return error(Code::limit_exceeded,
-                             "this session already has " + std::to_string(buffers_.size()) + " buffers (limit)");
-            }
+            if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
             if (!fits_quota(request.size)) {
                 return error(Code::limit_exceeded, "allocating " + std::to_string(request.size) +
                                                        " bytes would exceed the session's memory quota of " +
@@ -306,9 +321,12 @@ void Session::register_handlers() {
         if (fds_ == nullptr || fds_->size() != 1) {
             return error(Code::bad_request, "buffer_from_file needs exactly one file descriptor");
         }
-        if (buffers_.size() >= limits_.max_buffers) {
+        if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
+        if (request.size > limits_.mapped_file_quota - mapped_file_bytes_) {
             return error(Code::limit_exceeded,
-                         "this session already has " + std::to_string(buffers_.size()) + " buffers (limit)");
+                         "mapping " + std::to_string(request.size) + " bytes of the guest's file would exceed the "
+                         "session's mapped-file quota of " + std::to_string(limits_.mapped_file_quota) +
+                         " bytes (--mapped-file-quota; " + std::to_string(mapped_file_bytes_) + " mapped)");
         }
         UniqueFd file = std::move(fds_->front());
         fds_->clear();
@@ -330,6 +348,8 @@ void Session::register_handlers() {
         record.device = request.device;
         record.size = request.size;
         record.writable = false;
+        record.mapped = request.size;
+        mapped_file_bytes_ += record.mapped;
         reply->buffer = buffers_.insert(std::move(record));
         return Status::success();
     });
@@ -377,6 +397,12 @@ void Session::register_handlers() {
             entry.graph_computes = slot->graph_computes.load(std::memory_order_relaxed);
             entry.memory_in_use = slot->memory_in_use.load(std::memory_order_relaxed);
             entry.buffers = slot->buffers.load(std::memory_order_relaxed);
+            entry.backends = slot->backends.load(std::memory_order_relaxed);
+            entry.mapped_file_bytes = slot->mapped_file_bytes.load(std::memory_order_relaxed);
+            entry.memory_quota = slot->memory_quota.load(std::memory_order_relaxed);
+            entry.max_buffers = slot->max_buffers.load(std::memory_order_relaxed);
+            entry.max_backends = slot->max_backends.load(std::memory_order_relaxed);
+            entry.mapped_file_quota = slot->mapped_file_quota.load(std::memory_order_relaxed);
             append_pod(tail->owned, entry);
             ++reply->n_sessions;
         }
@@ -388,6 +414,7 @@ void Session::register_handlers() {
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
         memory_in_use_ -= buffer->charged;
+        mapped_file_bytes_ -= buffer->mapped;
         // Kept graphs may point into the buffer (or its repacked weights); the guest forgets them too.
         for (auto &slot : graph_slots_) slot.reset();
         memory_in_use_ -= weight_repack_.forget(request.buffer);
@@ -558,6 +585,9 @@ void Session::register_handlers() {
             ggml_backend_dev_t device = nullptr;
             Status status = device_at(request.device, &device);
             if (!status) return status;
+            if (backends_.size() >= limits_.max_backends) {
+                return over_cap(backends_.size(), "backends", "--max-backends");
+            }
             ggml_backend_t backend = ggml_backend_dev_init(device, nullptr);
             if (backend == nullptr) {
                 return error(Code::error, std::string("cannot initialise a backend on host device ") +
@@ -566,6 +596,7 @@ void Session::register_handlers() {
             SessionBackend record;
             record.backend.reset(backend);
             record.device = request.device;
+            abort_compute_when_guest_gone(backend);
             set_threads(&record, limits_.default_threads);
             reply->backend = backends_.insert(std::move(record));
             return Status::success();
@@ -635,6 +666,8 @@ void Session::register_handlers() {
         if (!indexes) return indexes;
         if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
         weight_repack_.refresh();
+        // A guest that hangs up now is not waited for (its compute is aborted).
+        Watchdog::HangupWatch watch(watchdog_);
         const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
         ++counters_.graph_computes;
         if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
@@ -645,6 +678,25 @@ void Session::register_handlers() {
         return Status::success();
     });
 
+}
+
+bool Session::guest_gone(void *session) {
+    return static_cast<const Session *>(session)->guest_gone_.load(std::memory_order_relaxed);
+}
+
+void Session::abort_compute_when_guest_gone(ggml_backend_t backend) {
+    ggml_backend_dev_t device = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = device != nullptr ? ggml_backend_dev_backend_reg(device) : nullptr;
+    if (reg == nullptr) return;
+    // The generic name first (any backend may offer it), then ggml-cpu's own.
+    for (const char *name : {"ggml_backend_set_abort_callback", "ggml_backend_cpu_set_abort_callback"}) {
+        auto set_abort = reinterpret_cast<ggml_backend_set_abort_callback_t>(ggml_backend_reg_get_proc_address(reg, name));
+        if (set_abort != nullptr) {
+            set_abort(backend, &Session::guest_gone, this);
+            return;
+        }
+    }
+    // Without one the compute runs to its end, and serve() ends the session after it.
 }
 
 void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
@@ -755,6 +807,17 @@ void Session::publish_status() {
     status_slot_->graph_computes.store(counters_.graph_computes, std::memory_order_relaxed);
     status_slot_->memory_in_use.store(memory_in_use_, std::memory_order_relaxed);
     status_slot_->buffers.store(buffers_.size(), std::memory_order_relaxed);
+    status_slot_->backends.store(backends_.size(), std::memory_order_relaxed);
+    status_slot_->mapped_file_bytes.store(mapped_file_bytes_, std::memory_order_relaxed);
+}
+
+void Session::publish_limits() {
+    if (status_slot_ == nullptr) return;
+    status_slot_->memory_quota.store(limits_.memory_quota, std::memory_order_relaxed);
+    status_slot_->max_buffers.store(limits_.max_buffers, std::memory_order_relaxed);
+    status_slot_->max_backends.store(limits_.max_backends, std::memory_order_relaxed);
+    status_slot_->mapped_file_quota.store(limits_.mapped_file_quota, std::memory_order_relaxed);
+    publish_status();
 }
 
 namespace {
@@ -771,17 +834,26 @@ Watchdog::Clock::time_point after(double seconds) {
 }  // namespace
 
 Status Session::serve(FramedStream &stream) {
-    std::vector<uint8_t> payload;
+    FrameBuffer payload;
     Status deferred;  // the first failure of a one-way command, told with the next reply
     // A guest must not hold its worker by sending nothing or half a frame; the clock
     // never runs while the session computes.
-    Watchdog watchdog(stream.fd());
+    Watchdog watchdog(stream.fd(), &guest_gone_);
+    // The compute handler reaches it through watchdog_ while serve() runs, never after.
+    watchdog_ = &watchdog;
+    struct ForgetWatchdogOnReturn {
+        Watchdog *&pointer;
+        ~ForgetWatchdogOnReturn() { pointer = nullptr; }
+    } forget_watchdog{watchdog_};
     const auto handshake_deadline = after(limits_.handshake_timeout_s);
     // Whether the last reply answered a guest that waited on a compute: it now
     // works on its own until its next graph (see SpinPolicy).
     bool guest_busy = false;
     uint64_t computes_answered = 0;
     for (;;) {
+        // The last frame is handled and answered (a reply may point into it until
+        // sent): a large frame's memory is not kept while the guest idles.
+        payload.release_excess();
         if (!handshaken_ && limits_.handshake_timeout_s > 0) {
             watchdog.arm(handshake_deadline, Watchdog::Wait::handshake, limits_.handshake_timeout_s);
         } else if (handshaken_ && limits_.idle_timeout_s > 0) {
@@ -808,12 +880,15 @@ Status Session::serve(FramedStream &stream) {
                 watchdog.disarm();
             }
         }
-        payload.resize(header.payload_size);
-        status = stream.receive(payload.data(), payload.size());
+        status = stream.receive_payload(&payload, header.payload_size);
         if (!watchdog.disarm()) return watchdog.failure();
-        if (!status) return Status::success();  // the guest went away mid-message
-        counters_.bytes_received += sizeof(header) + payload.size();
-        if (recorder_ != nullptr) recorder_->record(header, ByteView(payload));
+        if (!status) {
+            if (status.code() == Code::disconnected) return Status::success();  // gone mid-message
+            return status;
+        }
+        const ByteView frame(payload.data(), payload.size());
+        counters_.bytes_received += sizeof(header) + frame.size;
+        if (recorder_ != nullptr) recorder_->record(header, frame);
 
         ReplyFrame reply;
         std::vector<UniqueFd> fds = std::move(stream.received_fds());
@@ -826,10 +901,12 @@ Status Session::serve(FramedStream &stream) {
             status = deferred;
             deferred = Status::success();
         } else {
-            status = handle(header.command, ByteView(payload), &reply, &fds);
+            status = handle(header.command, frame, &reply, &fds);
         }
         fds.clear();  // whatever a handler did not take is closed
         publish_status();
+        // The guest hung up during a compute: nothing it sent after that needs serving.
+        if (guest_gone_.load(std::memory_order_relaxed)) return Status::success();
         if (one_way) {
             if (!status && deferred.ok()) {
                 deferred = error(status.code(), std::string(command_name(static_cast<CommandId>(header.command))) +

@@ -8,6 +8,7 @@
 #include "host/weight_repack.h"
 #include "host/handle_table.h"
 #include "host/status_board.h"
+#include "host/watchdog.h"
 #include "protocol/commands.h"
 #include "protocol/tensor_codec.h"
 #include "transport/connection.h"
@@ -17,6 +18,7 @@
 #include <ggml-backend.h>
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <utility>
 #include <memory>
@@ -28,7 +30,18 @@ namespace ggml_remote::host {
 struct SessionLimits {
     uint64_t max_message_size = protocol::kDefaultMaxMessageSize;
     uint64_t memory_quota = 0;  // bytes of device memory for all buffers together; 0 = no limit
-    uint32_t max_buffers = 65536;
+    uint32_t max_buffers = 65536;  // buffers of every kind, file-backed ones included
+    // Backends: each has a thread pool of its own and its compute's work memory.
+    // llama.cpp and whisper.cpp need one or two per device.
+    uint32_t max_backends = 16;
+    // Bytes of guests' files mapped as buffers (BufferFromFile) together. They are
+    // not device memory (the pages are the guest's file), but a sparse memory file
+    // passed as a model makes the host fault in fresh shared memory as it reads.
+    // 0 = the host's physical memory (Session resolves it).
+    uint64_t mapped_file_quota = 0;
+    // Repacked copies of weights (weight_repack.h); their bytes count against the
+    // memory quota, their number against this. A model has a few per layer.
+    uint32_t max_weight_copies = 16384;
     int max_threads = 0;        // cap for set_n_threads; 0 = hardware threads
     int default_threads = 0;    // threads of a new CPU backend; 0 = hardware threads
     int cpu_poll = 50;          // ggml's threadpool poll level: how long idle CPU threads spin
@@ -68,6 +81,7 @@ class Session {
         status_slot_ = slot;
         status_query_allowed_ = may_query;
         max_sessions_ = max_sessions;
+        publish_limits();
     }
 
     // Writes every frame serve() receives to `recorder` (GGML_REMOTE_RECORD_DIR).
@@ -95,8 +109,12 @@ class Session {
                   std::vector<UniqueFd> *fds = nullptr);
 
     const SessionCounters &counters() const { return counters_; }
+    const SessionLimits &limits() const { return limits_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
+    uint64_t mapped_file_bytes() const { return mapped_file_bytes_; }
     size_t buffer_count() const { return buffers_.size(); }
+    size_t backend_count() const { return backends_.size(); }
+    size_t weight_copies() const { return weight_repack_.copies(); }
 
   private:
     struct BufferDeleter {
@@ -111,6 +129,7 @@ class Session {
         uint32_t device = 0;
         uint64_t size = 0;
         uint64_t charged = 0;  // bytes counted against the session's memory quota
+        uint64_t mapped = 0;   // bytes of a guest's file, counted against the mapped-file quota
         bool writable = true;
         bool weights = false;  // the guest said it holds weights (BufferSetUsage)
     };
@@ -142,6 +161,10 @@ class Session {
     };
 
     void register_handlers();
+    // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
+    // where its backend has an abort callback (ggml-cpu has one).
+    void abort_compute_when_guest_gone(ggml_backend_t backend);
+    static bool guest_gone(void *session);
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
     Status buffer_at(uint64_t handle, SessionBuffer **buffer);
     Status backend_at(uint64_t handle, SessionBackend **backend);
@@ -167,6 +190,10 @@ class Session {
     HandleTable<SessionBackend> backends_;
     std::array<std::unique_ptr<BuiltTensors>, protocol::kGraphSlots> graph_slots_;
     uint64_t memory_in_use_ = 0;
+    uint64_t mapped_file_bytes_ = 0;
+    // Set by serve()'s watchdog when the guest hangs up during a compute.
+    std::atomic<bool> guest_gone_{false};
+    Watchdog *watchdog_ = nullptr;  // serve()'s, while it runs
     bool handshaken_ = false;
     bool shared_memory_allowed_ = false;
     bool shared_memory_ = false;  // granted in the handshake
@@ -177,6 +204,7 @@ class Session {
     bool status_query_allowed_ = false;
     uint32_t max_sessions_ = 0;
     void publish_status();
+    void publish_limits();  // once: what status shows each session's figures against
     SessionCounters counters_;
     WeightRepack weight_repack_;
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)

@@ -24,6 +24,13 @@ struct SessionSlot {
     std::atomic<uint64_t> graph_computes;
     std::atomic<uint64_t> memory_in_use;
     std::atomic<uint64_t> buffers;
+    std::atomic<uint64_t> backends;
+    std::atomic<uint64_t> mapped_file_bytes;
+    // The session's limits (0 memory quota: none), written once by its worker.
+    std::atomic<uint64_t> memory_quota;
+    std::atomic<uint64_t> max_buffers;
+    std::atomic<uint64_t> max_backends;
+    std::atomic<uint64_t> mapped_file_quota;
 };
 
 class StatusBoard {

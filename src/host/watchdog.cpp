@@ -1,5 +1,6 @@
 #include "host/watchdog.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstdio>
@@ -69,10 +70,35 @@ Status Watchdog::failure() {
     return error(Code::limit_exceeded, text);
 }
 
+void Watchdog::watch_hangup(bool on) {
+    if (guest_gone_ == nullptr) return;
+    if (!thread_.joinable()) thread_ = std::thread(&Watchdog::run, this);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        watching_hangup_ = on;
+    }
+    if (on) wake_.notify_one();  // turning it off needs no wake-up: the thread's next look sees it
+}
+
+bool Watchdog::guest_hung_up() const {
+    // Not POLLIN: a guest that sends its next commands during a compute is alive.
+    pollfd watch{socket_fd_, POLLRDHUP, 0};
+    if (::poll(&watch, 1, kHangupPollMs) <= 0) return false;
+    return (watch.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
 void Watchdog::run() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
-        if (deadline_ == Clock::time_point::max()) {
+        if (watching_hangup_) {
+            lock.unlock();
+            const bool gone = guest_hung_up();
+            lock.lock();
+            if (gone) {
+                guest_gone_->store(true, std::memory_order_relaxed);
+                watching_hangup_ = false;
+            }
+        } else if (deadline_ == Clock::time_point::max()) {
             sleeping_until_ = Clock::time_point::max();
             wake_.wait(lock);
         } else if (Clock::now() >= deadline_) {

@@ -4,10 +4,15 @@
 // handshake, for the rest of a frame, for the guest to take a reply, between
 // frames) and disarms it before it computes. When a deadline passes, a thread of
 // its own shuts the guest's socket down, so whatever blocks on it returns.
+//
+// While a compute runs, the same thread watches the socket for the guest's
+// hang-up instead, and raises the session's abort flag when it sees one: a killed
+// guest's compute is abandoned instead of holding the worker's memory to its end.
 #pragma once
 
 #include "protocol/status.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -23,7 +28,9 @@ class Watchdog {
     // What the session was waiting for, for the reason it was ended.
     enum class Wait { handshake, idle, frame, reply };
 
-    explicit Watchdog(int socket_fd) : socket_fd_(socket_fd) {}
+    // `guest_gone` (may be null) is set when the guest hangs up during a compute.
+    explicit Watchdog(int socket_fd, std::atomic<bool> *guest_gone = nullptr)
+        : socket_fd_(socket_fd), guest_gone_(guest_gone) {}
     ~Watchdog();
     Watchdog(const Watchdog &) = delete;
     Watchdog &operator=(const Watchdog &) = delete;
@@ -37,17 +44,43 @@ class Watchdog {
     // Why the session was ended, once expired().
     Status failure();
 
+    // Watches for the guest's hang-up from construction to destruction (a compute).
+    // A null watchdog (in-process tests) watches nothing.
+    class HangupWatch {
+      public:
+        explicit HangupWatch(Watchdog *watchdog) : watchdog_(watchdog) {
+            if (watchdog_ != nullptr) watchdog_->watch_hangup(true);
+        }
+        ~HangupWatch() {
+            if (watchdog_ != nullptr) watchdog_->watch_hangup(false);
+        }
+        HangupWatch(const HangupWatch &) = delete;
+        HangupWatch &operator=(const HangupWatch &) = delete;
+
+      private:
+        Watchdog *watchdog_;
+    };
+
+    // How often the watching thread looks up from the socket to see whether the
+    // compute is over (a hang-up wakes it at once).
+    static constexpr int kHangupPollMs = 50;
+
   private:
     void run();
+    void watch_hangup(bool on);
+    // One look at the socket, waiting up to kHangupPollMs; true if the guest hung up.
+    bool guest_hung_up() const;
 
     const int socket_fd_;
-    std::thread thread_;  // started by the first arm()
+    std::atomic<bool> *const guest_gone_;
+    std::thread thread_;  // started by the first arm() or watch_hangup()
     std::mutex mutex_;
     std::condition_variable wake_;
     Clock::time_point deadline_ = Clock::time_point::max();
     Clock::time_point sleeping_until_ = Clock::time_point::max();  // the thread's next look at the clock
     bool expired_ = false;
     bool stopping_ = false;
+    bool watching_hangup_ = false;
     Wait what_ = Wait::idle;
     double seconds_ = 0;
     uint64_t bytes_ = 0;

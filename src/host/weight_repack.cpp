@@ -102,7 +102,8 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device,
     // weight in many shapes gets no more than that.
     const auto made_so_far = bytes_by_buffer_.find(buffer);
     const uint64_t made = made_so_far != bytes_by_buffer_.end() ? made_so_far->second : 0;
-    if (chosen == nullptr || size > 2 * buffer_size || made > 2 * buffer_size - size || !charge(static_cast<int64_t>(size))) {
+    if (chosen == nullptr || copies_.size() >= max_copies_ || size > 2 * buffer_size ||
+        made > 2 * buffer_size - size || !charge(static_cast<int64_t>(size))) {
         refused_.insert(std::move(key));
         return nullptr;
     }

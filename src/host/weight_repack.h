@@ -55,6 +55,8 @@ class WeightRepack {
     void refresh();
 
     size_t copies() const { return copies_.size(); }
+    // At most this many copies; a weight beyond them is computed from as it is.
+    void set_max_copies(size_t max_copies) { max_copies_ = max_copies; }
 
   private:
     struct BufferDeleter {
@@ -84,6 +86,7 @@ class WeightRepack {
     std::set<Key> refused_;  // weights with no faster layout (or no room for one)
     std::map<uint64_t, uint64_t> bytes_by_buffer_;
     bool any_stale_ = false;
+    size_t max_copies_ = SIZE_MAX;
 };
 
 }  // namespace ggml_remote::host

@@ -420,6 +420,13 @@ struct StatusSession {
     uint64_t graph_computes;
     uint64_t memory_in_use;
     uint64_t buffers;
+    uint64_t backends;
+    uint64_t mapped_file_bytes;
+    // The session's limits: what the figures above are held against (0 quota: none).
+    uint64_t memory_quota;
+    uint64_t max_buffers;
+    uint64_t max_backends;
+    uint64_t mapped_file_quota;
 };
 
 #pragma pack(pop)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace ggml_remote {
@@ -242,6 +243,20 @@ Status FramedStream::receive(void *data, size_t size) {
         size -= static_cast<size_t>(got);
     }
     return Status::success();
+}
+
+Status FramedStream::receive_payload(FrameBuffer *buffer, uint64_t size) {
+    if (size > SIZE_MAX) return error(Code::limit_exceeded, "receive from " + peer_ + ": payload too large");
+    const auto total = static_cast<size_t>(size);
+    size_t received = 0;
+    Status status = buffer->resize(0);
+    while (status && received < total) {
+        const size_t step = FrameBuffer::next_step(received, total);
+        status = buffer->resize(step);
+        if (status) status = receive(buffer->data() + received, step - received);
+        received = step;
+    }
+    return status;
 }
 
 void FramedStream::spin_until_readable() {

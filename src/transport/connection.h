@@ -4,6 +4,7 @@
 
 #include "protocol/status.h"
 #include "protocol/wire.h"
+#include "transport/frame_buffer.h"
 #include "transport/shared_ring.h"
 #include "transport/spin_policy.h"
 #include "transport/tls_session.h"
@@ -45,6 +46,9 @@ class FramedStream {
     Status receive_header(protocol::FrameHeader *header, uint64_t max_payload);
     // Reads exactly `size` payload bytes.
     Status receive(void *data, size_t size);
+    // Reads a payload of `size` bytes into `buffer`, which grows as the bytes
+    // arrive (FrameBuffer::next_step): a header alone commits no memory.
+    Status receive_payload(FrameBuffer *buffer, uint64_t size);
     // Reads and throws away `size` bytes (the payload of a refused frame).
     Status discard(uint64_t size);
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
-
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -224,6 +224,94 @@ TEST_P(FramedStreamOverEach, PeerClosedInsideAPayloadIsDisconnected) {
     ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
     std::vector<uint8_t> payload(received.payload_size);
     EXPECT_EQ(pair.host.receive(payload.data(), payload.size()).code(), Code::disconnected);
+}
+
+// Payloads into a FrameBuffer: memory follows the bytes that came, not the header.
+
+TEST_P(FramedStreamOverEach, HeaderAnnouncingAHugePayloadCommitsOnlyTheFirstStep) {
+    StreamPair pair(GetParam());
+    FrameHeader header;
+    header.payload_size = 256u << 20;  // announced; 100 bytes come, then the peer is gone
+    const std::vector<uint8_t> some(100, 7);
+    ASSERT_EQ(::send(pair.guest.fd(), &header, sizeof(header), 0), static_cast<ssize_t>(sizeof(header)));
+    ASSERT_EQ(::send(pair.guest.fd(), some.data(), some.size(), 0), static_cast<ssize_t>(some.size()));
+    pair.guest.close();
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 512u << 20).ok());
+    FrameBuffer payload;
+    EXPECT_EQ(pair.host.receive_payload(&payload, received.payload_size).code(), Code::disconnected);
+    EXPECT_LE(payload.capacity(), FrameBuffer::kFirstStep);
+}
+
+TEST_P(FramedStreamOverEach, LargePayloadArrivesWholeThroughAGrowingBuffer) {
+    StreamPair pair(GetParam());
+    std::vector<uint8_t> big((5u << 20) + 123);
+    std::iota(big.begin(), big.end(), uint8_t(0));
+    FrameBuffer payload;
+    Status receiver_status;
+    std::thread receiver([&] {
+        FrameHeader header;
+        receiver_status = pair.host.receive_header(&header, 16u << 20);
+        if (receiver_status) receiver_status = pair.host.receive_payload(&payload, header.payload_size);
+    });
+    Status sent = pair.guest.send(FrameHeader{}, {ByteView(big)});
+    receiver.join();
+    ASSERT_TRUE(sent.ok()) << sent.message();
+    ASSERT_TRUE(receiver_status.ok()) << receiver_status.message();
+    ASSERT_EQ(payload.size(), big.size());
+    EXPECT_TRUE(std::equal(big.begin(), big.end(), payload.data()));
+}
+
+TEST_P(FramedStreamOverEach, EmptyPayloadNeedsNoMemory) {
+    StreamPair pair(GetParam());
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {}).ok());
+    FrameHeader header;
+    ASSERT_TRUE(pair.host.receive_header(&header, 1024).ok());
+    FrameBuffer payload;
+    ASSERT_TRUE(pair.host.receive_payload(&payload, header.payload_size).ok());
+    EXPECT_EQ(payload.size(), 0u);
+    EXPECT_EQ(payload.capacity(), 0u);
+}
+
+TEST(FrameBuffer, GrowsByDoublingWhatCameFromTheFirstStepUpToTheTotal) {
+    constexpr size_t kTotal = 1000000;
+    EXPECT_EQ(FrameBuffer::next_step(0, 100), 100u);
+    EXPECT_EQ(FrameBuffer::next_step(0, kTotal), FrameBuffer::kFirstStep);
+    EXPECT_EQ(FrameBuffer::next_step(FrameBuffer::kFirstStep, kTotal), 2 * FrameBuffer::kFirstStep);
+    EXPECT_EQ(FrameBuffer::next_step(400000, kTotal), 800000u);
+    EXPECT_EQ(FrameBuffer::next_step(800000, kTotal), kTotal);
+    EXPECT_EQ(FrameBuffer::next_step(SIZE_MAX / 2 + 1, SIZE_MAX), SIZE_MAX) << "no overflow";
+}
+
+TEST(FrameBuffer, ResizeKeepsTheBytesItHeld) {
+    FrameBuffer buffer;
+    ASSERT_TRUE(buffer.resize(3).ok());
+    std::memcpy(buffer.data(), "abc", 3);
+    ASSERT_TRUE(buffer.resize(3u << 20).ok());
+    EXPECT_EQ(std::string(reinterpret_cast<const char *>(buffer.data()), 3), "abc");
+    buffer.data()[(3u << 20) - 1] = 1;  // the whole size is there
+}
+
+TEST(FrameBuffer, CapacityBeyondWhatIsKeptIsGivenBackAfterALargeFrame) {
+    FrameBuffer buffer;
+    ASSERT_TRUE(buffer.resize(8u << 20).ok());
+    std::memset(buffer.data(), 1, buffer.size());
+    buffer.release_excess();
+    EXPECT_EQ(buffer.capacity(), FrameBuffer::kKeptBytes);
+    ASSERT_TRUE(buffer.resize(FrameBuffer::kKeptBytes).ok());
+    EXPECT_EQ(buffer.data()[FrameBuffer::kKeptBytes - 1], 1) << "what is kept still holds its bytes";
+
+    FrameBuffer small;
+    ASSERT_TRUE(small.resize(100).ok());
+    const size_t capacity = small.capacity();
+    small.release_excess();
+    EXPECT_EQ(small.capacity(), capacity) << "a small frame's memory is kept for the next";
+}
+
+TEST(FrameBuffer, AnImpossibleSizeIsAnErrorNotACrash) {
+    FrameBuffer buffer;
+    EXPECT_EQ(buffer.resize(SIZE_MAX - 10).code(), Code::out_of_memory);
+    EXPECT_EQ(buffer.resize(size_t(1) << 62).code(), Code::out_of_memory);
 }
 
 TEST(FramedStream, SendingToAClosedPeerIsDisconnectedNotSigpipe) {

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -495,6 +496,40 @@ TEST_F(CpuSession, BufferCountLimitIsEnforcedAndFreedSlotsCanBeReused) {
 }
 
 // Op queries.
+
+// Every kind of object a guest can make the host create has a cap.
+
+TEST_F(CpuSession, BackendsBeyondTheCapAreRefusedAndAFreedOneMakesRoom) {
+    SessionLimits limits;
+    limits.max_backends = 2;
+    start(limits);
+    hello();
+    const uint64_t first = backend();
+    backend();
+    Outcome third = call<BackendInit>(BackendInit::Request{0});
+    EXPECT_EQ(third.status.code(), Code::limit_exceeded);
+    EXPECT_THAT(third.status.message(), HasSubstr("2 backends (--max-backends)"));
+    EXPECT_EQ(session->backend_count(), 2u);
+    ASSERT_TRUE(call<BackendFree>(BackendFree::Request{first}).status.ok());
+    EXPECT_NE(backend(), 0u);
+}
+
+TEST_F(CpuSession, BackendsAreCappedByDefault) {
+    hello();
+    const uint32_t cap = SessionLimits{}.max_backends;
+    ASSERT_GT(cap, 0u);
+    ASSERT_LE(cap, 64u) << "each backend holds a thread pool: the default cap must be small";
+    for (uint32_t i = 0; i < cap; ++i) ASSERT_NE(backend(), 0u);
+    EXPECT_EQ(call<BackendInit>(BackendInit::Request{0}).status.code(), Code::limit_exceeded);
+}
+
+TEST_F(CpuSession, SecondHandshakeIsRefusedAndTheSessionGoesOn) {
+    hello();
+    Outcome again = call<Hello>(Hello::Request{});
+    EXPECT_EQ(again.status.code(), Code::bad_request);
+    EXPECT_THAT(again.status.message(), HasSubstr("already"));
+    EXPECT_NE(alloc(64), 0u);
+}
 
 TEST_F(CpuSession, SupportsOpAnswersForAPlainAdd) {
     hello();
@@ -1184,6 +1219,18 @@ TEST_F(RepackedWeightsOverSockets, ABufferNotNamedAsWeightsIsLeftAsItIs) {
     expect_near_reference(plain, reference(quantized));
 }
 
+TEST_F(RepackedWeights, CopiesBeyondTheCapAreNotMadeAndTheProductStaysRight) {
+    SessionLimits limits;
+    limits.max_weight_copies = 1;
+    restart(limits);
+    (void)product(weights_buffer(true));
+    ASSERT_EQ(session->weight_copies(), 1u);
+    const std::vector<float> uncopied = product(weights_buffer(true));  // another buffer: another copy
+    EXPECT_EQ(session->weight_copies(), 1u);
+    EXPECT_EQ(session->counters().weights_repacked, 1u);
+    expect_near_reference(uncopied, reference(quantized));
+}
+
 // A guest on shared memory without a mapped model file (llama.cpp --no-mmap) writes
 // its weights into the memory file itself, and reports each write once it has
 // named the buffer as weights.
@@ -1263,6 +1310,33 @@ TEST_F(SharedMemorySession, FreeingAFileBufferKeepsTheMemoryAccountRight) {
     ASSERT_TRUE(call<BufferFree>(BufferFree::Request{device_buffer}).status.ok());
     EXPECT_EQ(session->memory_in_use(), 0u);
     EXPECT_TRUE(call<BufferAlloc>(BufferAlloc::Request{0, 4096}).status.ok());
+}
+
+TEST_F(SharedMemorySession, FileBuffersBeyondTheMappedFileQuotaAreRefused) {
+    SessionLimits limits;
+    limits.mapped_file_quota = 12288;
+    restart(limits);
+    const uint64_t first = file_buffer(counting_bytes(8192), 0, 8192);
+    ASSERT_NE(first, 0u);
+    Outcome over = buffer_from_file(file_holding(counting_bytes(8192)), 0, 8192);
+    EXPECT_EQ(over.status.code(), Code::limit_exceeded);
+    EXPECT_THAT(over.status.message(), HasSubstr("--mapped-file-quota"));
+    EXPECT_NE(file_buffer(counting_bytes(4096), 0, 4096), 0u) << "what is left of the quota can be used";
+    EXPECT_EQ(session->mapped_file_bytes(), 12288u);
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{first}).status.ok());
+    EXPECT_EQ(session->mapped_file_bytes(), 4096u);
+    EXPECT_NE(file_buffer(counting_bytes(8192), 0, 8192), 0u) << "freeing gives the bytes back";
+}
+
+TEST_F(SharedMemorySession, SparseMemoryFileLargerThanTheHostsMemoryIsRefusedUnmapped) {
+    // A "model" that is all holes: each page the host read would be fresh shared memory.
+    const uint64_t physical = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
+    EXPECT_EQ(session->limits().mapped_file_quota, physical) << "the default quota";
+    UniqueFd sparse(::memfd_create("sparse.gguf", MFD_CLOEXEC));
+    ASSERT_EQ(::ftruncate(sparse.get(), static_cast<off_t>(physical + (1u << 20))), 0);
+    Outcome outcome = buffer_from_file(std::move(sparse), 0, physical + 4096);
+    EXPECT_EQ(outcome.status.code(), Code::limit_exceeded);
+    EXPECT_EQ(session->buffer_count(), 0u);
 }
 
 TEST_F(SharedMemorySession, UnalignedFileOffsetIsRefusedOrServed) {
@@ -1436,6 +1510,53 @@ TEST_F(ServedSession, OversizedMessageIsRefusedAndEndsTheSession) {
     EXPECT_THAT(message, HasSubstr("exceeds the limit of 64"));
     server.join();
     EXPECT_EQ(served.code(), Code::limit_exceeded);
+}
+
+// A guest that hangs up during a long compute: the compute is abandoned, not run
+// to its end with the guest's memory held.
+TEST_F(ServedSession, ComputeOfAGuestThatHangsUpIsAbandoned) {
+    constexpr int64_t kSide = 1024;
+    constexpr int kProducts = 96;  // about 200 GFLOP: seconds on a few cores
+    constexpr uint64_t kMatrix = kSide * kSide * sizeof(float);
+    send<Hello>(Hello::Request{});
+    (void)receive_reply();
+    send<BufferAlloc>(BufferAlloc::Request{0, 4 * kMatrix});
+    auto [alloc_header, alloc_reply] = receive_reply();
+    ASSERT_EQ(alloc_header.status, static_cast<int32_t>(Code::ok)) << alloc_reply;
+    BufferAlloc::Reply buffer{};
+    std::memcpy(&buffer, alloc_reply.data(), sizeof(buffer));
+    send<BackendInit>(BackendInit::Request{0});
+    auto [init_header, init_reply] = receive_reply();
+    ASSERT_EQ(init_header.status, static_cast<int32_t>(Code::ok)) << init_reply;
+    BackendInit::Reply backend{};
+    std::memcpy(&backend, init_reply.data(), sizeof(backend));
+
+    // A chain of products, each result in the slot its source does not use.
+    GgmlContext ctx = metadata_context(kProducts + 8);
+    Placements placements;
+    ggml_tensor *a = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kSide, kSide);
+    ggml_tensor *product = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kSide, kSide);
+    placements.place(a, buffer.buffer, 0);
+    placements.place(product, buffer.buffer, kMatrix);
+    ggml_cgraph *graph = ggml_new_graph(ctx.get());
+    for (int i = 0; i < kProducts; ++i) {
+        product = ggml_mul_mat(ctx.get(), a, product);
+        placements.place(product, buffer.buffer, (2 + i % 2) * kMatrix);
+        ggml_build_forward_expand(graph, product);
+    }
+    TensorListEncoder encoder(placements.locator());
+    for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) encoder.add_node(ggml_graph_node(graph, i));
+    ASSERT_FALSE(encoder.failed()) << encoder.error();
+    const std::vector<uint8_t> list = encoder.finish();
+
+    send<GraphCompute>(graph_request(backend.backend), ByteView(list));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the compute is under way
+    const auto hung_up = std::chrono::steady_clock::now();
+    guest.close();
+    server.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_up).count();
+    EXPECT_TRUE(served.ok()) << served.message();
+    EXPECT_LT(seconds, 1.0) << "the session ended " << seconds << " s after its guest hung up";
 }
 
 }  // namespace

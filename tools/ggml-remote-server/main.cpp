@@ -62,6 +62,9 @@ void print_usage(const char *program) {
         "                                all N are taken the oldest is ended)\n"
         "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
         "         --max-buffers N        buffers per session (default: 65536)\n"
+        "         --max-backends N       backends per session (default: 16)\n"
+        "         --mapped-file-quota SIZE  bytes of guests' files (models) a session may map\n"
+        "                                (default: the host's physical memory)\n"
         "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
         "         --handshake-timeout S  a guest must complete the handshake within S seconds\n"
         "                                of connecting (default: 10; 0: no limit)\n"
@@ -190,6 +193,11 @@ int main(int argc, char **argv) {
             options.limits.memory_quota = parse_size(arg, value());
         } else if (arg == "--max-buffers") {
             options.limits.max_buffers = static_cast<uint32_t>(parse_int(arg, value(), 1));
+        } else if (arg == "--max-backends") {
+            options.limits.max_backends = static_cast<uint32_t>(parse_int(arg, value(), 1));
+        } else if (arg == "--mapped-file-quota") {
+            options.limits.mapped_file_quota = parse_size(arg, value());
+            if (options.limits.mapped_file_quota == 0) fail("--mapped-file-quota must be at least one byte");
         } else if (arg == "--max-message-size") {
             options.limits.max_message_size = parse_size(arg, value());
         } else if (arg == "--handshake-timeout") {

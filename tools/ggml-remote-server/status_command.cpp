@@ -51,7 +51,8 @@ int run_status_command(int argc, char **argv) {
             json = true;
         } else if (arg == "-h" || arg == "--help") {
             std::printf("usage: ggml-remote-server status --connect unix:/path/to.sock [--json]\n"
-                        "Prints the server's devices and live sessions (commands, bytes, computes, memory).\n"
+                        "Prints the server's devices and live sessions (commands, bytes, computes, memory),\n"
+                        "each session's memory, buffers, backends and mapped files against its limits.\n"
                         "Answered to the server's own user (or root) on its unix socket.\n");
             return 0;
         } else {
@@ -108,11 +109,16 @@ int run_status_command(int argc, char **argv) {
             const StatusSession &s = sessions[i];
             std::printf("%s\n  {\"id\": %d, \"worker_pid\": %d, \"peer\": %s, \"uptime_s\": %lld, \"commands\": %llu, "
                         "\"bytes_received\": %llu, \"bytes_sent\": %llu, \"graph_computes\": %llu, "
-                        "\"memory_bytes\": %llu, \"buffers\": %llu}",
+                        "\"memory_bytes\": %llu, \"buffers\": %llu, \"backends\": %llu, \"mapped_file_bytes\": %llu, "
+                        "\"memory_quota\": %llu, \"max_buffers\": %llu, \"max_backends\": %llu, "
+                        "\"mapped_file_quota\": %llu}",
                         i ? "," : "", s.id, s.pid, json_string(s.peer).c_str(), (long long)(now - s.started_unix),
                         (unsigned long long)s.commands, (unsigned long long)s.bytes_received,
                         (unsigned long long)s.bytes_sent, (unsigned long long)s.graph_computes,
-                        (unsigned long long)s.memory_in_use, (unsigned long long)s.buffers);
+                        (unsigned long long)s.memory_in_use, (unsigned long long)s.buffers,
+                        (unsigned long long)s.backends, (unsigned long long)s.mapped_file_bytes,
+                        (unsigned long long)s.memory_quota, (unsigned long long)s.max_buffers,
+                        (unsigned long long)s.max_backends, (unsigned long long)s.mapped_file_quota);
         }
         std::printf("]}\n");
         return 0;
@@ -136,6 +142,14 @@ int run_status_command(int argc, char **argv) {
                     (long long)(now - s.started_unix), (unsigned long long)s.commands,
                     (unsigned long long)s.graph_computes, mib(s.bytes_received).c_str(), mib(s.bytes_sent).c_str(),
                     mib(s.memory_in_use).c_str(), (unsigned long long)s.buffers);
+        // Below each session, its figures against its limits.
+        const std::string quota = s.memory_quota != 0 ? "of " + mib(s.memory_quota) + " MiB" : "(no quota)";
+        std::printf("     limits: memory %s MiB %s, buffers %llu of %llu, backends %llu of %llu, "
+                    "mapped files %s of %s MiB\n",
+                    mib(s.memory_in_use).c_str(), quota.c_str(), (unsigned long long)s.buffers,
+                    (unsigned long long)s.max_buffers, (unsigned long long)s.backends,
+                    (unsigned long long)s.max_backends, mib(s.mapped_file_bytes).c_str(),
+                    mib(s.mapped_file_quota).c_str());
     }
     return 0;
 }
