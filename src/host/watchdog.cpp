@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -76,6 +77,7 @@ void Watchdog::watch_hangup(bool on) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         watching_hangup_ = on;
+        abandoned_since_ = Clock::time_point::max();
     }
     if (on) wake_.notify_one();  // turning it off needs no wake-up: the thread's next look sees it
 }
@@ -85,6 +87,22 @@ bool Watchdog::guest_hung_up() const {
     pollfd watch{socket_fd_, POLLRDHUP, 0};
     if (::poll(&watch, 1, kHangupPollMs) <= 0) return false;
     return (watch.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+// The abort flag stops ggml-cpu between two nodes; a kernel that never returns (a
+// hostile graph that validation let through) would keep the worker, and a core,
+// for ever. Once the guest is gone, a compute that has not stopped within
+// kAbandonedComputeGraceMs ends the process: there is nobody left to serve.
+void Watchdog::end_a_compute_that_will_not_stop(std::unique_lock<std::mutex> *lock) {
+    const auto give_up = abandoned_since_ + std::chrono::milliseconds(kAbandonedComputeGraceMs);
+    if (Clock::now() < give_up) {
+        wake_.wait_until(*lock, give_up);
+        return;
+    }
+    std::fprintf(stderr, "ggml-remote-server: the guest is gone and its compute did not stop within %d ms; "
+                         "ending the worker\n", kAbandonedComputeGraceMs);
+    std::fflush(stderr);
+    ::_exit(3);
 }
 
 void Watchdog::run() {
@@ -97,7 +115,10 @@ void Watchdog::run() {
             if (gone) {
                 guest_gone_->store(true, std::memory_order_relaxed);
                 watching_hangup_ = false;
+                abandoned_since_ = Clock::now();
             }
+        } else if (abandoned_since_ != Clock::time_point::max()) {
+            end_a_compute_that_will_not_stop(&lock);
         } else if (deadline_ == Clock::time_point::max()) {
             sleeping_until_ = Clock::time_point::max();
             wake_.wait(lock);

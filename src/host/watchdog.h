@@ -64,12 +64,15 @@ class Watchdog {
     // How often the watching thread looks up from the socket to see whether the
     // compute is over (a hang-up wakes it at once).
     static constexpr int kHangupPollMs = 50;
+    // How long a compute whose guest is gone may go on before the worker exits.
+    static constexpr int kAbandonedComputeGraceMs = 5000;
 
   private:
     void run();
     void watch_hangup(bool on);
     // One look at the socket, waiting up to kHangupPollMs; true if the guest hung up.
     bool guest_hung_up() const;
+    void end_a_compute_that_will_not_stop(std::unique_lock<std::mutex> *lock);
 
     const int socket_fd_;
     std::atomic<bool> *const guest_gone_;
@@ -81,6 +84,8 @@ class Watchdog {
     bool expired_ = false;
     bool stopping_ = false;
     bool watching_hangup_ = false;
+    // When the guest hung up during the compute still running; max(): it did not.
+    Clock::time_point abandoned_since_ = Clock::time_point::max();
     Wait what_ = Wait::idle;
     double seconds_ = 0;
     uint64_t bytes_ = 0;
