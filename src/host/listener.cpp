@@ -148,189 +148,233 @@ void answer_admission_requests(Admission *admission, PeerLimits *peers,
     }
 }
 
-}  // namespace
 
-int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
-    // Nothing this process holds reaches a worker unless spawn_worker hands it over.
-    mark_descriptors_cloexec(3);
-    // Workers run as the same user: without this, code in one could open the
-    // listener's /proc/PID/mem.
-    Status undumpable = make_undumpable();
-    if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
-    // With --tls-psk every TCP listener speaks TLS; its workers do the handshake.
-    const bool tls = !options.tls_psk_file.empty();
-    auto describe = [tls](const Endpoint &endpoint) {
-        if (endpoint.uses_unix_socket() || !tls) return endpoint.to_string();
+// The listener's state and its steps: sockets, signals, the workers it started
+// and the counts that admit new ones. run() is the poll loop.
+class Listener {
+  public:
+    Listener(const ServerOptions &options, const std::vector<std::string> &worker_command)
+        : options_(options),
+          worker_command_(worker_command),
+          tls_(!options.tls_psk_file.empty()),
+          board_(open_status_board(options)),
+          admission_(options.max_sessions, options.max_unauthenticated,
+                     std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
+          peers_(sessions_per_peer(options), ::geteuid()) {}
+
+    int run() {
+        // Nothing this process holds reaches a worker unless spawn_worker hands it over.
+        mark_descriptors_cloexec(3);
+        // Workers run as the same user: without this, code in one could open the
+        // listener's /proc/PID/mem.
+        Status undumpable = make_undumpable();
+        if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
+        if (!open_sockets()) return 1;
+        handle_signals_through_one_fd();
+        while (serve_once()) {
+        }
+        shut_down();
+        return 0;
+    }
+
+  private:
+    std::string describe(const Endpoint &endpoint) const {
+        if (endpoint.uses_unix_socket() || !tls_) return endpoint.to_string();
         Endpoint guests = endpoint;
         guests.kind = Endpoint::Kind::tls;
         return endpoint.to_string() + " with TLS (guests use " + guests.to_string() + ")";
-    };
-    std::vector<ListeningSocket> sockets;
-    for (InheritedSocket &inherited : inherited_listening_sockets()) {
-        log_line("listening on " + describe(inherited.endpoint) + " (from systemd)");
-        // Socket activation: systemd owns the socket file, so it is not unlinked at exit.
-        sockets.push_back({inherited.endpoint, std::move(inherited.fd), false});
     }
-    for (const std::string &text : options.listen) {
-        ListeningSocket socket;
-        Status status = parse_endpoint(text, &socket.endpoint);
-        if (socket.endpoint.uses_tls()) socket.endpoint.kind = Endpoint::Kind::tcp;  // TLS is the workers' part
-        if (status) status = listen_endpoint(&socket.endpoint, &socket.fd);
-        if (!status) {
-            log_line(status.message());
-            return 1;
+
+    bool open_sockets() {
+        for (InheritedSocket &inherited : inherited_listening_sockets()) {
+            log_line("listening on " + describe(inherited.endpoint) + " (from systemd)");
+            // Socket activation: systemd owns the socket file, so it is not unlinked at exit.
+            sockets_.push_back({inherited.endpoint, std::move(inherited.fd), false});
         }
-        log_line("listening on " + describe(socket.endpoint));
-        socket.unlink_at_exit = socket.endpoint.uses_unix_socket();
-        sockets.push_back(std::move(socket));
+        for (const std::string &text : options_.listen) {
+            ListeningSocket socket;
+            Status status = parse_endpoint(text, &socket.endpoint);
+            if (socket.endpoint.uses_tls()) socket.endpoint.kind = Endpoint::Kind::tcp;  // TLS is the workers' part
+            if (status) status = listen_endpoint(&socket.endpoint, &socket.fd);
+            if (!status) {
+                log_line(status.message());
+                return false;
+            }
+            log_line("listening on " + describe(socket.endpoint));
+            socket.unlink_at_exit = socket.endpoint.uses_unix_socket();
+            sockets_.push_back(std::move(socket));
+        }
+        return true;
     }
 
     // SIGCHLD reports finished sessions, SIGINT/SIGTERM stop the server; all
-    // through one signalfd so the loop below is the only place that reacts.
-    sigset_t handled, original;
-    sigemptyset(&handled);
-    sigaddset(&handled, SIGCHLD);
-    sigaddset(&handled, SIGINT);
-    sigaddset(&handled, SIGTERM);
-    sigaddset(&handled, SIGHUP);
-    ::sigprocmask(SIG_BLOCK, &handled, &original);
-    UniqueFd signals(::signalfd(-1, &handled, SFD_CLOEXEC));
+    // through one signalfd so that the poll loop is the only place that reacts.
+    void handle_signals_through_one_fd() {
+        sigset_t handled;
+        sigemptyset(&handled);
+        for (int signal : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, signal);
+        ::sigprocmask(SIG_BLOCK, &handled, &original_mask_);
+        signals_.reset(::signalfd(-1, &handled, SFD_CLOEXEC));
+    }
 
     // Room for every session, the unauthenticated connections, and as many again
     // that were evicted or timed out and are not reaped yet.
-    StatusBoard board;
-    Status board_status = StatusBoard::create(
-        static_cast<uint32_t>(options.max_sessions + 2 * options.max_unauthenticated), &board);
-    if (!board_status) log_line("no status board (status queries will list no sessions): " + board_status.message());
-    Admission admission(options.max_sessions, options.max_unauthenticated,
-                        std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board);
+    static StatusBoard open_status_board(const ServerOptions &options) {
+        StatusBoard board;
+        const auto slots = static_cast<uint32_t>(options.max_sessions + 2 * options.max_unauthenticated);
+        Status status = StatusBoard::create(slots, &board);
+        if (!status) log_line("no status board (status queries will list no sessions): " + status.message());
+        return board;
+    }
 
-    std::map<pid_t, LiveSession> live;
-    PeerLimits peers(sessions_per_peer(options), ::geteuid());
-    std::map<pid_t, PeerAccount> unauthenticated_peers;  // TLS workers before their handshake
-    int next_session = 1;
-    bool stopping = false;
-    while (!stopping) {
+    // One wait for signals, connections and admission requests; false to stop.
+    bool serve_once() {
         std::vector<pollfd> polled;
-        polled.push_back({signals.get(), POLLIN, 0});
-        for (const ListeningSocket &socket : sockets) polled.push_back({socket.fd.get(), POLLIN, 0});
-        admission.add_poll_fds(&polled);
-        if (::poll(polled.data(), polled.size(), admission.poll_timeout_ms(Admission::Clock::now())) < 0) {
-            if (errno == EINTR) continue;
+        polled.push_back({signals_.get(), POLLIN, 0});
+        for (const ListeningSocket &socket : sockets_) polled.push_back({socket.fd.get(), POLLIN, 0});
+        admission_.add_poll_fds(&polled);
+        if (::poll(polled.data(), polled.size(), admission_.poll_timeout_ms(Admission::Clock::now())) < 0) {
+            if (errno == EINTR) return true;
             log_line(std::string("poll: ") + std::strerror(errno));
-            break;
+            return false;
         }
-        if (polled[0].revents & POLLIN) {
-            signalfd_siginfo info{};
-            while (::read(signals.get(), &info, sizeof(info)) == sizeof(info)) {
-                if (info.ssi_signo != SIGCHLD) {
-                    stopping = true;
-                    break;
-                }
-                int wait_status = 0;
-                pid_t pid;
-                while ((pid = ::waitpid(-1, &wait_status, WNOHANG)) > 0) {
-                    auto it = live.find(pid);
-                    if (it == live.end()) continue;
-                    if (WIFSIGNALED(wait_status) && !admission.ended_by_listener(pid)) {
-                        log_line("session " + std::to_string(it->second.id) + " (" + it->second.peer +
-                                 "): worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
-                                 strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
-                    } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
-                        log_line("session " + std::to_string(it->second.id) + " (" + it->second.peer +
-                                 "): worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
-                    }
-                    admission.release(pid);
-                    peers.closed(pid);
-                    unauthenticated_peers.erase(pid);
-                    live.erase(it);
-                }
-                break;
-            }
+        if ((polled[0].revents & POLLIN) && !handle_signal()) return false;
+        answer_admission_requests(&admission_, &peers_, &unauthenticated_peers_, polled, live_);
+        end_overdue_unauthenticated(&admission_, live_);
+        for (size_t i = 0; i < sockets_.size(); ++i) {
+            if (polled[i + 1].revents & POLLIN) accept_guest(sockets_[i]);
         }
-        answer_admission_requests(&admission, &peers, &unauthenticated_peers, polled, live);
-        end_overdue_unauthenticated(&admission, live);
-        for (size_t i = 0; i < sockets.size() && !stopping; ++i) {
-            if (!(polled[i + 1].revents & POLLIN)) continue;
-            UniqueFd client;
-            std::string peer;
-            Status status = accept_connection(sockets[i].fd.get(), sockets[i].endpoint, &client, &peer);
-            if (!status) {
-                log_line(status.message());
-                continue;
+        return true;
+    }
+
+    // False when the signal asks the server to stop.
+    bool handle_signal() {
+        signalfd_siginfo info{};
+        if (::read(signals_.get(), &info, sizeof(info)) != sizeof(info)) return true;
+        if (info.ssi_signo != SIGCHLD) return false;
+        reap_workers();
+        return true;
+    }
+
+    void reap_workers() {
+        int wait_status = 0;
+        pid_t pid;
+        while ((pid = ::waitpid(-1, &wait_status, WNOHANG)) > 0) {
+            auto it = live_.find(pid);
+            if (it == live_.end()) continue;
+            const std::string label = "session " + std::to_string(it->second.id) + " (" + it->second.peer + ")";
+            if (WIFSIGNALED(wait_status) && !admission_.ended_by_listener(pid)) {
+                log_line(label + ": worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
+                         strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
+            } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
+                log_line(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
             }
-            if (tls && peer.rfind("tcp://", 0) == 0) peer.replace(0, 3, "tls");
-            // A TLS guest authenticates in its worker; everyone else at accept.
-            const bool authenticated = !(tls && peer.rfind("tls://", 0) == 0);
-            if (authenticated && admission.sessions_full()) {
-                log_line("refused " + peer + ": " + std::to_string(admission.sessions()) +
-                         " sessions already (--max-sessions)");
-                refuse(client.get(), Code::limit_exceeded,
-                       "the server is serving its maximum of " + std::to_string(options.max_sessions) + " sessions");
-                continue;
-            }
-            PeerAccount account;
-            if (!admit_peer(peers, client.get(), peer, authenticated, &account)) continue;
-            if (!authenticated) make_room_for_unauthenticated(&admission, live);
-            UniqueFd admission_worker_end, admission_listener_end;
-            if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
-                log_line("refused " + peer + ": socketpair: " + std::strerror(errno));
-                continue;
-            }
-            const int id = next_session++;
-            const int slot_index = admission.free_slot();
-            SessionSlot *slot = slot_index >= 0 ? board.slot(slot_index) : nullptr;
-            if (slot != nullptr) {
-                slot->id = id;
-                slot->pid = 0;
-                slot->started_unix = static_cast<int64_t>(::time(nullptr));
-                std::snprintf(slot->peer, sizeof(slot->peer), "%s", peer.c_str());
-                for (auto *counter : {&slot->commands, &slot->bytes_received, &slot->bytes_sent, &slot->graph_computes,
-                                      &slot->memory_in_use, &slot->buffers}) {
-                    counter->store(0);
-                }
-            }
-            const pid_t pid = spawn_worker(worker_command, client.get(), id, peer, board, slot_index,
-                                           admission_worker_end.get(), original);
-            if (pid < 0) {
-                log_line("refused " + peer + ": fork: " + std::strerror(errno));
-                refuse(client.get(), Code::error, "the server could not start a session worker");
-                continue;
-            }
-            if (slot != nullptr) slot->pid = pid;
-            if (authenticated) {
-                admission.add_authenticated(pid, slot_index);
-            } else {
-                admission.add_unauthenticated(pid, slot_index, std::move(admission_listener_end));
-            }
-            live[pid] = {id, peer, slot_index};
-            if (authenticated) {
-                peers.opened(pid, account);
-            } else {
-                unauthenticated_peers[pid] = account;
-            }
-            log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
+            admission_.release(pid);
+            peers_.closed(pid);
+            unauthenticated_peers_.erase(pid);
+            live_.erase(it);
         }
     }
 
-    log_line("shutting down; ending " + std::to_string(live.size()) + " session(s)");
-    for (const auto &entry : live) ::kill(entry.first, SIGTERM);
-    for (const ListeningSocket &socket : sockets) {
-        if (socket.unlink_at_exit) ::unlink(socket.endpoint.path.c_str());
+    void accept_guest(const ListeningSocket &socket) {
+        UniqueFd client;
+        std::string peer;
+        Status status = accept_connection(socket.fd.get(), socket.endpoint, &client, &peer);
+        if (!status) {
+            log_line(status.message());
+            return;
+        }
+        if (tls_ && peer.rfind("tcp://", 0) == 0) peer.replace(0, 3, "tls");
+        // A TLS guest authenticates in its worker; everyone else at accept.
+        const bool authenticated = !(tls_ && peer.rfind("tls://", 0) == 0);
+        if (authenticated && admission_.sessions_full()) {
+            log_line("refused " + peer + ": " + std::to_string(admission_.sessions()) +
+                     " sessions already (--max-sessions)");
+            refuse(client.get(), Code::limit_exceeded,
+                   "the server is serving its maximum of " + std::to_string(options_.max_sessions) + " sessions");
+            return;
+        }
+        PeerAccount account;
+        if (!admit_peer(peers_, client.get(), peer, authenticated, &account)) return;
+        if (!authenticated) make_room_for_unauthenticated(&admission_, live_);
+        UniqueFd admission_worker_end, admission_listener_end;
+        if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
+            log_line("refused " + peer + ": socketpair: " + std::strerror(errno));
+            return;
+        }
+        const int id = next_session_++;
+        const int slot = admission_.free_slot();
+        reset_status_slot(slot, id, peer);
+        const pid_t pid =
+            spawn_worker(worker_command_, client.get(), id, peer, board_, slot, admission_worker_end.get(), original_mask_);
+        if (pid < 0) {
+            log_line("refused " + peer + ": fork: " + std::strerror(errno));
+            refuse(client.get(), Code::error, "the server could not start a session worker");
+            return;
+        }
+        if (SessionSlot *listed = slot >= 0 ? board_.slot(slot) : nullptr) listed->pid = pid;
+        if (authenticated) {
+            admission_.add_authenticated(pid, slot);
+            peers_.opened(pid, account);
+        } else {
+            admission_.add_unauthenticated(pid, slot, std::move(admission_listener_end));
+            unauthenticated_peers_[pid] = account;
+        }
+        live_[pid] = {id, peer, slot};
+        log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
     }
+
+    void reset_status_slot(int index, int id, const std::string &peer) {
+        SessionSlot *slot = index >= 0 ? board_.slot(index) : nullptr;
+        if (slot == nullptr) return;
+        slot->id = id;
+        slot->pid = 0;
+        slot->started_unix = static_cast<int64_t>(::time(nullptr));
+        std::snprintf(slot->peer, sizeof(slot->peer), "%s", peer.c_str());
+        for (auto *counter : {&slot->commands, &slot->bytes_received, &slot->bytes_sent, &slot->graph_computes,
+                              &slot->memory_in_use, &slot->buffers}) {
+            counter->store(0);
+        }
+    }
+
     // A worker that does not end within a few seconds (stopped, stuck in a
     // backend) is killed: the server's shutdown never waits forever.
-    for (int waited_ms = 0; !live.empty(); waited_ms += 50) {
-        pid_t pid;
-        while ((pid = ::waitpid(-1, nullptr, WNOHANG)) > 0) live.erase(pid);
-        if (pid < 0 || live.empty()) break;
-        if (waited_ms == 5000) {
-            log_line(std::to_string(live.size()) + " session worker(s) did not stop; killing them");
-            for (const auto &entry : live) ::kill(entry.first, SIGKILL);
+    void shut_down() {
+        log_line("shutting down; ending " + std::to_string(live_.size()) + " session(s)");
+        for (const auto &entry : live_) ::kill(entry.first, SIGTERM);
+        for (const ListeningSocket &socket : sockets_) {
+            if (socket.unlink_at_exit) ::unlink(socket.endpoint.path.c_str());
         }
-        ::usleep(50 * 1000);
+        for (int waited_ms = 0; !live_.empty(); waited_ms += 50) {
+            pid_t pid;
+            while ((pid = ::waitpid(-1, nullptr, WNOHANG)) > 0) live_.erase(pid);
+            if (pid < 0 || live_.empty()) break;
+            if (waited_ms == 5000) {
+                log_line(std::to_string(live_.size()) + " session worker(s) did not stop; killing them");
+                for (const auto &entry : live_) ::kill(entry.first, SIGKILL);
+            }
+            ::usleep(50 * 1000);
+        }
     }
-    return 0;
+
+    const ServerOptions &options_;
+    const std::vector<std::string> &worker_command_;
+    const bool tls_;  // with --tls-psk every TCP listener speaks TLS; its workers do the handshake
+    std::vector<ListeningSocket> sockets_;
+    UniqueFd signals_;
+    sigset_t original_mask_{};
+    StatusBoard board_;
+    Admission admission_;
+    std::map<pid_t, LiveSession> live_;
+    PeerLimits peers_;
+    std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake
+    int next_session_ = 1;
+};
+
+}  // namespace
+
+int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
+    return Listener(options, worker_command).run();
 }
 
 }  // namespace ggml_remote::host
