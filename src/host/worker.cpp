@@ -140,9 +140,12 @@ bool authenticate(const std::string &label, const ServerOptions &options, std::v
 
 }  // namespace
 
-int run_worker(int client_fd, int session_id, const std::string &peer, const ServerOptions &options) {
-    const auto started = std::chrono::steady_clock::now();
-    const std::string label = "session " + std::to_string(session_id) + " (" + peer + ")";
+namespace {
+
+// Everything before the guest's first byte: undumpable, only the descriptors the
+// worker needs, the keys read, the worker's own user, the sandbox. 0, or the exit code.
+int confine_worker(const std::string &label, int client_fd, const ServerOptions &options, bool needs_tls,
+                   std::vector<PreSharedKey> *keys) {
     // First of all: exec made this process dumpable again.
     Status status = make_undumpable();
     if (!status) log_line(label + ": " + status.message());
@@ -152,21 +155,15 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     if (options.status_fd >= 0) kept.push_back(options.status_fd);
     if (options.admission_fd >= 0) kept.push_back(options.admission_fd);
     close_descriptors_except(kept);
-    FramedStream stream(UniqueFd(client_fd), peer);
     // The key file is read before the sandbox, which leaves it unreachable; the keys
     // are wiped from memory once the handshake is over.
-    const bool needs_tls = !options.tls_psk_file.empty() && is_tcp(client_fd);
-    std::vector<PreSharedKey> keys;
     if (needs_tls) {
-        status = read_psk_file(options.tls_psk_file, &keys);
+        status = read_psk_file(options.tls_psk_file, keys);
         if (!status) {
             log_line(label + ": cannot start TLS: " + status.message());
             return 2;
         }
     }
-    // Who the server runs as, for the status query's trust, before the worker becomes
-    // --worker-user.
-    const uid_t server_uid = ::geteuid();
     if (!options.worker_user.empty()) {
         WorkerIdentity identity;
         status = find_worker_identity(options.worker_user, &identity);
@@ -185,51 +182,55 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
             return 1;
         }
     }
-    if (needs_tls && !authenticate(label, options, &keys, &stream)) return 2;
+    return 0;
+}
 
-    load_host_backends(options.verbose);
-    std::vector<ggml_backend_dev_t> devices;
-    status = select_devices(options, &devices);
-    if (!status) {
-        log_line(label + ": " + status.message());
-        return 1;
-    }
+// Whether the guest on `client_fd` is on this machine, and trusted with status
+// queries: root or the user the server runs as (`server_uid`).
+bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
+    ucred credentials{};
+    socklen_t size = sizeof(credentials);
+    return ::getsockopt(client_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 &&
+           (credentials.uid == 0 || credentials.uid == server_uid);
+}
 
-    Status outcome;
-    SessionCounters counters;
-    {
-        Session session(devices, options.limits);
-        int domain = 0;
-        socklen_t length = sizeof(domain);
-        bool trusted_local_peer = false;
-        if (::getsockopt(client_fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && domain == AF_UNIX) {
-            session.allow_shared_memory();  // a guest on this machine: memory files can be passed
-            ucred credentials{};
-            socklen_t size = sizeof(credentials);
-            trusted_local_peer = ::getsockopt(client_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 &&
-                                 (credentials.uid == 0 || credentials.uid == server_uid);
-        }
-        StatusBoard board;
-        if (options.status_fd >= 0 && StatusBoard::attach(options.status_fd, &board).ok()) {
-            session.attach_status(&board, board.slot(static_cast<uint32_t>(options.status_slot)), trusted_local_peer,
-                                  static_cast<uint32_t>(options.max_sessions));
-        }
-        // GGML_REMOTE_RECORD_DIR: keep every frame of the session, for the fuzzers' seeds.
-        FrameRecorder recorder;
-        const char *record_dir = std::getenv("GGML_REMOTE_RECORD_DIR");
-        if (record_dir != nullptr && *record_dir != '\0') {
-            Status recording = FrameRecorder::open(record_dir, &recorder);
-            if (recording) {
-                session.record_frames(&recorder);
-            } else {
-                log_line(label + ": " + recording.message());
-            }
-        }
-        outcome = session.serve(stream);
-        counters = session.counters();
+// Serves the authenticated guest until it leaves; the outcome and the session's totals.
+Status serve_guest(const std::string &label, FramedStream *stream, int client_fd, uid_t server_uid,
+                   const std::vector<ggml_backend_dev_t> &devices, const ServerOptions &options,
+                   SessionCounters *counters) {
+    Session session(devices, options.limits);
+    int domain = 0;
+    socklen_t length = sizeof(domain);
+    bool trusted_local_peer = false;
+    if (::getsockopt(client_fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && domain == AF_UNIX) {
+        session.allow_shared_memory();  // a guest on this machine: memory files can be passed
+        trusted_local_peer = is_trusted_local_peer(client_fd, server_uid);
     }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    StatusBoard board;
+    if (options.status_fd >= 0 && StatusBoard::attach(options.status_fd, &board).ok()) {
+        session.attach_status(&board, board.slot(static_cast<uint32_t>(options.status_slot)), trusted_local_peer,
+                              static_cast<uint32_t>(options.max_sessions));
+    }
+    // GGML_REMOTE_RECORD_DIR: keep every frame of the session, for the fuzzers' seeds.
+    FrameRecorder recorder;
+    const char *record_dir = std::getenv("GGML_REMOTE_RECORD_DIR");
+    if (record_dir != nullptr && *record_dir != '\0') {
+        Status recording = FrameRecorder::open(record_dir, &recorder);
+        if (recording) {
+            session.record_frames(&recorder);
+        } else {
+            log_line(label + ": " + recording.message());
+        }
+    }
+    Status outcome = session.serve(*stream);
+    *counters = session.counters();
+    return outcome;
+}
+
+// The session's last log line; the worker's exit code.
+int log_session_end(const std::string &label, const Status &outcome, const SessionCounters &counters,
+                    std::chrono::steady_clock::time_point started) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     char totals[256];
     std::snprintf(totals, sizeof(totals), "%.1f s, %llu commands, %llu graph computes, %s in, %s out", seconds,
                   static_cast<unsigned long long>(counters.commands),
@@ -243,6 +244,33 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     }
     log_line(label + ": closed by the server: " + outcome.message() + " (after " + summary + ")");
     return 2;
+}
+
+}  // namespace
+
+int run_worker(int client_fd, int session_id, const std::string &peer, const ServerOptions &options) {
+    const auto started = std::chrono::steady_clock::now();
+    const std::string label = "session " + std::to_string(session_id) + " (" + peer + ")";
+    // Who the server runs as, for the status query's trust, before the worker becomes
+    // --worker-user.
+    const uid_t server_uid = ::geteuid();
+    const bool needs_tls = !options.tls_psk_file.empty() && is_tcp(client_fd);
+    std::vector<PreSharedKey> keys;
+    const int refused = confine_worker(label, client_fd, options, needs_tls, &keys);
+    if (refused != 0) return refused;
+    FramedStream stream(UniqueFd(client_fd), peer);
+    if (needs_tls && !authenticate(label, options, &keys, &stream)) return 2;
+
+    load_host_backends(options.verbose);
+    std::vector<ggml_backend_dev_t> devices;
+    Status status = select_devices(options, &devices);
+    if (!status) {
+        log_line(label + ": " + status.message());
+        return 1;
+    }
+    SessionCounters counters;
+    const Status outcome = serve_guest(label, &stream, client_fd, server_uid, devices, options, &counters);
+    return log_session_end(label, outcome, counters, started);
 }
 
 }  // namespace ggml_remote::host
