@@ -23,17 +23,6 @@ run_local tiny-local "$tiny" 32
 GUEST_TIMEOUT=300
 start_server srv
 
-# rss_kb PID: resident memory of a process (0 once it is gone).
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
-# workers: the listener's child processes, one per session.
-workers() { pgrep -P "$srv_PID" || true; }
-# total_kb: resident memory of the listener and all its workers.
-total_kb() {
-    local total pid
-    total=$(rss_kb "$srv_PID")
-    for pid in $(workers); do total=$((total + $(rss_kb "$pid"))); done
-    echo "$total"
-}
 # wait_no_workers SECONDS: until the listener has no worker left; 1 if it still has.
 wait_no_workers() {
     local deadline=$(($(now_ms) + $1 * 1000))

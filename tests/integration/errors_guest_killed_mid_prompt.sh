@@ -21,14 +21,6 @@ model_kb=$(($(stat -c %s "$mid") / 1024))
 # Two threads: a compute shows as CPU time of a thread beside the worker's main one.
 start_server srv --threads 2
 
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
-workers() { pgrep -P "$srv_PID" || true; }
-total_kb() {
-    local total pid
-    total=$(rss_kb "$srv_PID")
-    for pid in $(workers); do total=$((total + $(rss_kb "$pid"))); done
-    echo "$total"
-}
 # start_victim NAME SERVERS: start_guest, with llama-simple's output unbuffered, so
 # that its prompt shows when it is printed, just before it is decoded.
 start_victim() {

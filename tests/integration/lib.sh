@@ -22,6 +22,18 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 note() { echo "-- $*"; }
 
+# rss_kb PID: resident memory of a process (0 once it is gone).
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+# workers: the session workers of the server started as srv (its child processes).
+workers() { pgrep -P "$srv_PID" || true; }
+# total_kb: resident memory of the server srv's listener and all its workers.
+total_kb() {
+    local total pid
+    total=$(rss_kb "$srv_PID")
+    for pid in $(workers); do total=$((total + $(rss_kb "$pid"))); done
+    echo "$total"
+}
+
 # finish LOG: ends a test that collected its problems in the array `failures`:
 # PASS when there are none, else each one, LOG, and FAIL. A worker that died from a
 # signal is a problem too.
