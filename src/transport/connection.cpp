@@ -245,6 +245,13 @@ Status FramedStream::receive(void *data, size_t size) {
     return Status::success();
 }
 
+bool FramedStream::input_waiting() const {
+    if (has_unread_bytes()) return true;
+    if (ring_ != nullptr || !fd_.valid()) return false;  // a ring's guest idles the same way
+    pollfd ready{fd_.get(), POLLIN, 0};
+    return ::poll(&ready, 1, 0) > 0 && (ready.revents & POLLIN) != 0;
+}
+
 Status FramedStream::receive_payload(FrameBuffer *buffer, uint64_t size) {
     if (size > SIZE_MAX) return error(Code::limit_exceeded, "receive from " + peer_ + ": payload too large");
     const auto total = static_cast<size_t>(size);

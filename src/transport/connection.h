@@ -74,6 +74,10 @@ class FramedStream {
     // yet taken: a poll on fd() does not see them.
     bool has_unread_bytes() const { return inbox_at_ < inbox_end_; }
 
+    // Whether the peer's next bytes are already here (read ahead, or waiting on the
+    // socket): it is sending, not idling. Never blocks.
+    bool input_waiting() const;
+
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }
     const std::string &peer() const { return peer_; }
