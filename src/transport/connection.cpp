@@ -245,11 +245,11 @@ Status FramedStream::receive(void *data, size_t size) {
     return Status::success();
 }
 
-bool FramedStream::input_waiting() const {
+bool FramedStream::input_waiting(int timeout_ms) const {
     if (has_unread_bytes()) return true;
     if (ring_ != nullptr || !fd_.valid()) return false;  // a ring's guest idles the same way
     pollfd ready{fd_.get(), POLLIN, 0};
-    return ::poll(&ready, 1, 0) > 0 && (ready.revents & POLLIN) != 0;
+    return ::poll(&ready, 1, timeout_ms) > 0 && (ready.revents & POLLIN) != 0;
 }
 
 Status FramedStream::receive_payload(FrameBuffer *buffer, uint64_t size) {

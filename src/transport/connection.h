@@ -74,9 +74,9 @@ class FramedStream {
     // yet taken: a poll on fd() does not see them.
     bool has_unread_bytes() const { return inbox_at_ < inbox_end_; }
 
-    // Whether the peer's next bytes are already here (read ahead, or waiting on the
-    // socket): it is sending, not idling. Never blocks.
-    bool input_waiting() const;
+    // Whether the peer's next bytes are here (read ahead, or on the socket) or come
+    // within `timeout_ms`: it is sending, not idling.
+    bool input_waiting(int timeout_ms) const;
 
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }
