@@ -6,7 +6,7 @@
 #       ggml's own backends0/ folder, so ggml applications load it only when asked)
 #   /usr/share/man/man1/ggml-remote-server.1.gz
 #   /usr/lib/systemd/system/ggml-remote.{service,socket}, /usr/lib/sysusers.d/ggml-remote.conf
-#   /usr/share/doc/ggml-remote/{README.Debian,changelog.Debian.gz}
+#   /usr/share/doc/ggml-remote/{README.Debian,changelog.Debian.gz,copyright}
 # The systemd units name /usr/bin/ggml-remote-server: they are meant for the package.
 
 set(GGML_REMOTE_PACKAGING_DIR ${CMAKE_CURRENT_LIST_DIR})
@@ -35,7 +35,8 @@ install(FILES ${GGML_REMOTE_PACKAGING_DIR}/systemd/ggml-remote.service
               ${GGML_REMOTE_PACKAGING_DIR}/systemd/ggml-remote.socket
         DESTINATION lib/systemd/system)
 install(FILES ${GGML_REMOTE_PACKAGING_DIR}/sysusers.d/ggml-remote.conf DESTINATION lib/sysusers.d)
-install(FILES ${GGML_REMOTE_PACKAGING_DIR}/README.Debian DESTINATION share/doc/ggml-remote)
+install(FILES ${GGML_REMOTE_PACKAGING_DIR}/README.Debian ${GGML_REMOTE_PACKAGING_DIR}/debian/copyright
+        DESTINATION share/doc/ggml-remote)
 
 # debian/changelog: one entry per package version, newest first (gzip -9n, as Debian ships it).
 set(GGML_REMOTE_DEB_RELEASE 1)
