@@ -1,7 +1,7 @@
 // ggml's internal backend interface, API version 3 (Debian libggml 0.27.0).
 //
 // Debian's libggml-dev ships no ggml-backend-impl.h, so a plugin declares these
-// structs itself. The layout follows shared/ggml-abi-v3.md, which verified every
+// structs itself. The layout follows docs/ggml-abi-v3.md, which verified every
 // offset against the machine code of the Debian binaries; the static_asserts below
 // pin those offsets so that a careless edit cannot shift them.
 #pragma once
@@ -149,7 +149,7 @@ GGML_API ggml_backend_buffer_t ggml_backend_buffer_init(ggml_backend_buffer_type
 
 }  // extern "C"
 
-// Offsets verified in shared/ggml-abi-v3.md (x86-64, LP64).
+// Offsets verified in docs/ggml-abi-v3.md (x86-64, LP64).
 static_assert(sizeof(ggml_backend_buffer_type_i) == 0x40, "buft iface size");
 static_assert(offsetof(ggml_backend_buffer_type_i, alloc_buffer_n) == 0x10, "alloc_buffer_n");
 static_assert(offsetof(ggml_backend_buffer_type_i, get_alignment) == 0x18, "get_alignment");
