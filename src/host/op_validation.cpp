@@ -65,14 +65,8 @@ bool elements_fit_span(const ggml_tensor *t, std::string *why) {
     for (int d = 0; d < GGML_MAX_DIMS; ++d) {
         if (t->ne[d] == 0) return true;  // no elements
     }
-    protocol::WireTensor wire{};
-    wire.type = t->type;
-    for (int d = 0; d < GGML_MAX_DIMS; ++d) {
-        wire.ne[d] = t->ne[d];
-        wire.nb[d] = t->nb[d];
-    }
     uint64_t span = 0, dense = ggml_type_size(t->type);
-    bool overflow = !protocol::tensor_byte_span(wire, &span);
+    bool overflow = !protocol::tensor_byte_span(t, &span);
     for (int d = 0; d < GGML_MAX_DIMS && !overflow; ++d) {
         const uint64_t count = d == 0 ? uint64_t(t->ne[0] / ggml_blck_size(t->type)) : uint64_t(t->ne[d]);
         overflow = __builtin_mul_overflow(dense, count, &dense);

@@ -169,6 +169,16 @@ std::vector<uint8_t> TensorListEncoder::finish() {
     return out;
 }
 
+bool tensor_byte_span(const ggml_tensor *tensor, uint64_t *span) {
+    WireTensor wire{};
+    wire.type = tensor->type;
+    for (int d = 0; d < GGML_MAX_DIMS; ++d) {
+        wire.ne[d] = tensor->ne[d];
+        wire.nb[d] = tensor->nb[d];
+    }
+    return tensor_byte_span(wire, span);
+}
+
 bool tensor_byte_span(const WireTensor &t, uint64_t *span) {
     const auto type = static_cast<ggml_type>(t.type);
     if (t.type < 0 || t.type >= GGML_TYPE_COUNT || ggml_blck_size(type) <= 0) return false;

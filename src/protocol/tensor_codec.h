@@ -114,5 +114,7 @@ Status decode_tensor_list(ByteView bytes, const TensorListLimits &limits, Tensor
 // The number of bytes from a tensor's data pointer to one past the last byte
 // that an op may touch, from ne and nb (at least ggml_nbytes). False on overflow.
 bool tensor_byte_span(const WireTensor &tensor, uint64_t *span);
+// The same for a tensor the host built (its type, ne and nb).
+bool tensor_byte_span(const ggml_tensor *tensor, uint64_t *span);
 
 }  // namespace ggml_remote::protocol

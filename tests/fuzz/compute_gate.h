@@ -37,14 +37,8 @@ struct AddressRange {
 
 // The bytes a validated tensor's elements may touch (graph_builder.cpp checked the span).
 inline AddressRange address_range(const ggml_tensor *t) {
-    protocol::WireTensor wire{};
-    wire.type = t->type;
-    for (int d = 0; d < GGML_MAX_DIMS; ++d) {
-        wire.ne[d] = t->ne[d];
-        wire.nb[d] = t->nb[d];
-    }
     uint64_t span = 0;
-    if (!protocol::tensor_byte_span(wire, &span)) span = UINT64_MAX / 2;
+    if (!protocol::tensor_byte_span(t, &span)) span = UINT64_MAX / 2;
     const auto begin = reinterpret_cast<uintptr_t>(t->data);
     return {begin, begin + span};
 }

@@ -287,7 +287,7 @@ class FencedArena {
         uint64_t offset = 64;
         for (ggml_tensor *t : tensors) {
             uint64_t span = 0;
-            if (!protocol::tensor_byte_span(wire_of(t), &span) || offset + span + 64 > kSize) return false;
+            if (!protocol::tensor_byte_span(t, &span) || offset + span + 64 > kSize) return false;
             t->data = base + offset;
             t->buffer = buffer_;
             // Indexes start in range (row 0); other data must differ from the canary, or
@@ -304,7 +304,7 @@ class FencedArena {
     bool holds(const ggml_tensor *t) const {
         uint64_t span = 0;
         const auto offset = static_cast<const uint8_t *>(t->data) - static_cast<const uint8_t *>(memory_.data());
-        return protocol::tensor_byte_span(wire_of(t), &span) && offset >= 0 && uint64_t(offset) + span <= kSize;
+        return protocol::tensor_byte_span(t, &span) && offset >= 0 && uint64_t(offset) + span <= kSize;
     }
 
     // The first changed byte outside `allowed`, or -1.
@@ -315,7 +315,7 @@ class FencedArena {
             bool inside = false;
             for (const ggml_tensor *t : allowed) {
                 uint64_t span = 0;
-                protocol::tensor_byte_span(wire_of(t), &span);
+                protocol::tensor_byte_span(t, &span);
                 const auto *begin = static_cast<const uint8_t *>(t->data);
                 inside |= now + i >= begin && now + i < begin + span;
             }
@@ -325,16 +325,6 @@ class FencedArena {
     }
 
   private:
-    static protocol::WireTensor wire_of(const ggml_tensor *t) {
-        protocol::WireTensor wire{};
-        wire.type = t->type;
-        for (int d = 0; d < GGML_MAX_DIMS; ++d) {
-            wire.ne[d] = t->ne[d];
-            wire.nb[d] = t->nb[d];
-        }
-        return wire;
-    }
-
     static constexpr size_t kSize = 1u << 20;
     static constexpr uint8_t kCanary = 0xA5;
     static constexpr uint8_t kData = 0x3C;  // 0.0115f, a small finite float
