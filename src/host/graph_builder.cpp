@@ -141,6 +141,7 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
         if (t->op == GGML_OP_NONE) continue;
         Status status = validate_node(t);
         if (!status) return status;
+        built->reads_unchecked_indexes |= reads_unchecked_indexes(t->op);
     }
 
     if (n_nodes > 0) built->graph = build_graph(list, is_node, built->context.get(), built->tensors);

@@ -32,6 +32,9 @@ struct BuiltTensors {
     ggml_cgraph *graph = nullptr;        // only when nodes were requested
     uint64_t checked_for_backend = 0;    // the session's backend found able to compute it (0: none yet)
     std::vector<uint64_t> writes_weights;  // buffers of weights its nodes write (Session::repack_weights)
+    // Whether a node follows indexes that must be checked before every compute
+    // (check_data_indexes in op_validation.h); found once, when the graph is built.
+    bool reads_unchecked_indexes = false;
 };
 
 enum class DataPolicy {

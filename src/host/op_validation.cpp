@@ -854,11 +854,13 @@ bool written_before(const ggml_cgraph *graph, int node_index, const ggml_tensor 
 
 }  // namespace
 
+bool reads_unchecked_indexes(ggml_op op) { return op == GGML_OP_SSM_SCAN; }
+
 Status check_data_indexes(const ggml_cgraph *graph) {
     auto *g = const_cast<ggml_cgraph *>(graph);
     for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
         const ggml_tensor *node = ggml_graph_node(g, i);
-        if (node->op != GGML_OP_SSM_SCAN) continue;
+        if (!reads_unchecked_indexes(node->op)) continue;
         const ggml_tensor *ids = node->src[6];
         const std::string name = "SSM_SCAN node '" + printable(node->name) + "': ";
         if (ids->buffer == nullptr || !ggml_backend_buffer_is_host(ids->buffer) || !ggml_is_contiguous(ids) ||

@@ -662,8 +662,11 @@ void Session::register_handlers() {
             }
             graph->checked_for_backend = request.backend;
         }
-        Status indexes = check_data_indexes(graph->graph);
-        if (!indexes) return indexes;
+        // Not a walk over every node for every token: the graph knows whether it has any.
+        if (graph->reads_unchecked_indexes) {
+            Status indexes = check_data_indexes(graph->graph);
+            if (!indexes) return indexes;
+        }
         if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
         weight_repack_.refresh();
         // A guest that hangs up now is not waited for (its compute is aborted).
