@@ -4,6 +4,7 @@
 #include "host/sandbox.h"
 #include "host/worker_identity.h"
 #include "transport/connection.h"
+#include "transport/peer_account.h"
 #include "transport/socket.h"
 #include "transport/tls_key.h"
 
@@ -188,10 +189,9 @@ int confine_worker(const std::string &label, int client_fd, const ServerOptions 
 // Whether the guest on `client_fd` is on this machine, and trusted with status
 // queries: root or the user the server runs as (`server_uid`).
 bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
-    ucred credentials{};
-    socklen_t size = sizeof(credentials);
-    return ::getsockopt(client_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0 &&
-           (credentials.uid == 0 || credentials.uid == server_uid);
+    PeerAccount peer;
+    return peer_account(client_fd, &peer).ok() && peer.kind == PeerAccount::Kind::user &&
+           (peer.uid == 0 || peer.uid == server_uid);
 }
 
 // Serves the authenticated guest until it leaves; the outcome and the session's totals.
