@@ -100,55 +100,6 @@ bool admission_pair(UniqueFd *worker_end, UniqueFd *listener_end) {
     return true;
 }
 
-std::string session_label(const std::map<pid_t, LiveSession> &live, pid_t pid) {
-    const auto it = live.find(pid);
-    if (it == live.end()) return "worker " + std::to_string(pid);
-    return "session " + std::to_string(it->second.id) + " (" + it->second.peer + ")";
-}
-
-// Pre-authentication accounting, kept apart from accepting: the unauthenticated cap
-// evicts the oldest connection still in its handshake, so that key-less clients held
-// open never keep out a guest that holds the key.
-void make_room_for_unauthenticated(Admission *admission, const std::map<pid_t, LiveSession> &live) {
-    if (const std::optional<pid_t> oldest = admission->evict_oldest_unauthenticated_if_full()) {
-        log_line(session_label(live, *oldest) + ": ended unauthenticated to make room (" +
-                 std::to_string(admission->unauthenticated()) + " others in their handshake, --max-unauthenticated)");
-        ::kill(*oldest, SIGKILL);
-    }
-}
-
-void end_overdue_unauthenticated(Admission *admission, const std::map<pid_t, LiveSession> &live) {
-    for (pid_t pid : admission->take_overdue(Admission::Clock::now())) {
-        log_line(session_label(live, pid) + ": ended, not authenticated within " +
-                 std::to_string(kUnauthenticatedDeadlineMs) + " ms");
-        ::kill(pid, SIGKILL);
-    }
-}
-
-// A TLS guest's peer is counted once it authenticated: until then its connection
-// holds no session, neither the server's nor its peer's.
-void answer_admission_requests(Admission *admission, PeerLimits *peers,
-                               std::map<pid_t, PeerAccount> *unauthenticated_peers, const std::vector<pollfd> &polled,
-                               const std::map<pid_t, LiveSession> &live) {
-    auto peer_may_open = [&](pid_t pid) {
-        const auto it = unauthenticated_peers->find(pid);
-        return it != unauthenticated_peers->end() && peers->refusal(it->second).empty();
-    };
-    for (const Admission::Answer &answer : admission->answer_requests(polled, peer_may_open)) {
-        const auto it = unauthenticated_peers->find(answer.pid);
-        if (answer.admitted && it != unauthenticated_peers->end()) {
-            peers->opened(answer.pid, it->second);  // the worker logs its session
-        } else if (answer.peer_full && it != unauthenticated_peers->end()) {
-            log_line("refused " + session_label(live, answer.pid) + " after its handshake: " + peers->refusal(it->second));
-        } else if (!answer.admitted) {
-            log_line("refused " + session_label(live, answer.pid) + " after its handshake: " +
-                     std::to_string(admission->sessions()) + " sessions already (--max-sessions)");
-        }
-        if (it != unauthenticated_peers->end()) unauthenticated_peers->erase(it);
-    }
-}
-
-
 // The listener's state and its steps: sockets, signals, the workers it started
 // and the counts that admit new ones. run() is the poll loop.
 class Listener {
@@ -239,8 +190,8 @@ class Listener {
             return false;
         }
         if ((polled[0].revents & POLLIN) && !handle_signal()) return false;
-        answer_admission_requests(&admission_, &peers_, &unauthenticated_peers_, polled, live_);
-        end_overdue_unauthenticated(&admission_, live_);
+        answer_admission_requests(polled);
+        end_overdue_unauthenticated();
         for (size_t i = 0; i < sockets_.size(); ++i) {
             if (polled[i + 1].revents & POLLIN) accept_guest(sockets_[i]);
         }
@@ -256,13 +207,60 @@ class Listener {
         return true;
     }
 
+    std::string session_label(pid_t pid) const {
+        const auto it = live_.find(pid);
+        if (it == live_.end()) return "worker " + std::to_string(pid);
+        return "session " + std::to_string(it->second.id) + " (" + it->second.peer + ")";
+    }
+
+    // Pre-authentication accounting, kept apart from accepting: the unauthenticated cap
+    // evicts the oldest connection still in its handshake, so that key-less clients held
+    // open never keep out a guest that holds the key.
+    void make_room_for_unauthenticated() {
+        if (const std::optional<pid_t> oldest = admission_.evict_oldest_unauthenticated_if_full()) {
+            log_line(session_label(*oldest) + ": ended unauthenticated to make room (" +
+                     std::to_string(admission_.unauthenticated()) +
+                     " others in their handshake, --max-unauthenticated)");
+            ::kill(*oldest, SIGKILL);
+        }
+    }
+
+    void end_overdue_unauthenticated() {
+        for (pid_t pid : admission_.take_overdue(Admission::Clock::now())) {
+            log_line(session_label(pid) + ": ended, not authenticated within " +
+                     std::to_string(kUnauthenticatedDeadlineMs) + " ms");
+            ::kill(pid, SIGKILL);
+        }
+    }
+
+    // A TLS guest's peer is counted once it authenticated: until then its connection
+    // holds no session, neither the server's nor its peer's.
+    void answer_admission_requests(const std::vector<pollfd> &polled) {
+        auto peer_may_open = [this](pid_t pid) {
+            const auto it = unauthenticated_peers_.find(pid);
+            return it != unauthenticated_peers_.end() && peers_.refusal(it->second).empty();
+        };
+        for (const Admission::Answer &answer : admission_.answer_requests(polled, peer_may_open)) {
+            const auto it = unauthenticated_peers_.find(answer.pid);
+            if (answer.admitted && it != unauthenticated_peers_.end()) {
+                peers_.opened(answer.pid, it->second);  // the worker logs its session
+            } else if (answer.peer_full && it != unauthenticated_peers_.end()) {
+                log_line("refused " + session_label(answer.pid) + " after its handshake: " + peers_.refusal(it->second));
+            } else if (!answer.admitted) {
+                log_line("refused " + session_label(answer.pid) + " after its handshake: " +
+                         std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
+            }
+            if (it != unauthenticated_peers_.end()) unauthenticated_peers_.erase(it);
+        }
+    }
+
     void reap_workers() {
         int wait_status = 0;
         pid_t pid;
         while ((pid = ::waitpid(-1, &wait_status, WNOHANG)) > 0) {
             auto it = live_.find(pid);
             if (it == live_.end()) continue;
-            const std::string label = "session " + std::to_string(it->second.id) + " (" + it->second.peer + ")";
+            const std::string label = session_label(pid);
             if (WIFSIGNALED(wait_status) && !admission_.ended_by_listener(pid)) {
                 log_line(label + ": worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
                          strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
@@ -296,7 +294,7 @@ class Listener {
         }
         PeerAccount account;
         if (!admit_peer(peers_, client.get(), peer, authenticated, &account)) return;
-        if (!authenticated) make_room_for_unauthenticated(&admission_, live_);
+        if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
             log_line("refused " + peer + ": socketpair: " + std::strerror(errno));
