@@ -390,8 +390,6 @@ ggml_tensor *call_trapped(Constructor make, ggml_context *ctx, const ggml_tensor
 
 }  // namespace
 
-bool has_constructor_replay(ggml_op op) { return find_replay(op) != nullptr; }
-
 std::string replay_constructor(const ggml_tensor *node) {
     const Replay *replay = find_replay(node->op);
     if (replay == nullptr) return "no constructor replay for this op";

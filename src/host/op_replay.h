@@ -14,9 +14,6 @@
 
 namespace ggml_remote::host {
 
-// Whether `op` is checked by replaying its constructor.
-bool has_constructor_replay(ggml_op op);
-
 // Empty when the constructor makes the same node; otherwise why not.
 std::string replay_constructor(const ggml_tensor *node);
 
