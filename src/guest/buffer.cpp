@@ -1,5 +1,6 @@
 #include "guest/file_mapping.h"
 #include "guest/log.h"
+#include "guest/weight_digests.h"
 #include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
@@ -58,8 +59,32 @@ void buffer_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, uin
     if (!status) report(remote, "memset_tensor", status);
 }
 
+// A whole weight tensor is first named by its digest: the server's store may hold it.
+bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
+                       size_t size) {
+    RemoteBuffer *remote = context_of(buffer);
+    RemoteSession &session = remote->device->session();
+    const size_t min_bytes = weight_store_min_bytes();
+    if (!session.weight_store() || min_bytes == 0 || size < min_bytes || offset != 0 ||
+        ggml_backend_buffer_get_usage(buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+        return false;
+    }
+    WeightLookup::Request request{};
+    request.range = remote->range(tensor, 0, size);
+    const ContentDigest digest = weight_digest(data, size);
+    std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
+    WeightLookup::Reply reply{};
+    Status status = session.call<WeightLookup>(request, {}, &reply);
+    if (!status) {
+        report(remote, "weight_lookup", status);
+        return false;
+    }
+    return reply.found != 0;
+}
+
 void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
                        size_t size) {
+    if (filled_from_store(buffer, tensor, data, offset, size)) return;
     RemoteBuffer *remote = context_of(buffer);
     const auto *bytes = static_cast<const uint8_t *>(data);
     // Large uploads (model weights) go in chunks, each within the server's message limit.

@@ -1,5 +1,7 @@
 #include "guest/remote_session.h"
 
+#include "guest/weight_digests.h"
+
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -109,6 +111,7 @@ Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique
         if (!status) return status;
     }
     Hello::Request hello;
+    if (weight_store_min_bytes() != 0) hello.capabilities |= kSessionWeightStore;
     if (endpoint.kind == Endpoint::Kind::shared_memory) {
         hello.capabilities |= kSessionSharedMemory;
         if (shared_ring_wanted()) hello.capabilities |= kSessionSharedRing;
@@ -157,6 +160,7 @@ Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique
 
     session->device_count_ = reply.device_count;
     session->shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
+    session->weight_store_ = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
     if ((hello.capabilities & kSessionSharedMemory) && !session->shared_memory_) {
         log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", name.c_str());
     }

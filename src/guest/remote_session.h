@@ -107,6 +107,8 @@ class RemoteSession {
     uint32_t device_count() const { return device_count_; }
     // Whether the server granted shared-memory buffers (shm: endpoints).
     bool shared_memory() const { return shared_memory_; }
+    // The server keeps a weight store for this session (WeightLookup).
+    bool weight_store() const { return weight_store_; }
 
   private:
     explicit RemoteSession(std::string endpoint) : endpoint_(std::move(endpoint)) {}
@@ -148,6 +150,7 @@ class RemoteSession {
     std::string endpoint_;
     uint32_t device_count_ = 0;
     bool shared_memory_ = false;
+    bool weight_store_ = false;
     bool broken_ = false;  // the connection failed; every later call fails at once
     // One-way commands wait here and leave with the next call, in one system call:
     // the inputs of a token and its compute then cost no extra trips.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "host/session.h"
+#include "host/weight_store.h"
 
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ struct ServerOptions {
     // --tls-psk: every TCP listener speaks TLS with a key from this file (read by
     // the listener at start-up and by each worker, so a changed file applies to new sessions).
     std::string tls_psk_file;
+    // --weight-store DIR and its limits (weight_store.h).
+    WeightStoreOptions weight_store;
     // Worker only: the listener's status board and this session's slot in it.
     int status_fd = -1;
     int status_slot = -1;

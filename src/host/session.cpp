@@ -67,6 +67,7 @@ Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
 }
 
 Session::~Session() {
+    (void)store_fill_.finish_pending();
     for (auto &slot : graph_slots_) slot.reset();
     // Backends first: they may still reference buffers.
     backends_.clear();
@@ -190,6 +191,8 @@ void Session::register_handlers() {
         reply->protocol_version = kProtocolVersion;
         reply->device_count = static_cast<uint32_t>(devices_.size());
         reply->capabilities = shared_memory_ ? uint64_t(kSessionSharedMemory) : 0;
+        weight_store_granted_ = store_fill_.enabled() && (request.capabilities & kSessionWeightStore) != 0;
+        if (weight_store_granted_) reply->capabilities |= kSessionWeightStore;
         if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {
             // serve() switches to the ring once this reply, which carries it, is out.
             Status status = RingChannel::create(kRingCapacity, &tail->fd, &pending_ring_);
@@ -289,10 +292,12 @@ void Session::register_handlers() {
             if (shared_memory_ && device_shares_memory(device)) {
                 status = allocate_shared(device, request.size, &record, &tail->fd);
                 if (!status) return status;
+                record.shared_with_guest = true;
                 reply->shared = 1;
             } else if (device_shares_memory(device)) {
                 status = allocate_private(device, request.size, &record);
                 if (!status) return status;
+                record.private_memory = true;
             } else {
                 ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
                 if (buffer == nullptr) {
@@ -496,6 +501,32 @@ void Session::register_handlers() {
         }
         ggml_backend_tensor_set(&tensor, tail.data, 0, tail.size);
         return Status::success();
+    });
+
+    dispatcher_.on<WeightLookup>([this](const WeightLookup::Request &request, ByteView, WeightLookup::Reply *reply,
+                                        ReplyTail *) {
+        if (!weight_store_granted_) return error(Code::unsupported, "weight_lookup: this session has no weight store");
+        SessionBuffer *buffer = nullptr;
+        Status status = buffer_at(request.range.buffer, &buffer);
+        if (!status) return status;
+        if (buffer->shared_with_guest) {
+            return error(Code::bad_request, "weight_lookup: buffer " + std::to_string(request.range.buffer) +
+                                                " is shared memory, which the guest writes itself");
+        }
+        if (request.range.size < kMinWeightLookupBytes) {
+            return error(Code::bad_request, "weight_lookup: " + std::to_string(request.range.size) +
+                                                " bytes is below the store's minimum of " +
+                                                std::to_string(kMinWeightLookupBytes));
+        }
+        ggml_tensor tensor;
+        status = range_tensor(request.range, true, &tensor);
+        if (!status) return status;
+        ContentDigest digest;
+        std::memcpy(digest.bytes, request.digest, sizeof(digest.bytes));
+        bool found = false;
+        status = store_fill_.lookup({&tensor, buffer->private_memory ? &buffer->mapping : nullptr}, digest, &found);
+        reply->found = found ? 1 : 0;
+        return status;
     });
 
     dispatcher_.on<SetTensor2d>([this](const SetTensor2d::Request &request, ByteView tail, Empty *, ReplyTail *) {
@@ -788,6 +819,12 @@ Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply, st
     if (handler == nullptr) return error(Code::bad_request, "unknown command " + std::to_string(command));
     if (!handshaken_ && command != static_cast<uint16_t>(CommandId::hello)) {
         return error(Code::bad_request, "the first message must be the handshake");
+    }
+    // A new store entry is complete once the guest does anything but write.
+    if (command != static_cast<uint16_t>(CommandId::set_tensor) &&
+        command != static_cast<uint16_t>(CommandId::set_tensor_2d)) {
+        Status stored = store_fill_.finish_pending();
+        if (!stored) return stored;
     }
     ++counters_.commands;
     // A backend that throws (std::bad_alloc for a work buffer a forged shape asks

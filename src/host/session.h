@@ -6,6 +6,7 @@
 #include "host/frame_recorder.h"
 #include "host/graph_builder.h"
 #include "host/weight_repack.h"
+#include "host/store_fill.h"
 #include "host/handle_table.h"
 #include "host/status_board.h"
 #include "host/watchdog.h"
@@ -62,6 +63,9 @@ struct SessionCounters {
     uint64_t bytes_sent = 0;
     uint64_t graph_computes = 0;
     uint64_t weights_repacked = 0;
+    uint64_t store_hits = 0;  // weight store (filled in by the worker from StoreFill)
+    uint64_t store_misses = 0;
+    uint64_t store_bytes_saved = 0;
 };
 
 class Session {
@@ -73,6 +77,14 @@ class Session {
 
     // Lets the guest ask for shared-memory buffers: only when it is on a unix socket.
     void allow_shared_memory() { shared_memory_allowed_ = true; }
+
+    // Offers the guest the weight store, in the part of `tenant` (weight_store.h).
+    Status use_weight_store(const WeightStoreOptions &options, const std::string &tenant) {
+        return store_fill_.open(options, tenant);
+    }
+    const StoreFillCounters &store_counters() const { return store_fill_.counters(); }
+    // Test-only: waits until the store has checked and named every new entry.
+    void wait_for_store_for_testing() { store_fill_.store().wait_for_commits(); }
 
     // Publishes this session's counters in `slot` after every command, and answers
     // status queries from `board` when `may_query` (a trusted local peer).
@@ -132,6 +144,8 @@ class Session {
         uint64_t mapped = 0;   // bytes of a guest's file, counted against the mapped-file quota
         bool writable = true;
         bool weights = false;  // the guest said it holds weights (BufferSetUsage)
+        bool shared_with_guest = false;  // a memory file the guest maps too
+        bool private_memory = false;     // `mapping` is the worker's own memory (allocate_private)
     };
     // A CPU backend computes with a thread pool of its own, kept across computes
     // as llama.cpp does: without one, ggml starts and stops its threads on every
@@ -211,6 +225,9 @@ class Session {
     FrameRecorder *recorder_ = nullptr;
     ComputeGateForTesting compute_gate_for_testing_;
     ComputeCheckForTesting compute_check_for_testing_;
+    bool weight_store_granted_ = false;
+    // Last: its store's thread finishes its commits before anything else goes.
+    StoreFill store_fill_;
 };
 
 }  // namespace ggml_remote::host

@@ -177,7 +177,9 @@ int confine_worker(const std::string &label, int client_fd, const ServerOptions 
     // The guest's first byte is read inside the sandbox: GnuTLS parses the handshake of
     // a guest that may hold no key, and the backends load only after it authenticated.
     if (options.sandbox) {
-        status = enter_sandbox();
+        FilesystemPolicy files = worker_filesystem_policy();
+        if (!options.weight_store.directory.empty()) files.read_write.push_back(options.weight_store.directory);
+        status = enter_sandbox(files);
         if (!status) {
             log_line(label + ": refused: cannot sandbox the worker: " + status.message());
             return 1;
@@ -194,11 +196,33 @@ bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
            (peer.uid == 0 || peer.uid == server_uid);
 }
 
+// Whose weights a guest may find in the store: its TLS identity, else what the
+// kernel says of its socket (its user, or its address).
+std::string weight_store_tenant(const FramedStream &stream, int client_fd) {
+    if (stream.tls() != nullptr) return "tls " + stream.tls()->peer_identity();
+    PeerAccount peer;
+    return peer_account(client_fd, &peer).ok() ? peer.key : "unknown";
+}
+
+void offer_weight_store(const std::string &label, const FramedStream &stream, int client_fd,
+                        const ServerOptions &options, Session *session) {
+    if (options.weight_store.directory.empty()) return;
+    Status status = session->use_weight_store(options.weight_store, weight_store_tenant(stream, client_fd));
+    if (!status) log_line(label + ": no weight store for this session: " + status.message());
+}
+
+void store_counters_of(const Session &session, SessionCounters *counters) {
+    counters->store_hits = session.store_counters().hits;
+    counters->store_misses = session.store_counters().misses;
+    counters->store_bytes_saved = session.store_counters().bytes_saved;
+}
+
 // Serves the authenticated guest until it leaves; the outcome and the session's totals.
 Status serve_guest(const std::string &label, FramedStream *stream, int client_fd, uid_t server_uid,
                    const std::vector<ggml_backend_dev_t> &devices, const ServerOptions &options,
                    SessionCounters *counters) {
     Session session(devices, options.limits);
+    offer_weight_store(label, *stream, client_fd, options, &session);
     int domain = 0;
     socklen_t length = sizeof(domain);
     bool trusted_local_peer = false;
@@ -224,6 +248,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
     }
     Status outcome = session.serve(*stream);
     *counters = session.counters();
+    store_counters_of(session, counters);
     return outcome;
 }
 
@@ -238,6 +263,11 @@ int log_session_end(const std::string &label, const Status &outcome, const Sessi
                   human_bytes(counters.bytes_received).c_str(), human_bytes(counters.bytes_sent).c_str());
     std::string summary = totals;
     if (counters.weights_repacked != 0) summary += ", " + std::to_string(counters.weights_repacked) + " weights repacked";
+    if (counters.store_hits + counters.store_misses != 0) {
+        summary += ", weight store: " + std::to_string(counters.store_hits) + " found (" +
+                   human_bytes(counters.store_bytes_saved) + " not sent), " + std::to_string(counters.store_misses) +
+                   " not found";
+    }
     if (outcome.ok()) {
         log_line(label + ": disconnected after " + summary);
         return 0;

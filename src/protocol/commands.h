@@ -41,6 +41,7 @@ enum class CommandId : uint16_t {
     server_status,
     buffer_set_usage,
     buffer_written,
+    weight_lookup,
     count_,  // not a command: one past the last id
 };
 
@@ -63,6 +64,9 @@ enum SessionCaps : uint64_t {
     // With shared memory: after the handshake, frames go through two rings in a
     // memory file that comes with the hello reply (transport/shared_ring.h).
     kSessionSharedRing = 1 << 1,
+    // The server keeps a store of weights by content (--weight-store): a guest names
+    // a weight tensor by its digest before sending its bytes (WeightLookup).
+    kSessionWeightStore = 1 << 2,
 };
 
 #pragma pack(push, 1)
@@ -247,6 +251,26 @@ struct BufferRange {
     uint64_t buffer;
     uint64_t offset;
     uint64_t size;
+};
+
+// A weight tensor's bytes named by their digest (protocol/content_digest.h), before
+// they are sent; only where the handshake granted kSessionWeightStore. When the
+// server's store holds those bytes for this guest's tenant, it fills the range
+// from there and answers `found`: no bytes cross the wire. Otherwise the guest
+// sends them (SetTensor) as it would have, and the server keeps them in its store
+// once it has checked them against the digest itself.
+constexpr uint64_t kMinWeightLookupBytes = uint64_t(64) << 10;
+
+struct WeightLookup {
+    static constexpr CommandId id = CommandId::weight_lookup;
+    static constexpr bool one_way = false;
+    struct Request {
+        BufferRange range;
+        uint8_t digest[16];
+    };
+    struct Reply {
+        uint8_t found;
+    };
 };
 
 // Request tail: `range.size` bytes.

@@ -29,6 +29,7 @@ const char *command_name(CommandId id) {
         case CommandId::server_status: return "server_status";
         case CommandId::buffer_set_usage: return "buffer_set_usage";
         case CommandId::buffer_written: return "buffer_written";
+        case CommandId::weight_lookup: return "weight_lookup";
         case CommandId::count_: break;
     }
     return "unknown";

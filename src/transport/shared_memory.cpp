@@ -118,6 +118,25 @@ Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping
     return Status::success();
 }
 
+Status Mapping::overlay_file(size_t offset, size_t length, int fd, uint64_t file_offset, bool shared) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    auto *at = static_cast<uint8_t *>(data_) + offset;
+    uint64_t end = 0;
+    if (reinterpret_cast<uintptr_t>(at) % page != 0 || length % page != 0 || file_offset % page != 0 ||
+        __builtin_add_overflow(offset, length, &end) || end > size_ || length == 0) {
+        return error(Code::bad_request, "overlay outside the mapping or not page-aligned");
+    }
+    void *placed = ::mmap(at, length, PROT_READ | PROT_WRITE, (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_FIXED, fd,
+                          static_cast<off_t>(file_offset));
+    if (placed == MAP_FAILED) {
+        const int saved = errno;
+        // A failed MAP_FIXED may have unmapped the range: never leave a hole in a buffer.
+        (void)::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        return error(Code::error, std::string("mmap: ") + std::strerror(saved));
+    }
+    return Status::success();
+}
+
 Status Mapping::anonymous(size_t size, Mapping *out) {
     if (size == 0) return error(Code::bad_request, "cannot map an empty range");
     constexpr size_t kHugePage = 2u << 20;

@@ -34,6 +34,11 @@ class Mapping {
     // weights read once per token take fewer TLB misses than in 4 KiB pages.
     static Status anonymous(size_t size, Mapping *mapping);
 
+    // Puts pages of `fd` in place of [offset, offset + length) of this mapping, which
+    // must be page-aligned and inside it: shared (writes reach the file) or private
+    // (copy-on-write). `file_offset` must be page-aligned too.
+    Status overlay_file(size_t offset, size_t length, int fd, uint64_t file_offset, bool shared);
+
     void *data() const { return data_; }
     size_t size() const { return size_; }
 

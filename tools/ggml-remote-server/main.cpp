@@ -5,6 +5,7 @@
 #include "status_command.h"
 #include "host/worker.h"
 #include "host/worker_identity.h"
+#include "host/weight_store.h"
 #include "protocol/wire.h"
 #include "transport/endpoint.h"
 #include "transport/tls_key.h"
@@ -13,6 +14,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +56,14 @@ void print_usage(const char *program) {
         "         --no-repack            compute with a guest's mapped weights as they are (by\n"
         "                                default a CPU device repacks them into its fastest\n"
         "                                layouts, as llama.cpp does locally)\n"
+        "         --weight-store DIR     keep guests' weights by content in DIR: a guest that\n"
+        "                                loads weights the store holds sends no bytes, and\n"
+        "                                sessions share one copy of them (see docs/SECURITY.md)\n"
+        "         --weight-store-size SIZE  the most the store holds; the least recently used\n"
+        "                                entries go first (default: a quarter of DIR's disk)\n"
+        "         --weight-store-shared  one store for all guests (default: one per user on a\n"
+        "                                unix socket, TLS identity, or address on plain TCP)\n"
+        "         --weight-store-verify  hash an entry again each time a session uses it\n"
         "         --max-sessions N       guests served at once (default: 64)\n"
         "         --max-sessions-per-peer N  sessions one peer may hold: a user on a unix\n"
         "                                socket (the server's own user and root: no limit), an\n"
@@ -120,6 +131,29 @@ int parse_int(const std::string &flag, const std::string &text, int min) {
     return static_cast<int>(value);
 }
 
+// Workers get the path as the listener resolved it, for their sandbox's rules.
+std::string absolute_path(const std::string &path) {
+    if (path.empty()) fail("--weight-store needs a directory");
+    if (path[0] == '/') return path;
+    char cwd[PATH_MAX];
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) fail("cannot resolve " + path + ": no working directory");
+    return std::string(cwd) + "/" + path;
+}
+
+// Makes the store's directory, for the workers' user where they run as another.
+void prepare_weight_store(const host::ServerOptions &options, const host::WorkerIdentity &identity) {
+    const host::WeightStoreOptions &store = options.weight_store;
+    if (store.directory.empty()) return;
+    Status status = host::WeightStore::prepare(store);
+    if (!status) fail("--weight-store: " + status.message());
+    if (!options.worker_user.empty() && ::chown(store.directory.c_str(), identity.uid, identity.gid) != 0) {
+        fail("--weight-store: cannot give " + store.directory + " to " + identity.user + ": " + std::strerror(errno));
+    }
+    host::log_line("weight store: " + store.directory +
+                   (store.shared_across_tenants ? ", shared by all guests" : ", one part per user, identity or address") +
+                   (store.max_bytes != 0 ? ", at most " + std::to_string(store.max_bytes >> 20) + " MiB" : ""));
+}
+
 int list_devices() {
     host::load_host_backends(false);
     host::ServerOptions all;
@@ -183,6 +217,17 @@ int main(int argc, char **argv) {
                 std::fprintf(stderr, "ggml-remote-server: --poll takes 0 to 100\n");
                 return 2;
             }
+        } else if (arg == "--weight-store") {
+            options.weight_store.directory = absolute_path(value());
+            worker_command.insert(worker_command.end(), {arg, options.weight_store.directory});
+            continue;
+        } else if (arg == "--weight-store-size") {
+            options.weight_store.max_bytes = parse_size(arg, value());
+            if (options.weight_store.max_bytes == 0) fail("--weight-store-size must be at least one byte");
+        } else if (arg == "--weight-store-shared") {
+            options.weight_store.shared_across_tenants = true;
+        } else if (arg == "--weight-store-verify") {
+            options.weight_store.verify_on_use = true;
         } else if (arg == "--max-sessions") {
             options.max_sessions = parse_int(arg, value(), 1);
         } else if (arg == "--max-sessions-per-peer") {
@@ -272,13 +317,14 @@ int main(int argc, char **argv) {
         }
     }
     std::string worker_identity;
+    host::WorkerIdentity identity;
     if (!options.worker_user.empty()) {
         if (::geteuid() != 0) fail("--worker-user needs the server to start as root");
-        host::WorkerIdentity identity;
         Status status = host::find_worker_identity(options.worker_user, &identity);
         if (!status) fail(status.message());
         worker_identity = ", as " + identity.user + " (uid " + std::to_string(identity.uid) + ")";
     }
+    prepare_weight_store(options, identity);
     // Fail early on a --device that does not exist, and say what is served.
     host::load_host_backends(options.verbose);
     std::vector<ggml_backend_dev_t> devices;

@@ -1,0 +1,118 @@
+// WeightStore: the server's store of weight tensors by content (--weight-store DIR).
+//
+// A guest names each large weight tensor by its digest (protocol/content_digest.h)
+// before sending it. An entry is one file per tensor: a header page, then the
+// bytes at an offset that has the same place within a 2 MiB page as the tensor
+// has in its buffer, so that a worker can map the entry's pages into the buffer
+// instead of copying them (and every session that maps them shares one copy).
+//
+//   DIR/<tenant>/<digest hex>     entries
+//   DIR/<tenant>/.new-<pid>-<n>   entries being written, renamed once checked
+//
+// Tenants: a guest sees only the entries of guests with the same account (its
+// user on a unix socket, its TLS identity, its address on plain TCP), unless the
+// server shares one store among all (--weight-store-shared). An entry is named
+// only after the server hashed the bytes itself: a guest cannot put bytes under
+// another content's name. The store holds at most `max_bytes` of entries; the
+// least recently used go first. See docs/SECURITY.md, "Weight store".
+#pragma once
+
+#include "protocol/content_digest.h"
+#include "protocol/status.h"
+#include "transport/unique_fd.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ggml_remote::host {
+
+struct WeightStoreOptions {
+    std::string directory;  // empty: no store
+    uint64_t max_bytes = 0;  // 0: a quarter of the directory's file system
+    bool shared_across_tenants = false;
+    // Hash every entry again before a worker uses it (bit rot on disk); off, an
+    // entry's header and size are checked, and its bytes were checked when written.
+    bool verify_on_use = false;
+};
+
+// Where an entry's bytes start: a file offset whose remainder modulo 2 MiB is the
+// tensor's `phase` (its offset in its buffer modulo 2 MiB).
+constexpr uint64_t kEntryHeaderSpan = uint64_t(2) << 20;
+
+struct StoreEntry {
+    UniqueFd file;
+    uint64_t content_offset = 0;
+    uint64_t size = 0;
+};
+
+// An entry being written: the caller fills [content_offset, +size) of `file`, then
+// hands it to WeightStore::commit.
+struct NewEntry {
+    UniqueFd file;
+    std::string temporary_name;
+    protocol::ContentDigest digest;
+    uint64_t content_offset = 0;
+    uint64_t size = 0;
+};
+
+struct WeightStoreCounters {
+    uint64_t entries_written = 0;
+    uint64_t entries_refused = 0;  // bytes that did not match the digest the guest named
+    uint64_t entries_damaged = 0;  // found damaged, removed
+    uint64_t entries_evicted = 0;
+};
+
+class WeightStore {
+  public:
+    WeightStore() = default;
+    ~WeightStore();
+    WeightStore(const WeightStore &) = delete;
+    WeightStore &operator=(const WeightStore &) = delete;
+
+    // Makes the store's directory if need be (the listener, at start-up), and removes
+    // entries a crashed worker left half written.
+    static Status prepare(const WeightStoreOptions &options);
+    // Opens `tenant`'s part of the store (`tenant`: an account, see above).
+    Status open(const WeightStoreOptions &options, const std::string &tenant);
+    bool enabled() const { return directory_.valid(); }
+
+    // The entry for `digest`, when there is an undamaged one of `size` bytes. A use
+    // makes it the most recently used.
+    bool find(const protocol::ContentDigest &digest, uint64_t size, StoreEntry *entry);
+    // A new, empty entry of `size` bytes whose content offset has remainder `phase`.
+    Status create(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, NewEntry *entry);
+    // Checks the entry's bytes against its digest on the store's thread; names it when
+    // they match, removes it otherwise; then evicts down to the size limit.
+    void commit(NewEntry entry);
+    // Removes an entry that will not be committed.
+    void abandon(NewEntry entry);
+    // Waits until every commit so far is done (tests, session end).
+    void wait_for_commits();
+
+    WeightStoreCounters counters() const;
+    static std::string tenant_directory_name(const std::string &tenant);
+
+  private:
+    void commit_now(NewEntry &entry);
+    void evict_to_limit();
+    void run_commits();
+
+    UniqueFd root_;       // DIR
+    UniqueFd directory_;  // DIR/<tenant>
+    WeightStoreOptions options_;
+    uint64_t next_temporary_ = 0;
+
+    mutable std::mutex mutex_;
+    std::condition_variable changed_;
+    std::deque<NewEntry> queue_;
+    bool busy_ = false;
+    bool stopping_ = false;
+    std::thread committer_;
+    WeightStoreCounters counters_;
+};
+
+}  // namespace ggml_remote::host
