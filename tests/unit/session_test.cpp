@@ -3,6 +3,7 @@
 #include "ggml_test_support.h"
 #include "host/session.h"
 #include "protocol/commands.h"
+#include "protocol/content_digest.h"
 #include "protocol/tensor_codec.h"
 #include "transport/shared_memory.h"
 
@@ -1557,6 +1558,181 @@ TEST_F(ServedSession, ComputeOfAGuestThatHangsUpIsAbandoned) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_up).count();
     EXPECT_TRUE(served.ok()) << served.message();
     EXPECT_LT(seconds, 1.0) << "the session ended " << seconds << " s after its guest hung up";
+}
+
+
+// The weight store (host/weight_store.h, host/store_fill.h) through sessions.
+
+std::vector<uint8_t> store_pattern(size_t size, uint32_t seed) {
+    std::vector<uint8_t> bytes(size);
+    uint32_t state = seed * 2654435761u + 1;
+    for (uint8_t &byte : bytes) {
+        state = state * 1103515245u + 12345u;
+        byte = static_cast<uint8_t>(state >> 16);
+    }
+    return bytes;
+}
+
+// The file (device and inode) mapped at `address` in this process; empty for memory of no file.
+std::string file_mapped_at(const void *address) {
+    FILE *maps = std::fopen("/proc/self/maps", "r");
+    if (maps == nullptr) return "";
+    char line[4096];
+    std::string found;
+    const auto at = reinterpret_cast<uintptr_t>(address);
+    while (std::fgets(line, sizeof(line), maps) != nullptr) {
+        uintptr_t start = 0, end = 0;
+        char device[32] = {};
+        unsigned long long inode = 0;
+        if (std::sscanf(line, "%lx-%lx %*s %*s %31s %llu", &start, &end, device, &inode) == 4 && start <= at &&
+            at < end) {
+            if (inode != 0) found = std::string(device) + ":" + std::to_string(inode);
+            break;
+        }
+    }
+    std::fclose(maps);
+    return found;
+}
+
+class CpuSessionWithStore : public CpuSession {
+  protected:
+    static constexpr uint64_t kBufferSize = 4u << 20;
+    static constexpr uint64_t kOffset = 4096 + 64;  // within a page: the ends are copied, the rest mapped
+    void SetUp() override {
+        CpuSession::SetUp();
+        char name[] = "/tmp/ggml-remote-store-session.XXXXXX";
+        ASSERT_NE(::mkdtemp(name), nullptr);
+        store.directory = name;
+        ASSERT_TRUE(WeightStore::prepare(store).ok());
+        weights = store_pattern(3u << 20, 1);
+        session.reset();  // each test opens the sessions it needs
+    }
+    void TearDown() override {
+        session.reset();
+        (void)!std::system(("rm -rf '" + store.directory + "'").c_str());
+    }
+    // A new session of `tenant` (the previous one stays alive in `kept`).
+    void open_session(const std::string &tenant) {
+        if (session) kept.push_back(std::move(session));
+        start(SessionLimits{});
+        ASSERT_TRUE(session->use_weight_store(store, tenant).ok());
+        Outcome outcome = call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore});
+        ASSERT_TRUE(outcome.status.ok());
+        ASSERT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionWeightStore);
+    }
+    Outcome lookup(uint64_t buffer, const std::vector<uint8_t> &bytes, uint64_t offset = kOffset) {
+        WeightLookup::Request request{};
+        request.range = {buffer, offset, bytes.size()};
+        const ContentDigest digest = content_digest(bytes.data(), bytes.size());
+        std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
+        return call<WeightLookup>(request);
+    }
+    bool found(const Outcome &outcome) {
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
+        return outcome.status.ok() && outcome.reply<WeightLookup::Reply>().found != 0;
+    }
+    // What a guest with the weights does: look up, send them on a miss, go on.
+    uint64_t load(const std::vector<uint8_t> &bytes, const std::vector<uint8_t> *named = nullptr) {
+        const uint64_t buffer = alloc(kBufferSize);
+        if (!found(lookup(buffer, named != nullptr ? *named : bytes))) {
+            EXPECT_TRUE(set(buffer, kOffset, bytes).ok());
+        }
+        (void)get(buffer, 0, 1);  // the next command: the new entry is complete
+        session->wait_for_store_for_testing();
+        return buffer;
+    }
+    // Where the session keeps a buffer's byte (a get's reply is a view of it).
+    const void *address_of(uint64_t buffer, uint64_t offset) {
+        std::vector<uint8_t> payload;
+        append_pod(payload, GetTensor::Request{{buffer, offset, 1}});
+        ReplyFrame reply;
+        EXPECT_TRUE(session->handle(static_cast<uint16_t>(CommandId::get_tensor), ByteView(payload), &reply).ok());
+        return reply.tail.bytes().data;
+    }
+
+    WeightStoreOptions store;
+    std::vector<uint8_t> weights;
+    std::vector<std::unique_ptr<Session>> kept;
+};
+
+TEST_F(CpuSessionWithStore, ASecondSessionFindsTheWeightsAndSharesTheirPages) {
+    open_session("uid 1000");
+    const uint64_t first = load(weights);
+    EXPECT_EQ(session->store_counters().misses, 1u);
+    EXPECT_EQ(get(first, kOffset, weights.size()), weights);
+    const std::string first_file = file_mapped_at(address_of(first, 1u << 20));
+    EXPECT_NE(first_file, "") << "the guest's bytes landed in the store's entry";
+    Session *first_session = session.get();
+
+    open_session("uid 1000");
+    const uint64_t second = alloc(kBufferSize);
+    EXPECT_TRUE(found(lookup(second, weights)));
+    EXPECT_EQ(get(second, kOffset, weights.size()), weights);
+    EXPECT_EQ(get(second, 0, kOffset), std::vector<uint8_t>(kOffset, 0)) << "bytes before the range are untouched";
+    EXPECT_EQ(file_mapped_at(address_of(second, 1u << 20)), first_file) << "both sessions map one copy";
+    EXPECT_EQ(session->store_counters().bytes_saved, weights.size());
+    EXPECT_EQ(first_session->store_counters().hits, 0u);
+}
+
+TEST_F(CpuSessionWithStore, WritesAfterAFillStayTheSessionsOwn) {
+    open_session("uid 1000");
+    const uint64_t first = load(weights);
+    open_session("uid 1000");
+    const uint64_t second = alloc(kBufferSize);
+    ASSERT_TRUE(found(lookup(second, weights)));
+    ASSERT_TRUE(set(second, kOffset + (1u << 20), std::vector<uint8_t>(8192, 0xAB)).ok());
+    open_session("uid 1000");
+    const uint64_t third = alloc(kBufferSize);
+    EXPECT_TRUE(found(lookup(third, weights)));
+    EXPECT_EQ(get(third, kOffset, weights.size()), weights);
+    std::swap(session, kept[0]);
+    EXPECT_EQ(get(first, kOffset, weights.size()), weights);
+}
+
+TEST_F(CpuSessionWithStore, AnotherTenantDoesNotFindThem) {
+    open_session("uid 1000");
+    load(weights);
+    open_session("uid 1001");
+    EXPECT_FALSE(found(lookup(alloc(kBufferSize), weights)));
+}
+
+TEST_F(CpuSessionWithStore, AGuestThatNamesOtherBytesKeepsItsOwnAndTheStoreNone) {
+    open_session("uid 1000");
+    const std::vector<uint8_t> sent = store_pattern(weights.size(), 2);
+    const uint64_t buffer = load(sent, &weights);  // names `weights`, sends `sent`
+    EXPECT_EQ(get(buffer, kOffset, sent.size()), sent);
+    open_session("uid 1000");
+    EXPECT_FALSE(found(lookup(alloc(kBufferSize), weights)));
+    EXPECT_FALSE(found(lookup(alloc(kBufferSize), sent)));
+}
+
+TEST_F(CpuSessionWithStore, AnEvictedEntryMeansTheBytesAreSentAgain) {
+    open_session("uid 1000");
+    load(weights);
+    ASSERT_EQ(std::system(("rm -f '" + store.directory + "'/*/[0-9a-f]*").c_str()), 0);
+    open_session("uid 1000");
+    const uint64_t buffer = load(weights);
+    EXPECT_EQ(session->store_counters().misses, 1u);
+    EXPECT_EQ(get(buffer, kOffset, weights.size()), weights);
+}
+
+TEST_F(CpuSessionWithStore, LookupsOutsideTheRulesAreRefused) {
+    open_session("uid 1000");
+    const uint64_t buffer = alloc(kBufferSize);
+    EXPECT_EQ(lookup(buffer, std::vector<uint8_t>(kMinWeightLookupBytes - 1)).status.code(), Code::bad_request);
+    EXPECT_EQ(lookup(buffer, weights, kBufferSize - weights.size() + 1).status.code(), Code::bad_request);
+    EXPECT_EQ(lookup(buffer + 100, weights).status.code(), Code::not_found);
+    // A session whose guest did not ask for the store.
+    start(SessionLimits{});
+    ASSERT_TRUE(session->use_weight_store(store, "uid 1000").ok());
+    hello();
+    EXPECT_EQ(lookup(alloc(kBufferSize), weights).status.code(), Code::unsupported);
+    // Shared memory is the guest's to write.
+    start(SessionLimits{});
+    session->allow_shared_memory();
+    ASSERT_TRUE(session->use_weight_store(store, "uid 1000").ok());
+    hello(kSessionSharedMemory | kSessionWeightStore);
+    EXPECT_EQ(lookup(alloc(kBufferSize), weights).status.code(), Code::bad_request);
 }
 
 }  // namespace
