@@ -127,6 +127,8 @@ ggml_backend_buffer_t MappedWeights::make_host_copy(const uint8_t *begin, size_t
     }
     ggml_backend_buffer_t buffer = allocate_remote_buffer(device_->buffer_type(), size);
     if (buffer == nullptr) return nullptr;
+    // Weights, so that the server's weight store may already hold them.
+    ggml_backend_buffer_set_usage(buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     ggml_tensor whole{};
     whole.type = GGML_TYPE_I8;
     whole.ne[0] = static_cast<int64_t>(size);
