@@ -7,6 +7,7 @@
 #include "host/graph_builder.h"
 #include "host/weight_repack.h"
 #include "host/handle_table.h"
+#include "host/refusals.h"
 #include "host/status_board.h"
 #include "host/watchdog.h"
 #include "protocol/commands.h"
@@ -62,6 +63,7 @@ struct SessionCounters {
     uint64_t bytes_sent = 0;
     uint64_t graph_computes = 0;
     uint64_t weights_repacked = 0;
+    std::array<uint64_t, kCommandRefusalReasons> commands_refused{};  // by CommandRefusal
 };
 
 class Session {
@@ -109,6 +111,7 @@ class Session {
                   std::vector<UniqueFd> *fds = nullptr);
 
     const SessionCounters &counters() const { return counters_; }
+    bool handshaken() const { return handshaken_; }
     const SessionLimits &limits() const { return limits_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
     uint64_t mapped_file_bytes() const { return mapped_file_bytes_; }
@@ -161,6 +164,10 @@ class Session {
     };
 
     void register_handlers();
+    // serve() without the last publication of the session's figures.
+    Status serve_frames(FramedStream &stream);
+    // handle() without the refusal count: finds the command's handler and runs it.
+    Status run_handler(uint16_t command, protocol::ByteView payload, ReplyFrame *reply);
     // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
     // where its backend has an abort callback (ggml-cpu has one).
     void abort_compute_when_guest_gone(ggml_backend_t backend);
