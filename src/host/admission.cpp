@@ -126,6 +126,11 @@ std::vector<Admission::Answer> Admission::answer_requests(const std::vector<poll
     return answers;
 }
 
+bool Admission::holds_session(pid_t pid) const {
+    const auto it = workers_.find(pid);
+    return it != workers_.end() && it->second.stage == Stage::authenticated;
+}
+
 bool Admission::ended_by_listener(pid_t pid) const {
     const auto it = workers_.find(pid);
     return it != workers_.end() && it->second.stage == Stage::evicted;

@@ -66,6 +66,8 @@ class Admission {
     std::vector<Answer> answer_requests(const std::vector<pollfd> &polled,
                                         const std::function<bool(pid_t)> &peer_may_open);
 
+    // Whether `pid` holds one of the session places (it is authenticated and admitted).
+    bool holds_session(pid_t pid) const;
     // Whether the listener ended `pid` itself (evicted or overdue): its SIGKILL is no crash.
     bool ended_by_listener(pid_t pid) const;
     // A worker ended: its place (or unauthenticated count) and slot are free again.

@@ -1,6 +1,8 @@
 #include "host/listener.h"
 
 #include "host/admission.h"
+#include "host/metrics.h"
+#include "host/metrics_endpoint.h"
 #include "host/peer_limits.h"
 #include "host/sandbox.h"
 #include "host/status_board.h"
@@ -14,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
@@ -46,17 +50,26 @@ void refuse(int fd, Code code, const std::string &reason) {
     (void)!::send(fd, reason.data(), reason.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-// Fairness between peers: whether the guest on `fd` may open one more session
-// (a guest that has yet to authenticate is counted when it has: only whether we know
-// who it is matters now). A guest turned away is told why, and the refusal is logged.
-bool admit_peer(const PeerLimits &peers, int fd, const std::string &peer, bool authenticated, PeerAccount *account) {
+// Fairness between peers: why the guest on `fd` may not open one more session, or
+// nothing when it may (a guest that has yet to authenticate is counted when it has:
+// only whether we know who it is matters now). A guest turned away is told why, and
+// the refusal is logged.
+std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const std::string &peer,
+                                         bool authenticated, PeerAccount *account) {
     const Status known = peer_account(fd, account);
     std::string refusal = known ? std::string() : "cannot tell who the peer is: " + known.message();
     if (known && authenticated) refusal = peers.refusal(*account);
-    if (refusal.empty()) return true;
+    if (refusal.empty()) return std::nullopt;
     log_line("refused " + peer + ": " + refusal);
     refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
-    return false;
+    return known ? GuestRefusal::peer_limit : GuestRefusal::server_error;
+}
+
+// The earlier of two poll timeouts (-1: none).
+int earlier_timeout_ms(int a, int b) {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return std::min(a, b);
 }
 
 pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int session_id, const std::string &peer,
@@ -120,7 +133,7 @@ class Listener {
         // listener's /proc/PID/mem.
         Status undumpable = make_undumpable();
         if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
-        if (!open_sockets()) return 1;
+        if (!open_sockets() || !open_metrics()) return 1;
         handle_signals_through_one_fd();
         while (serve_once()) {
         }
@@ -158,6 +171,19 @@ class Listener {
         return true;
     }
 
+    bool open_metrics() {
+        if (options_.metrics.empty()) return true;
+        Endpoint endpoint;
+        Status status = parse_endpoint(options_.metrics, &endpoint);
+        if (status) status = metrics_.open(&endpoint);
+        if (!status) {
+            log_line("--metrics: " + status.message());
+            return false;
+        }
+        log_line("metrics on " + endpoint.to_string() + " (GET /metrics, no authentication)");
+        return true;
+    }
+
     // SIGCHLD reports finished sessions, SIGINT/SIGTERM stop the server; all
     // through one signalfd so that the poll loop is the only place that reacts.
     void handle_signals_through_one_fd() {
@@ -184,7 +210,11 @@ class Listener {
         polled.push_back({signals_.get(), POLLIN, 0});
         for (const ListeningSocket &socket : sockets_) polled.push_back({socket.fd.get(), POLLIN, 0});
         admission_.add_poll_fds(&polled);
-        if (::poll(polled.data(), polled.size(), admission_.poll_timeout_ms(Admission::Clock::now())) < 0) {
+        const size_t metrics_first = polled.size();
+        metrics_.add_poll_fds(&polled);
+        const auto now = std::chrono::steady_clock::now();
+        const int timeout_ms = earlier_timeout_ms(admission_.poll_timeout_ms(now), metrics_.poll_timeout_ms(now));
+        if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
             if (errno == EINTR) return true;
             log_line(std::string("poll: ") + std::strerror(errno));
             return false;
@@ -195,6 +225,8 @@ class Listener {
         for (size_t i = 0; i < sockets_.size(); ++i) {
             if (polled[i + 1].revents & POLLIN) accept_guest(sockets_[i]);
         }
+        metrics_.serve(polled, metrics_first, std::chrono::steady_clock::now(),
+                       [this] { return render_metrics(snapshot()); });
         return true;
     }
 
@@ -222,6 +254,7 @@ class Listener {
                      std::to_string(admission_.unauthenticated()) +
                      " others in their handshake, --max-unauthenticated)");
             ::kill(*oldest, SIGKILL);
+            count_refusal(GuestRefusal::unauthenticated_full);
         }
     }
 
@@ -230,6 +263,7 @@ class Listener {
             log_line(session_label(pid) + ": ended, not authenticated within " +
                      std::to_string(kUnauthenticatedDeadlineMs) + " ms");
             ::kill(pid, SIGKILL);
+            count_refusal(GuestRefusal::unauthenticated_timeout);
         }
     }
 
@@ -242,6 +276,7 @@ class Listener {
         };
         for (const Admission::Answer &answer : admission_.answer_requests(polled, peer_may_open)) {
             const auto it = unauthenticated_peers_.find(answer.pid);
+            if (answer.admitted) ++sessions_started_;
             if (answer.admitted && it != unauthenticated_peers_.end()) {
                 peers_.opened(answer.pid, it->second);  // the worker logs its session
             } else if (answer.peer_full && it != unauthenticated_peers_.end()) {
@@ -249,6 +284,9 @@ class Listener {
             } else if (!answer.admitted) {
                 log_line("refused " + session_label(answer.pid) + " after its handshake: " +
                          std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
+            }
+            if (!answer.admitted) {
+                count_refusal(answer.peer_full ? GuestRefusal::peer_limit : GuestRefusal::server_full);
             }
             if (it != unauthenticated_peers_.end()) unauthenticated_peers_.erase(it);
         }
@@ -267,6 +305,7 @@ class Listener {
             } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
                 log_line(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
             }
+            keep_figures_of_ended(it->second);
             admission_.release(pid);
             peers_.closed(pid);
             unauthenticated_peers_.erase(pid);
@@ -290,14 +329,19 @@ class Listener {
                      " sessions already (--max-sessions)");
             refuse(client.get(), Code::limit_exceeded,
                    "the server is serving its maximum of " + std::to_string(options_.max_sessions) + " sessions");
+            count_refusal(GuestRefusal::server_full);
             return;
         }
         PeerAccount account;
-        if (!admit_peer(peers_, client.get(), peer, authenticated, &account)) return;
+        if (const auto refused = peer_refusal(peers_, client.get(), peer, authenticated, &account)) {
+            count_refusal(*refused);
+            return;
+        }
         if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
             log_line("refused " + peer + ": socketpair: " + std::strerror(errno));
+            count_refusal(GuestRefusal::server_error);
             return;
         }
         const int id = next_session_++;
@@ -308,12 +352,14 @@ class Listener {
         if (pid < 0) {
             log_line("refused " + peer + ": fork: " + std::strerror(errno));
             refuse(client.get(), Code::error, "the server could not start a session worker");
+            count_refusal(GuestRefusal::server_error);
             return;
         }
         if (SessionSlot *listed = slot >= 0 ? board_.slot(slot) : nullptr) listed->pid = pid;
         if (authenticated) {
             admission_.add_authenticated(pid, slot);
             peers_.opened(pid, account);
+            ++sessions_started_;
         } else {
             admission_.add_unauthenticated(pid, slot, std::move(admission_listener_end));
             unauthenticated_peers_[pid] = account;
@@ -329,10 +375,41 @@ class Listener {
         slot->pid = 0;
         slot->started_unix = static_cast<int64_t>(::time(nullptr));
         std::snprintf(slot->peer, sizeof(slot->peer), "%s", peer.c_str());
-        for (auto *counter : {&slot->commands, &slot->bytes_received, &slot->bytes_sent, &slot->graph_computes,
-                              &slot->memory_in_use, &slot->buffers}) {
-            counter->store(0);
+        clear_figures(slot);
+    }
+
+    void count_refusal(GuestRefusal reason) { ++refused_[static_cast<size_t>(reason)]; }
+
+    // A worker ended: its counters join those of the sessions that ended before, and
+    // a guest it turned away in the handshake is counted.
+    void keep_figures_of_ended(const LiveSession &session) {
+        const SessionSlot *slot = session.slot >= 0 ? board_.slot(session.slot) : nullptr;
+        if (slot == nullptr) return;
+        add_counters(read_figures(*slot), &ended_);
+        if (const std::optional<GuestRefusal> reason = turned_away(*slot)) count_refusal(*reason);
+    }
+
+    // The figures of /metrics. Which sessions are live, their ids and peers come from
+    // the listener's own records, the figures from the board.
+    MetricsSnapshot snapshot() const {
+        MetricsSnapshot snapshot;
+        snapshot.sessions_live = static_cast<uint64_t>(admission_.sessions());
+        snapshot.max_sessions = static_cast<uint64_t>(options_.max_sessions);
+        snapshot.sessions_started = sessions_started_;
+        snapshot.unauthenticated = static_cast<uint64_t>(admission_.unauthenticated());
+        snapshot.guests_refused = refused_;
+        snapshot.ended = ended_;
+        for (const auto &[pid, session] : live_) {
+            const SessionSlot *slot = session.slot >= 0 ? board_.slot(session.slot) : nullptr;
+            if (slot == nullptr || !admission_.holds_session(pid)) continue;
+            SessionFigures figures = read_figures(*slot);
+            figures.id = session.id;
+            figures.peer = session.peer;
+            snapshot.sessions.push_back(std::move(figures));
         }
+        std::sort(snapshot.sessions.begin(), snapshot.sessions.end(),
+                  [](const SessionFigures &a, const SessionFigures &b) { return a.id < b.id; });
+        return snapshot;
     }
 
     // A worker that does not end within a few seconds (stopped, stuck in a
@@ -367,6 +444,10 @@ class Listener {
     PeerLimits peers_;
     std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake
     int next_session_ = 1;
+    MetricsEndpoint metrics_;
+    uint64_t sessions_started_ = 0;
+    std::array<uint64_t, kGuestRefusalReasons> refused_{};  // by GuestRefusal
+    SessionFigures ended_;  // the counters of the sessions that ended
 };
 
 }  // namespace

@@ -19,6 +19,8 @@ struct ServerOptions {
     // Connections that have not authenticated yet (TLS guests in their handshake);
     // they never hold one of max_sessions (see admission.h).
     int max_unauthenticated = 16;
+    // --metrics: where the listener answers Prometheus scrapes (metrics_endpoint.h); empty: nowhere.
+    std::string metrics;
     bool verbose = false;
     bool sandbox = true;
     // --worker-user: a server started as root runs its workers as this user.

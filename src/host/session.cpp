@@ -815,6 +815,15 @@ Status Session::allocate_private(ggml_backend_dev_t device, uint64_t size, Sessi
 
 Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply, std::vector<UniqueFd> *fds) {
     fds_ = fds;
+    Status status = run_handler(command, payload, reply);
+    // A failed handshake is the guest's refusal, which its worker reports, not a command's.
+    if (!status.ok() && handshaken_) {
+        ++counters_.commands_refused[static_cast<size_t>(command_refusal_for(status.code()))];
+    }
+    return status;
+}
+
+Status Session::run_handler(uint16_t command, ByteView payload, ReplyFrame *reply) {
     const Dispatcher::RawHandler *handler = dispatcher_.find(command);
     if (handler == nullptr) return error(Code::bad_request, "unknown command " + std::to_string(command));
     if (!handshaken_ && command != static_cast<uint16_t>(CommandId::hello)) {
@@ -849,6 +858,12 @@ void Session::publish_status() {
     status_slot_->buffers.store(buffers_.size(), std::memory_order_relaxed);
     status_slot_->backends.store(backends_.size(), std::memory_order_relaxed);
     status_slot_->mapped_file_bytes.store(mapped_file_bytes_, std::memory_order_relaxed);
+    status_slot_->store_hits.store(store_fill_.counters().hits, std::memory_order_relaxed);
+    status_slot_->store_misses.store(store_fill_.counters().misses, std::memory_order_relaxed);
+    status_slot_->store_bytes_saved.store(store_fill_.counters().bytes_saved, std::memory_order_relaxed);
+    for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
+        status_slot_->commands_refused[reason].store(counters_.commands_refused[reason], std::memory_order_relaxed);
+    }
 }
 
 void Session::publish_limits() {
@@ -874,6 +889,12 @@ Watchdog::Clock::time_point after(double seconds) {
 }  // namespace
 
 Status Session::serve(FramedStream &stream) {
+    const Status outcome = serve_frames(stream);
+    publish_status();  // with the last reply's bytes: the listener keeps the totals of ended sessions
+    return outcome;
+}
+
+Status Session::serve_frames(FramedStream &stream) {
     FrameBuffer payload;
     Status deferred;  // the first failure of a one-way command, told with the next reply
     // A guest must not hold its worker by sending nothing or half a frame; the clock

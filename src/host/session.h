@@ -8,6 +8,7 @@
 #include "host/weight_repack.h"
 #include "host/store_fill.h"
 #include "host/handle_table.h"
+#include "host/refusals.h"
 #include "host/status_board.h"
 #include "host/watchdog.h"
 #include "protocol/commands.h"
@@ -66,6 +67,7 @@ struct SessionCounters {
     uint64_t store_hits = 0;  // weight store (filled in by the worker from StoreFill)
     uint64_t store_misses = 0;
     uint64_t store_bytes_saved = 0;
+    std::array<uint64_t, kCommandRefusalReasons> commands_refused{};  // by CommandRefusal
 };
 
 class Session {
@@ -121,6 +123,7 @@ class Session {
                   std::vector<UniqueFd> *fds = nullptr);
 
     const SessionCounters &counters() const { return counters_; }
+    bool handshaken() const { return handshaken_; }
     const SessionLimits &limits() const { return limits_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
     uint64_t mapped_file_bytes() const { return mapped_file_bytes_; }
@@ -175,6 +178,10 @@ class Session {
     };
 
     void register_handlers();
+    // serve() without the last publication of the session's figures.
+    Status serve_frames(FramedStream &stream);
+    // handle() without the refusal count: finds the command's handler and runs it.
+    Status run_handler(uint16_t command, protocol::ByteView payload, ReplyFrame *reply);
     // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
     // where its backend has an abort callback (ggml-cpu has one).
     void abort_compute_when_guest_gone(ggml_backend_t backend);

@@ -58,6 +58,27 @@ SessionSlot *StatusBoard::slot(uint32_t index) const {
     return index < slots_ ? first_slot(mapping_) + index : nullptr;
 }
 
+void clear_figures(SessionSlot *slot) {
+    for (auto *figure : {&slot->commands, &slot->bytes_received, &slot->bytes_sent, &slot->graph_computes,
+                         &slot->memory_in_use, &slot->buffers, &slot->backends, &slot->mapped_file_bytes,
+                         &slot->memory_quota, &slot->max_buffers, &slot->max_backends, &slot->mapped_file_quota,
+                         &slot->store_hits, &slot->store_misses, &slot->store_bytes_saved}) {
+        figure->store(0, std::memory_order_relaxed);
+    }
+    for (auto &refused : slot->commands_refused) refused.store(0, std::memory_order_relaxed);
+    slot->turned_away.store(0, std::memory_order_relaxed);
+}
+
+void record_turned_away(SessionSlot *slot, GuestRefusal reason) {
+    slot->turned_away.store(static_cast<uint32_t>(reason) + 1, std::memory_order_relaxed);
+}
+
+std::optional<GuestRefusal> turned_away(const SessionSlot &slot) {
+    const uint32_t recorded = slot.turned_away.load(std::memory_order_relaxed);
+    if (recorded == 0 || recorded > kGuestRefusalReasons) return std::nullopt;
+    return static_cast<GuestRefusal>(recorded - 1);
+}
+
 int StatusBoard::find_free() const {
     for (uint32_t i = 0; i < slots_; ++i) {
         if (slot(i)->live.load() == 0) return static_cast<int>(i);

@@ -3,12 +3,14 @@
 // query (ggml-remote-server status) sees all sessions without asking each worker.
 #pragma once
 
+#include "host/refusals.h"
 #include "protocol/status.h"
 #include "transport/shared_memory.h"
 #include "transport/unique_fd.h"
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 
 namespace ggml_remote::host {
 
@@ -31,7 +33,24 @@ struct SessionSlot {
     std::atomic<uint64_t> max_buffers;
     std::atomic<uint64_t> max_backends;
     std::atomic<uint64_t> mapped_file_quota;
+    // Weights the session found in the host's weight store, or had to load, and the
+    // bytes it did not load thanks to the store.
+    std::atomic<uint64_t> store_hits;
+    std::atomic<uint64_t> store_misses;
+    std::atomic<uint64_t> store_bytes_saved;
+    // Commands answered with an error, by CommandRefusal.
+    std::atomic<uint64_t> commands_refused[kCommandRefusalReasons];
+    // GuestRefusal + 1 when the worker turned its guest away before the handshake
+    // completed; 0 when it did not. The listener reads it when it reaps the worker.
+    std::atomic<uint32_t> turned_away;
 };
+
+// Zeroes every figure a worker writes (not `live`), before the slot's next session.
+void clear_figures(SessionSlot *slot);
+// The worker's record that it turned its guest away, and the listener's reading of
+// it: a reason outside the list (a worker writes the board) reads as none.
+void record_turned_away(SessionSlot *slot, GuestRefusal reason);
+std::optional<GuestRefusal> turned_away(const SessionSlot &slot);
 
 class StatusBoard {
   public:

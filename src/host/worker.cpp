@@ -112,12 +112,14 @@ char ask_for_session_place(int admission_fd) {
 }
 
 // The TLS stage of a worker: the handshake (inside the sandbox, with keys read
-// before it) and the session place. False when the guest is not served.
+// before it) and the session place. False when the guest is not served; a failed
+// handshake is recorded in `slot` (the listener counts the refusals it answers itself).
 bool authenticate(const std::string &label, const ServerOptions &options, std::vector<PreSharedKey> *keys,
-                  FramedStream *stream) {
+                  FramedStream *stream, SessionSlot *slot) {
     Status status = accept_tls(keys, stream);
     if (!status) {
         log_line(label + ": " + status.message());
+        if (slot != nullptr) record_turned_away(slot, GuestRefusal::tls_failed);
         return false;
     }
     const TlsSession *tls = stream->tls();
@@ -217,10 +219,17 @@ void store_counters_of(const Session &session, SessionCounters *counters) {
     counters->store_bytes_saved = session.store_counters().bytes_saved;
 }
 
+// This worker's slot of the listener's status board (mapped into `board`), or null.
+SessionSlot *attach_status_slot(const ServerOptions &options, StatusBoard *board) {
+    if (options.status_fd < 0 || !StatusBoard::attach(options.status_fd, board).ok()) return nullptr;
+    return board->slot(static_cast<uint32_t>(options.status_slot));
+}
+
 // Serves the authenticated guest until it leaves; the outcome and the session's totals.
+// A guest whose handshake fails is recorded in `slot` as turned away.
 Status serve_guest(const std::string &label, FramedStream *stream, int client_fd, uid_t server_uid,
                    const std::vector<ggml_backend_dev_t> &devices, const ServerOptions &options,
-                   SessionCounters *counters) {
+                   const StatusBoard &board, SessionSlot *slot, SessionCounters *counters) {
     Session session(devices, options.limits);
     offer_weight_store(label, *stream, client_fd, options, &session);
     int domain = 0;
@@ -230,10 +239,8 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
         session.allow_shared_memory();  // a guest on this machine: memory files can be passed
         trusted_local_peer = is_trusted_local_peer(client_fd, server_uid);
     }
-    StatusBoard board;
-    if (options.status_fd >= 0 && StatusBoard::attach(options.status_fd, &board).ok()) {
-        session.attach_status(&board, board.slot(static_cast<uint32_t>(options.status_slot)), trusted_local_peer,
-                              static_cast<uint32_t>(options.max_sessions));
+    if (slot != nullptr) {
+        session.attach_status(&board, slot, trusted_local_peer, static_cast<uint32_t>(options.max_sessions));
     }
     // GGML_REMOTE_RECORD_DIR: keep every frame of the session, for the fuzzers' seeds.
     FrameRecorder recorder;
@@ -247,6 +254,9 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
         }
     }
     Status outcome = session.serve(*stream);
+    if (!outcome.ok() && !session.handshaken() && slot != nullptr) {
+        record_turned_away(slot, handshake_refusal_for(outcome.code()));
+    }
     *counters = session.counters();
     store_counters_of(session, counters);
     return outcome;
@@ -289,7 +299,9 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     const int refused = confine_worker(label, client_fd, options, needs_tls, &keys);
     if (refused != 0) return refused;
     FramedStream stream(UniqueFd(client_fd), peer);
-    if (needs_tls && !authenticate(label, options, &keys, &stream)) return 2;
+    StatusBoard board;
+    SessionSlot *slot = attach_status_slot(options, &board);
+    if (needs_tls && !authenticate(label, options, &keys, &stream, slot)) return 2;
 
     load_host_backends(options.verbose);
     std::vector<ggml_backend_dev_t> devices;
@@ -299,7 +311,8 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
         return 1;
     }
     SessionCounters counters;
-    const Status outcome = serve_guest(label, &stream, client_fd, server_uid, devices, options, &counters);
+    const Status outcome =
+        serve_guest(label, &stream, client_fd, server_uid, devices, options, board, slot, &counters);
     return log_session_end(label, outcome, counters, started);
 }
 

@@ -524,6 +524,33 @@ TEST_F(CpuSession, BackendsAreCappedByDefault) {
     EXPECT_EQ(call<BackendInit>(BackendInit::Request{0}).status.code(), Code::limit_exceeded);
 }
 
+// Refusals are counted by the class of their error, for the metrics endpoint.
+
+TEST_F(CpuSession, RefusedCommandsAreCountedByTheClassOfTheirError) {
+    SessionLimits limits;
+    limits.max_backends = 1;
+    start(limits);
+    hello();
+    backend();
+    EXPECT_EQ(call<BackendInit>(BackendInit::Request{0}).status.code(), Code::limit_exceeded);
+    EXPECT_EQ(call<BufferFree>(BufferFree::Request{12345}).status.code(), Code::not_found);
+    EXPECT_EQ(handle_raw(0xffff, {}).status.code(), Code::bad_request);
+    const auto &refused = session->counters().commands_refused;
+    EXPECT_EQ(refused[static_cast<size_t>(CommandRefusal::limit_reached)], 1u);
+    EXPECT_EQ(refused[static_cast<size_t>(CommandRefusal::invalid_request)], 2u);
+    EXPECT_EQ(refused[static_cast<size_t>(CommandRefusal::unsupported)], 0u);
+    EXPECT_EQ(refused[static_cast<size_t>(CommandRefusal::host_error)], 0u);
+}
+
+TEST_F(CpuSession, AFailedHandshakeIsNoCommandRefusal) {
+    Hello::Request request;
+    request.protocol_version = kProtocolVersion + 1;
+    EXPECT_EQ(call<Hello>(request).status.code(), Code::version_mismatch);
+    EXPECT_EQ(call<DeviceInfo>(DeviceInfo::Request{0}).status.code(), Code::bad_request);
+    EXPECT_FALSE(session->handshaken());
+    EXPECT_THAT(session->counters().commands_refused, Each(0u));
+}
+
 TEST_F(CpuSession, SecondHandshakeIsRefusedAndTheSessionGoesOn) {
     hello();
     Outcome again = call<Hello>(Hello::Request{});

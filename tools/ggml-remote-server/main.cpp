@@ -47,7 +47,11 @@ void print_usage(const char *program) {
         "                                made with psktool -u NAME -p FILE); guests connect to\n"
         "                                tls://host:port\n"
         "         --insecure             allow plain TCP on a non-loopback address (anyone who\n"
-        "                                can reach it can use the host's devices)\n"
+        "                                can reach it can use the host's devices), also for\n"
+        "                                --metrics\n"
+        "         --metrics ENDPOINT     answer Prometheus scrapes (HTTP GET /metrics) on\n"
+        "                                tcp://host:port or unix:/path.sock; no authentication:\n"
+        "                                keep it on loopback or a unix socket\n"
         "  -d,    --device NAME          expose only this host device; repeatable (default: all)\n"
         "         --list-devices         print the host devices and exit\n"
         "  -t,    --threads N            threads of each CPU backend (default: all cores)\n"
@@ -154,6 +158,20 @@ void prepare_weight_store(const host::ServerOptions &options, const host::Worker
                    (store.max_bytes != 0 ? ", at most " + std::to_string(store.max_bytes >> 20) + " MiB" : ""));
 }
 
+// The metrics endpoint has no authentication: plain TCP beyond loopback only with --insecure.
+void check_metrics_endpoint(const std::string &text, bool insecure) {
+    Endpoint endpoint;
+    Status status = parse_endpoint(text, &endpoint);
+    if (!status) fail("--metrics: " + status.message());
+    if (endpoint.kind != Endpoint::Kind::unix_socket && endpoint.kind != Endpoint::Kind::tcp) {
+        fail("--metrics " + text + ": use tcp://host:port or unix:/path.sock (plain HTTP, no TLS)");
+    }
+    if (!endpoint.is_loopback() && !insecure) {
+        fail("--metrics " + text + ": refusing to serve metrics without authentication beyond loopback: use a "
+             "loopback address or a unix socket, or --insecure to let anyone who can reach that address read them");
+    }
+}
+
 int list_devices() {
     host::load_host_backends(false);
     host::ServerOptions all;
@@ -204,6 +222,9 @@ int main(int argc, char **argv) {
             continue;
         } else if (arg == "--tls-psk") {
             options.tls_psk_file = value();
+        } else if (arg == "--metrics") {
+            options.metrics = value();
+            continue;
         } else if (arg == "--insecure") {
             insecure = true;
             continue;
@@ -301,6 +322,7 @@ int main(int argc, char **argv) {
                  "FILE makes one), or --insecure to accept anyone who can reach that address");
         }
     }
+    if (!options.metrics.empty()) check_metrics_endpoint(options.metrics, insecure);
     if (!options.tls_psk_file.empty()) {
         std::vector<PreSharedKey> keys;
         Status status = read_psk_file(options.tls_psk_file, &keys);
