@@ -3,10 +3,11 @@
 # sends none of them (the server's log counts what it found), with the same tokens
 # as a local run. The guest hashes the model file once: the digests are kept in its
 # cache. Two guests at once map one copy: their workers map the same store files.
+# The metrics endpoint counts what the store found and saved.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
-start_server srv --weight-store "$WORK/store"
+start_server srv --weight-store "$WORK/store" --metrics "unix:$WORK/metrics.sock"
 export GGML_REMOTE_CACHE_DIR=$WORK/cache
 path=$(model small f16)
 N=16
@@ -32,6 +33,17 @@ stored=${BASH_REMATCH[1]:-0}
 [[ $second_store =~ ^$stored\ found\ \(.*\ not\ sent\),\ 0\ not\ found$ ]] ||
     failures+=("the second guest should find all $stored weights: '$second_store'")
 [ "$first_in" != "$second_in" ] || failures+=("the second guest sent as much as the first: $second_in")
+
+# The metrics: the totals of ended sessions, scraped and checked line by line.
+python3 "$(dirname "$0")/metrics_scrape.py" "unix:$WORK/metrics.sock" >"$WORK/metrics.txt" ||
+    failures+=("the metrics scrape failed or is invalid: $(cat "$WORK/metrics.txt")")
+metric() { awk -v name="$1" '$1 == name { print $2 }' "$WORK/metrics.txt"; }
+[ "$(metric ggml_remote_store_hits_total)" = "$stored" ] ||
+    failures+=("metrics: store hits $(metric ggml_remote_store_hits_total), expected $stored")
+[ "$(metric ggml_remote_store_misses_total)" = "$stored" ] ||
+    failures+=("metrics: store misses $(metric ggml_remote_store_misses_total), expected $stored")
+[ "${metric_saved:=$(metric ggml_remote_store_saved_bytes_total)}" -gt 0 ] 2>/dev/null ||
+    failures+=("metrics: no bytes saved: '$metric_saved'")
 
 # One record file for the model, with a digest per weight looked up, hashed once.
 records=$(find "$WORK/cache/digests" -type f | wc -l)
