@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -23,6 +24,7 @@ namespace {
 
 constexpr char kMagic[8] = {'G', 'G', 'R', 'W', 'S', 'T', 'R', '1'};
 constexpr const char *kTemporaryPrefix = ".new-";
+constexpr size_t kMaxQueuedCommits = 16;
 
 struct EntryHeader {
     char magic[8];
@@ -183,7 +185,9 @@ void WeightStore::abandon(NewEntry entry) {
 }
 
 void WeightStore::commit(NewEntry entry) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    // A guest that makes entries faster than they are checked waits: each holds a file.
+    changed_.wait(lock, [this] { return queue_.size() < kMaxQueuedCommits; });
     queue_.push_back(std::move(entry));
     if (!committer_.joinable()) committer_ = std::thread(&WeightStore::run_commits, this);
     changed_.notify_all();
@@ -230,7 +234,11 @@ void WeightStore::commit_now(NewEntry &entry) {
         std::lock_guard<std::mutex> lock(mutex_);
         ++counters_.entries_written;
     }
-    evict_to_limit();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_eviction_ >= std::chrono::milliseconds(options_.eviction_interval_ms)) {
+        last_eviction_ = now;
+        evict_to_limit();
+    }
 }
 
 void WeightStore::evict_to_limit() {

@@ -21,6 +21,7 @@
 #include "protocol/status.h"
 #include "transport/unique_fd.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -37,6 +38,9 @@ struct WeightStoreOptions {
     // Hash every entry again before a worker uses it (bit rot on disk); off, an
     // entry's header and size are checked, and its bytes were checked when written.
     bool verify_on_use = false;
+    // A model's load commits an entry per tensor: the store is scanned for eviction
+    // at most this often, so it may exceed its limit by what was written meanwhile.
+    int eviction_interval_ms = 500;
 };
 
 // Where an entry's bytes start: a file offset whose remainder modulo 2 MiB is the
@@ -112,6 +116,7 @@ class WeightStore {
     bool busy_ = false;
     bool stopping_ = false;
     std::thread committer_;
+    std::chrono::steady_clock::time_point last_eviction_{};
     WeightStoreCounters counters_;
 };
 
