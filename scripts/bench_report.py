@@ -322,11 +322,11 @@ def report_many(records):
                              fmt(spread([r["end_spread_s"] for r in runs]), 2), target])
         table(["variant", "guests", "aggregate t/s median [min-max]", "x 1 guest", "slowest guest t/s",
                "fastest guest t/s", "slowest x 1 guest", "last ended s", "first to last s", "issue 15 target"], rows)
-        print("(aggregate: the sum of the guests' llama-bench tg; x 1 guest: over the same variant's one guest"
-              " in the same round,\n for shm-no-core-scheduling over shm's; slowest/fastest: the guest with the"
-              " lowest/highest t/s of each round;\n last ended: seconds from the start to the last guest's"
-              " end; first to last: from the first guest's end to the last's, a sum that counts on the"
-              " guests\n running side by side holds when it is small beside the run)")
+        print("(aggregate: the sum of the guests' tg; x 1 guest: over the same variant's one guest in the same round"
+              " (shm-no-core-scheduling:\n over shm's); slowest/fastest: the guest with the lowest/highest t/s of"
+              " a round; last ended: seconds from the release\n to the last guest's exit; first to last: between"
+              " the first guest's exit and the last's. The sum holds for guests that ran\n side by side: when"
+              " first to last is small beside last ended)")
 
 
 if __name__ == "__main__":
