@@ -11,6 +11,7 @@
 # models whose rounds take seconds get 15 rounds, the mid one (a minute and a
 # half a round) 5; BENCH_REPS sets one count for all.
 #   BENCH_WHISPER="micro" (whisper-bench on synthetic whisper models; empty to skip)
+#   BENCH_RTT=0, BENCH_ACCOUNTING=0, BENCH_MANY=0 skip those sections (BENCH_MANY_*: see bench_many.sh)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -148,6 +149,12 @@ if [ "${BENCH_ACCOUNTING:-1}" = 1 ]; then
                 >>"$raw" || echo "bench: no accounting for $name $transport" >&2
         done
     done
+fi
+
+# Many guests at once (issue 15): loads with a weight store, the server's memory
+# under four guests, and concurrent generation; its own servers and knobs.
+if [ "${BENCH_MANY:-1}" = 1 ]; then
+    "$here/bench_many.sh" "$build" "$raw" || echo "bench: the many-guests section failed; the report has the rest" >&2
 fi
 
 python3 "$here/bench_report.py" report "$out/results.json" <"$raw"
