@@ -39,6 +39,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# shellcheck source=bench_lib.sh
 source "$here/bench_lib.sh"  # free_port, wait_for, ensure_model, cache_as_read, run_load
 
 # Servers: ours (unix socket for unix: and shm:, plus TCP) and ggml-rpc twice.

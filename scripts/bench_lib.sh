@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers shared by bench.sh and bench_many.sh (sourced). The caller sets
 # `build` (the build tree) and `work` (a scratch directory it removes).
 
@@ -10,7 +11,7 @@ tcp_open() { bash -c "exec 3<>/dev/tcp/127.0.0.1/$1"; }  # tcp_open PORT: true o
 
 # ensure_model PRESET: prints the path of the synthetic F16 llama model, writing it once.
 ensure_model() {
-    local model=$build/models/$1-f16.gguf
+    local model=${build:?}/models/$1-f16.gguf
     if [ ! -s "$model" ]; then
         echo "bench: writing the $1 model" >&2
         mkdir -p "$build/models"
@@ -45,7 +46,7 @@ run_load() {
     # load runs from reading the file's metadata to the first line about the context
     # (weights uploaded, or mapped). One thread: it loses its last lines otherwise.
     # A failed run prints nan, which the report shows as "-".
-    local model=$1 log=$work/load.log
+    local model=$1 log=${work:?}/load.log
     shift
     "$@" llama-completion -m "$model" -n 1 -p Hi -no-cnv --no-warmup -t 1 -v </dev/null >/dev/null 2>"$log" || true
     python3 - "$log" <<'PY'

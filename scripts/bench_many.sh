@@ -57,6 +57,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+# shellcheck source=bench_lib.sh
 source "$here/bench_lib.sh"  # free_port, wait_for, tcp_open, ensure_model, cache_as_read, run_load
 
 # The server's features come and go with its version: ask its --help, so that the
