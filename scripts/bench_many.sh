@@ -52,7 +52,13 @@ report=(python3 "$here/bench_report.py")
 work=$(mktemp -d /tmp/ggml-remote-bench-many.XXXXXX)
 pids=()  # every server, guest and sampler started here, for cleanup
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    # A guest's pid is the subshell that waits for the gate: its child (timeout,
+    # which passes the signal on to the guest) is ended first, or the guest would
+    # outlive an interrupted run.
+    for pid in "${pids[@]}"; do
+        pkill -TERM -P "$pid" 2>/dev/null || true
+        kill "$pid" 2>/dev/null || true
+    done
     wait 2>/dev/null || true
     rm -rf "$work"
 }
