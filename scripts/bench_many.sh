@@ -17,6 +17,8 @@
 #   BENCH_MANY_TG_MODEL=small  BENCH_MANY_GUESTS="1 2 4"  BENCH_MANY_TG=64
 #   BENCH_MANY_RUNS=3 (llama-bench -r)  BENCH_THREADS=2
 #   BENCH_MANY_TIMEOUT=600 (seconds before a guest is given up)
+#   BENCH_MANY_CORE_SCHEDULING_OFF (the server options that turn core scheduling off,
+#   for a 4-guest comparison row; by default --no-core-scheduling when --help lists it)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -71,8 +73,19 @@ source "$here/bench_lib.sh"  # free_port, wait_for, tcp_open, ensure_model, cach
 server_help=$("$server" --help 2>&1 || true)
 weight_store=0
 grep -q -- '--weight-store' <<<"$server_help" && weight_store=1
-core_scheduling_off=
-grep -q -- '--no-core-scheduling' <<<"$server_help" && core_scheduling_off=--no-core-scheduling
+# The switch that turns core scheduling off: BENCH_MANY_CORE_SCHEDULING_OFF names
+# it (options, split at spaces) where it is spelt otherwise; "" means no such row.
+if [ -n "${BENCH_MANY_CORE_SCHEDULING_OFF+set}" ]; then
+    core_scheduling_off=$BENCH_MANY_CORE_SCHEDULING_OFF
+elif grep -q -- '--no-core-scheduling' <<<"$server_help"; then
+    core_scheduling_off=--no-core-scheduling
+else
+    core_scheduling_off=
+    if grep -qi 'core.scheduling' <<<"$server_help"; then
+        echo "bench-many: the server's --help speaks of core scheduling but lists no --no-core-scheduling;" \
+            "no comparison row (BENCH_MANY_CORE_SCHEDULING_OFF=OPTIONS names the switch)" >&2
+    fi
+fi
 if [ "$weight_store" = 0 ]; then
     echo "bench-many: the server has no --weight-store: first and second loads are the store-less path" >&2
 fi
@@ -239,7 +252,8 @@ tg_part() {
         [ "$n" -gt "$most" ] && most=$n
     done
     if [ -n "$core_scheduling_off" ]; then
-        start_ours tg-no-core-scheduling "$core_scheduling_off"
+        # shellcheck disable=SC2086 # the switch may be an option and its value
+        start_ours tg-no-core-scheduling $core_scheduling_off
         nocs_sock=$started_sock
         cases+=("shm-no-core-scheduling:$most")
     fi
