@@ -110,9 +110,16 @@ start_rpc() {  # start_rpc NAME: ggml-rpc-server -c, its cache in a directory of
 }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
-# Runners: each runs a llama.cpp command line as one kind of guest.
+# Runners: each runs a llama.cpp command line as one kind of guest. A guest keeps
+# the digests of its model's weights (for a server's weight store) in
+# GGML_REMOTE_CACHE_DIR; guest_cache puts them in a directory of this run's, so
+# that a first load hashes the model as on a machine that never loaded it.
+guest_cache=$work/guest-cache
 guest_local() { "$@"; }
-guest_tcp() { local port=$1; shift; "${plugin[@]}" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$port" "$@" -ngl 99; }
+guest_tcp() {
+    local port=$1; shift
+    "${plugin[@]}" GGML_REMOTE_CACHE_DIR="$guest_cache" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$port" "$@" -ngl 99
+}
 guest_shm() { local sock=$1; shift; "${plugin[@]}" GGML_REMOTE_SERVERS="shm:$sock" "$@" -ngl 99; }
 guest_rpc() { local port=$1; shift; "$@" --rpc "127.0.0.1:$port" -ngl 99; }
 
@@ -160,9 +167,10 @@ rotated() {  # rotated ROUND ITEMS...: the items, starting from the ROUND-th (ro
     echo "${items[@]:by}" "${items[@]:0:by}"
 }
 
-# load: a fresh weight store (our server restarted with a new directory) and a
-# fresh ggml-rpc cache every round, so that each round has a first load. Every
-# round starts with the model cached as read, as bench.sh measures loads.
+# load: a fresh weight store (our server restarted with a new directory), fresh
+# guest digests and a fresh ggml-rpc cache every round, so that each round has a
+# first load. Every round starts with the model cached as read, as bench.sh
+# measures loads.
 load_part() {
     local model rep group nostore_port nostore_pid store_port store_pid rpc_port rpc_pid
     model=$(ensure_model "$load_model")
@@ -171,6 +179,7 @@ load_part() {
     for rep in $(seq "$reps"); do
         local store_args=()
         [ "$weight_store" = 1 ] && store_args=(--weight-store "$work/store-$rep")
+        guest_cache=$work/guest-cache-$rep
         start_ours "load-store-$rep" "${store_args[@]}"
         store_port=$started_port store_pid=$started_pid
         start_rpc "rpc-cache-$rep"
@@ -193,7 +202,7 @@ load_part() {
         done
         stop "$store_pid"
         stop "$rpc_pid"
-        rm -rf "$work/store-$rep" "$work/rpc-cache-$rep"  # the mid model's copies: 620 MiB each
+        rm -rf "$work/store-$rep" "$work/rpc-cache-$rep" "$guest_cache"  # the mid model's copies: 620 MiB each
     done
     stop "$nostore_pid"
 }
@@ -217,6 +226,7 @@ pss_part() {
 measure_pss() {  # measure_pss MODEL GUESTS (uses rep)
     local model=$1 guests=$2 i idle_kb sampler store_args=()
     [ "$weight_store" = 1 ] && store_args=(--weight-store "$work/pss-store")
+    guest_cache=$work/pss-guest-cache
     start_ours "pss-$rep-$guests" "${store_args[@]}"
     idle_kb=$(python3 "$here/bench_pss.py" "$started_pid" 1 | cut -d' ' -f1)
     start_gate
@@ -230,7 +240,7 @@ measure_pss() {  # measure_pss MODEL GUESTS (uses rep)
     wait_guests
     stop "$sampler"
     stop "$started_pid"
-    rm -rf "$work/pss-store"
+    rm -rf "$work/pss-store" "$guest_cache"
     if [ "$failed_guests" != 0 ]; then
         echo "bench-many: $failed_guests of $guests guests failed:" >&2; tail -5 "$work/pss-guest-1.err" >&2
         return
