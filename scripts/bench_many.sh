@@ -5,7 +5,8 @@
 #         weight store; with a fresh --weight-store, first and second load; through
 #         ggml-rpc-server -c with a fresh cache, first and second load.
 #   pss   the server's memory (PSS of the listener and all its workers), at its
-#         peak while 1 and while 4 TCP guests generate at once.
+#         peak while 1 and while 4 TCP guests generate at once (with a store: one
+#         the model is in, and 4 guests on an empty one).
 #   tg    tg t/s of 1, 2 and 4 llama-bench guests started together through one
 #         server over shm, and of as many local llama-bench processes.
 # Usage: bench_many.sh BUILD [RAW]. bench.sh passes its raw.jsonl and prints these
@@ -210,24 +211,39 @@ record_load() {  # record_load VARIANT SECONDS (uses model, rep)
     "${report[@]}" record-many-load "$load_model" "$1" "$rep" "${2:-nan}" "$weight_store" >>"$raw"
 }
 
-# pss: a fresh server (and store) for each count of guests, sampled from before the
-# guests start until the last one ends.
+# pss: a fresh server (and store) for each measurement, sampled from before the
+# guests start until the last one ends. With a store, the guests find it holding
+# the model (one guest loaded it before; that is the steady state the target is
+# about), and a third case releases 4 guests on an empty store: their first loads
+# run at once, which may leave a copy each.
 pss_part() {
-    local model rep guests
+    local model rep case_ cases=(1 4)
     model=$(ensure_model "$pss_model")
     cache_as_read "$model"
+    [ "$weight_store" = 1 ] && cases+=(4:fresh-store)
     for rep in $(seq "$reps"); do
-        for guests in $(rotated "$rep" 1 4); do
-            echo "bench-many: $pss_model memory, $guests tcp guests (round $rep of $reps)" >&2
-            measure_pss "$model" "$guests"
+        for case_ in $(rotated "$rep" "${cases[@]}"); do
+            echo "bench-many: $pss_model memory, ${case_%%:*} tcp guests ${case_#*:} (round $rep of $reps)" >&2
+            measure_pss "$model" "${case_%%:*}" "$(pss_store_state "$case_")"
         done
     done
 }
-measure_pss() {  # measure_pss MODEL GUESTS (uses rep)
-    local model=$1 guests=$2 i idle_kb sampler store_args=()
+pss_store_state() {  # pss_store_state CASE: how the store stands when the guests start
+    case $1 in
+        *:fresh-store) echo fresh ;;
+        *) if [ "$weight_store" = 1 ]; then echo warm; else echo none; fi ;;
+    esac
+}
+no_workers() { ! pgrep -P "$1" >/dev/null; }  # no_workers PID: the server serves nobody
+measure_pss() {  # measure_pss MODEL GUESTS STORE-STATE (uses rep)
+    local model=$1 guests=$2 store_state=$3 i idle_kb sampler store_args=()
     [ "$weight_store" = 1 ] && store_args=(--weight-store "$work/pss-store")
     guest_cache=$work/pss-guest-cache
-    start_ours "pss-$rep-$guests" "${store_args[@]}"
+    start_ours "pss-$rep-$guests-$store_state" "${store_args[@]}"
+    if [ "$store_state" = warm ]; then
+        run_load "$model" guest_tcp "$started_port" >/dev/null  # fills the store
+        wait_for no_workers "$started_pid"
+    fi
     idle_kb=$(python3 "$here/bench_pss.py" "$started_pid" 1 | cut -d' ' -f1)
     start_gate
     for i in $(seq "$guests"); do
@@ -245,7 +261,7 @@ measure_pss() {  # measure_pss MODEL GUESTS (uses rep)
         echo "bench-many: $failed_guests of $guests guests failed:" >&2; tail -5 "$work/pss-guest-1.err" >&2
         return
     fi
-    "${report[@]}" record-many-pss "$pss_model" ours "$guests" "$rep" "$idle_kb" "$weight_store" \
+    "${report[@]}" record-many-pss "$pss_model" ours "$guests" "$rep" "$idle_kb" "$store_state" \
         <"$work/pss-samples" >>"$raw"
 }
 
