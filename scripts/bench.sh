@@ -11,6 +11,7 @@
 # models whose rounds take seconds get 15 rounds, the mid one (a minute and a
 # half a round) 5; BENCH_REPS sets one count for all.
 #   BENCH_WHISPER="micro" (whisper-bench on synthetic whisper models; empty to skip)
+#   BENCH_RTT=0, BENCH_ACCOUNTING=0, BENCH_MANY=0 skip those sections (BENCH_MANY_*: see bench_many.sh)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,11 +39,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() {  # wait_for CHECK-COMMAND...
-    for _ in $(seq 100); do "$@" 2>/dev/null && return 0; sleep 0.1; done
-    echo "bench: timed out waiting for: $*" >&2; return 1
-}
+# shellcheck source=bench_lib.sh
+source "$here/bench_lib.sh"  # free_port, wait_for, ensure_model, cache_as_read, run_load
 
 # Servers: ours (unix socket for unix: and shm:, plus TCP) and ggml-rpc twice.
 port=$(free_port)
@@ -57,8 +55,8 @@ mkdir -p "$work/rpc-cache"
 XDG_CACHE_HOME=$work/rpc-cache "$rpc_server" -H 127.0.0.1 -p "$rpc_cache_port" -t "$threads" -c >"$work/rpc-cache.log" 2>&1 &
 pids+=($!)
 wait_for test -S "$work/remote.sock"
-wait_for bash -c "exec 3<>/dev/tcp/127.0.0.1/$rpc_port"
-wait_for bash -c "exec 3<>/dev/tcp/127.0.0.1/$rpc_cache_port"
+wait_for tcp_open "$rpc_port"
+wait_for tcp_open "$rpc_cache_port"
 
 plugin=(env GGML_BACKEND_PATH="$build/lib/libggml-remote.so")
 transports=(local shm unix tcp rpc rpc-cache)
@@ -73,54 +71,8 @@ run_variant() {  # run_variant TRANSPORT TOOL ARGS...: the tool, set up for that
         rpc-cache) "$@" --rpc "127.0.0.1:$rpc_cache_port" -ngl 99 ;;
     esac
 }
-run_load() {  # run_load TRANSPORT MODEL: one model load, prints the seconds it took
-    # llama-completion -v stamps each log line with the time since start: the model
-    # load runs from reading the file's metadata to the first line about the context
-    # (weights uploaded, or mapped). One thread: it loses its last lines otherwise.
-    # A failed run prints nan, which the report shows as "-".
-    local log=$work/load.log
-    run_variant "$1" llama-completion -m "$2" -n 1 -p Hi -no-cnv --no-warmup -t 1 -v </dev/null >/dev/null 2>"$log" || true
-    python3 - "$log" <<'PY'
-import re, sys
-def stamp(line):
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ", line)
-    return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6 if m else None
-# llama.cpp first loads the model without data to fit its parameters to the
-# device memory: the real load is the last one.
-start = end = None
-for line in open(sys.argv[1], errors="replace"):
-    if "llama_model_loader: loaded meta data" in line:
-        start, end = stamp(line), None
-    elif start is not None and end is None and re.match(r"\S+ \S+ llama_context", line):
-        end = stamp(line)
-print(f"{end - start:.4f}" if start is not None and end is not None else "nan")
-PY
-}
-
-# cache_as_read FILE: the file's pages cached as a model read from disk has them. A
-# file just written sits in the page cache in the pieces it was written in, mostly
-# smaller than 2 MiB; read back (readahead), it is cached in 2 MiB folios, which a
-# process that maps the file (llama.cpp locally, the server over shm) maps with
-# huge pages. So every model is written out, dropped from the cache and read back.
-cache_as_read() {
-    python3 - "$1" <<'PY'
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-os.fsync(fd)
-os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-while os.read(fd, 8 << 20):
-    pass
-os.close(fd)
-PY
-}
-
 for name in $models; do
-    model=$build/models/$name-f16.gguf
-    if [ ! -s "$model" ]; then
-        echo "bench: writing the $name model" >&2
-        "$build/bin/ggml-remote-synthetic-model" --preset "$name" --type f16 -o "$model.tmp" >/dev/null
-        mv "$model.tmp" "$model"
-    fi
+    model=$(ensure_model "$name")
     cache_as_read "$model"
     reps=$(reps_for "$name")
     for rep in $(seq "$reps"); do
@@ -135,7 +87,7 @@ for name in $models; do
                 echo "bench: llama-bench failed for $name $transport:" >&2; tail -5 "$work/bench.err" >&2
                 continue
             fi
-            load_s=$(run_load "$transport" "$model")
+            load_s=$(run_load "$model" run_variant "$transport")
             python3 "$here/bench_report.py" record "$name" "$transport" "$rep" "${load_s:-nan}" <"$json" >>"$raw"
         done
     done
@@ -198,6 +150,12 @@ if [ "${BENCH_ACCOUNTING:-1}" = 1 ]; then
                 >>"$raw" || echo "bench: no accounting for $name $transport" >&2
         done
     done
+fi
+
+# Many guests at once (issue 15): loads with a weight store, the server's memory
+# under four guests, and concurrent generation; its own servers and knobs.
+if [ "${BENCH_MANY:-1}" = 1 ]; then
+    "$here/bench_many.sh" "$build" "$raw" || echo "bench: the many-guests section failed; the report has the rest" >&2
 fi
 
 python3 "$here/bench_report.py" report "$out/results.json" <"$raw"

@@ -63,6 +63,38 @@ def record_accounting(model, transport, short_path, long_path):
     print(json.dumps(out))
 
 
+def record_many_load(model, variant, rep, load_s, weight_store):
+    """One load of the many-guests section (bench_many.sh)."""
+    print(json.dumps({"kind": "many-load", "model": model, "variant": variant, "rep": int(rep),
+                      "load_s": float(load_s) if load_s not in ("", "nan") else None,
+                      "weight_store": weight_store == "1"}))
+
+
+def record_many_pss(model, server, guests, rep, idle_kb, store):
+    """bench_pss.py's samples ("kB processes" lines) of one run: their peak. store:
+    none (the server has no weight store), warm (it holds the model) or fresh."""
+    samples = [tuple(map(int, line.split())) for line in sys.stdin if line.strip()]
+    if not samples:
+        raise SystemExit("no PSS samples")
+    print(json.dumps({"kind": "many-pss", "model": model, "server": server, "guests": int(guests),
+                      "rep": int(rep), "idle_mib": int(idle_kb) / 1024.0,
+                      "peak_mib": max(kb for kb, _ in samples) / 1024.0,
+                      "most_processes": max(n for _, n in samples), "samples": len(samples),
+                      "store": store}))
+
+
+def record_many_tg(model, variant, guests, rep, ended, *paths):
+    """The llama-bench JSON of each guest of one run of guests started together, and
+    when each ended (seconds after they were started, comma-separated)."""
+    per_guest = []
+    for path in paths:
+        runs = json.load(open(path))
+        per_guest.append(next(r["avg_ts"] for r in runs if r.get("n_prompt", 0) == 0))
+    print(json.dumps({"kind": "many-tg", "model": model, "variant": variant, "guests": int(guests),
+                      "rep": int(rep), "per_guest_tps": per_guest, "aggregate_tps": sum(per_guest),
+                      "ended_s": [float(t) for t in ended.split(",")]}))
+
+
 def spread(values):
     values = [v for v in values if v is not None and not math.isnan(v)]
     if not values:
@@ -98,28 +130,30 @@ def report(path):
     whisper = [r for r in rows if r.get("kind") == "whisper"]
     rtts = [r for r in rows if r.get("kind") == "rtt"]
     accounting = [r for r in rows if r.get("kind") == "accounting"]
+    many = [r for r in rows if (r.get("kind") or "").startswith("many-")]
     rows = [r for r in rows if r.get("kind") is None]
     models = list(dict.fromkeys(r["model"] for r in rows))
     transports = list(dict.fromkeys(r["transport"] for r in rows))
     results = []
-    header = (f"| {'model':<6} | {'transport':<9} | {'pp t/s median [min-max]':<26} | {'x local':>7} | "
-              f"{'tg t/s median [min-max]':<26} | {'x local':>7} | {'load s median [min-max]':<24} | {'x local':>7} |")
-    print(header)
-    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
-    for model in models:
-        local = [r for r in rows if r["model"] == model and r["transport"] == "local"]
-        for transport in transports:
-            runs = [r for r in rows if r["model"] == model and r["transport"] == transport]
-            if not runs:
-                continue
-            stats = {k: spread([r.get(k) for r in runs]) for k in ("pp_tps", "tg_tps", "load_s")}
-            print(f"| {model:<6} | {transport:<9} | {fmt(stats['pp_tps']):<26} | {paired_ratio(runs, local, 'pp_tps'):>7} | "
-                  f"{fmt(stats['tg_tps']):<26} | {paired_ratio(runs, local, 'tg_tps'):>7} | "
-                  f"{fmt(stats['load_s'], 3):<24} | {paired_ratio(runs, local, 'load_s'):>7} |")
-            for r in runs:
-                results.append({"model": model, "transport": transport, "rep": r["rep"],
-                                "pp_tps": r.get("pp_tps"), "tg_tps": r.get("tg_tps"), "load_s": r.get("load_s")})
-    print("(x local: the median over rounds of the round's figure over that round's local figure)")
+    if rows:
+        header = (f"| {'model':<6} | {'transport':<9} | {'pp t/s median [min-max]':<26} | {'x local':>7} | "
+                  f"{'tg t/s median [min-max]':<26} | {'x local':>7} | {'load s median [min-max]':<24} | {'x local':>7} |")
+        print(header)
+        print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+        for model in models:
+            local = [r for r in rows if r["model"] == model and r["transport"] == "local"]
+            for transport in transports:
+                runs = [r for r in rows if r["model"] == model and r["transport"] == transport]
+                if not runs:
+                    continue
+                stats = {k: spread([r.get(k) for r in runs]) for k in ("pp_tps", "tg_tps", "load_s")}
+                print(f"| {model:<6} | {transport:<9} | {fmt(stats['pp_tps']):<26} | {paired_ratio(runs, local, 'pp_tps'):>7} | "
+                      f"{fmt(stats['tg_tps']):<26} | {paired_ratio(runs, local, 'tg_tps'):>7} | "
+                      f"{fmt(stats['load_s'], 3):<24} | {paired_ratio(runs, local, 'load_s'):>7} |")
+                for r in runs:
+                    results.append({"model": model, "transport": transport, "rep": r["rep"],
+                                    "pp_tps": r.get("pp_tps"), "tg_tps": r.get("tg_tps"), "load_s": r.get("load_s")})
+        print("(x local: the median over rounds of the round's figure over that round's local figure)")
     if whisper:
         print()
         wheader = (f"| {'model':<13} | {'transport':<9} | {'encode ms median [min-max]':<28} | {'x local':>7} | "
@@ -169,9 +203,137 @@ def report(path):
                   f"{r['bytes_sent_per_token']:16.0f} | {r['bytes_received_per_token']:20.0f} |")
         print("(llama-simple, GGML_REMOTE_STATS=1: a 64-token run minus a 32-token run, divided by 32)")
         results.extend(accounting)
+    if many:
+        report_many(many)
+        results.extend(many)
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
     print(f"\nper-run records: {path}")
+
+
+# The many-guests section (bench_many.sh): issue 15's targets, as (the record's
+# variant or guest count, a bound, a sense, what the bound is relative to).
+def paired_spread(runs, base_runs, key, base_key=None):
+    """(median, min, max) over rounds of each round's figure over the base figure of
+    the same round."""
+    base = {r["rep"]: r.get(base_key or key) for r in base_runs}
+    return spread([r[key] / base[r["rep"]] for r in runs
+                   if r.get(key) is not None and base.get(r["rep"]) not in (None, 0)])
+
+
+def fmt_ratio(stats):
+    median, low, high = stats
+    return "-" if median is None else f"{median:.2f}x [{low:.2f}-{high:.2f}]"
+
+
+def verdict(stats, bound, at_most):
+    """Whether the median over rounds meets a target."""
+    if stats[0] is None:
+        return "-"
+    return "met" if (stats[0] <= bound if at_most else stats[0] >= bound) else "missed"
+
+
+def table(header, rows):
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+
+def report_many(records):
+    loads = [r for r in records if r["kind"] == "many-load"]
+    psses = [r for r in records if r["kind"] == "many-pss"]
+    tgs = [r for r in records if r["kind"] == "many-tg"]
+    if loads:
+        model = loads[0]["model"]
+        store = any(r["weight_store"] for r in loads)
+        print(f"\nMany guests: {model} model load over TCP, first and second "
+              + ("(our server with a fresh --weight-store each round)" if store else
+                 "(the server has no --weight-store: ours 'first' and 'second' are the store-less path)"))
+        by = {v: [r for r in loads if r["variant"] == v] for v in dict.fromkeys(r["variant"] for r in loads)}
+        names = {"local": "local", "tcp": "ours tcp, no store", "tcp-store-first": "ours tcp, first load",
+                 "tcp-store-second": "ours tcp, second load", "rpc-cache-first": "rpc -c, first load (fresh cache)",
+                 "rpc-cache-second": "rpc -c, second load"}
+        targets = {"tcp-store-first": ("tcp", 1.1, "<= 1.10x tcp, no store"),
+                   "tcp-store-second": ("local", 1.5, "<= 1.50x local")}
+        rows = []
+        for variant, runs in by.items():
+            x_local = paired_spread(runs, by.get("local", []), "load_s")
+            x_tcp = paired_spread(runs, by.get("tcp", []), "load_s")
+            target = ""
+            if variant in targets:
+                base, bound, text = targets[variant]
+                # Without a store, the first load is the store-less one: nothing to compare.
+                if store:
+                    target = f"{text}: {verdict(x_local if base == 'local' else x_tcp, bound, True)}"
+                elif base == "local":
+                    target = f"{text}: {verdict(x_local, bound, True)} (no store)"
+                else:
+                    target = f"{text}: n/a, no store"
+            rows.append([names.get(variant, variant), fmt(spread([r["load_s"] for r in runs]), 3),
+                         fmt_ratio(x_local), fmt_ratio(x_tcp), target])
+        table(["load", "s median [min-max]", "x local", "x ours tcp, no store", "issue 15 target"], rows)
+        print("(x: the median [min-max] over rounds of the round's figure over that round's base;"
+              " a target is met when the median is)")
+    if psses:
+        model = psses[0]["model"]
+        print(f"\nMany guests: the server's memory (PSS of listener and workers, peak) while TCP guests "
+              f"of the {model} model generate")
+        rows = []
+        one = [r for r in psses if r["guests"] == 1]
+        stores = {"none": "no store", "warm": "holds the model", "fresh": "empty"}
+        for guests, store in sorted({(r["guests"], r.get("store", "none")) for r in psses},
+                                    key=lambda k: (k[0], k[1] == "fresh")):
+            runs = [r for r in psses if r["guests"] == guests and r.get("store", "none") == store]
+            x_one = paired_spread(runs, one, "peak_mib")
+            # The target is about guests sharing a model the server has: a fresh
+            # store's row is there to compare.
+            target = f"<= 1.30x: {verdict(x_one, 1.3, True)}" if guests == 4 and store != "fresh" else ""
+            rows.append([runs[0]["server"], str(guests), stores.get(store, store),
+                         fmt(spread([r["peak_mib"] for r in runs])),
+                         fmt_ratio(x_one), fmt(spread([r["idle_mib"] for r in runs])),
+                         str(max(r["most_processes"] for r in runs)), target])
+        rows.append(["ggml-rpc-server", "-", "-", "not measured: it serves one client at a time", "", "", "", ""])
+        table(["server", "guests", "weight store", "PSS peak MiB median [min-max]", "x 1 guest", "idle MiB",
+               "most processes", "issue 15 target"], rows)
+        print("(sampled every 100 ms from before the guests start until the last ends; processes: the"
+              " listener and its workers at once, at most;\n weight store: holds the model when one guest"
+              " loaded it before, empty for guests that all load at once; ggml-rpc-server\n accepts its next"
+              " client only when the last one is gone, so its 4 guests would run one after another)")
+    if tgs:
+        model = tgs[0]["model"]
+        print(f"\nMany guests: tg of guests started together ({model} model, llama-bench -p 0), through one"
+              " server over shm, and as many local processes")
+        rows = []
+        variants = list(dict.fromkeys(r["variant"] for r in tgs))
+        for variant in variants:
+            # The 1-guest base of a variant: its own, or for a comparison row of our
+            # server (core scheduling off) our server's.
+            base = [r for r in tgs if r["guests"] == 1 and r["variant"] == variant] or \
+                   [r for r in tgs if r["guests"] == 1 and r["variant"] == "shm"]
+            for guests in sorted({r["guests"] for r in tgs if r["variant"] == variant}):
+                runs = [r for r in tgs if r["variant"] == variant and r["guests"] == guests]
+                for r in runs:
+                    r["slowest_tps"], r["fastest_tps"] = min(r["per_guest_tps"]), max(r["per_guest_tps"])
+                    r["end_spread_s"] = max(r["ended_s"]) - min(r["ended_s"])
+                x_one = paired_spread(runs, base, "aggregate_tps")
+                slowest = paired_spread(runs, base, "slowest_tps", "aggregate_tps")
+                target = ""
+                if guests == 4 and variant.startswith("shm"):
+                    ok = verdict(x_one, 0.8, False) == "met" and verdict(slowest, 0.2, False) == "met"
+                    target = f">= 0.80x, each >= 0.20x: {'met' if ok else 'missed'}"
+                rows.append([variant, str(guests), fmt(spread([r["aggregate_tps"] for r in runs])), fmt_ratio(x_one),
+                             fmt(spread([r["slowest_tps"] for r in runs])), fmt(spread([r["fastest_tps"] for r in runs])),
+                             fmt_ratio(slowest), fmt(spread([max(r["ended_s"]) for r in runs]), 2),
+                             fmt(spread([r["end_spread_s"] for r in runs]), 2), target])
+        table(["variant", "guests", "aggregate t/s median [min-max]", "x 1 guest", "slowest guest t/s",
+               "fastest guest t/s", "slowest x 1 guest", "last ended s", "first to last s", "issue 15 target"], rows)
+        print("(aggregate: the sum of the guests' tg; x 1 guest: over the same variant's one guest in the same round"
+              " (shm-no-core-scheduling:\n over shm's); slowest/fastest: the guest with the lowest/highest t/s of"
+              " a round; last ended: seconds from the release\n to the last guest's exit; first to last: between"
+              " the first guest's exit and the last's. The sum holds for guests that ran\n side by side: when"
+              " first to last is small beside last ended)")
 
 
 if __name__ == "__main__":
@@ -183,5 +345,11 @@ if __name__ == "__main__":
         record_rtt(sys.argv[2])
     elif sys.argv[1] == "record-accounting":
         record_accounting(*sys.argv[2:6])
+    elif sys.argv[1] == "record-many-load":
+        record_many_load(*sys.argv[2:7])
+    elif sys.argv[1] == "record-many-pss":
+        record_many_pss(*sys.argv[2:8])
+    elif sys.argv[1] == "record-many-tg":
+        record_many_tg(*sys.argv[2:7], *sys.argv[7:])
     else:
         report(sys.argv[2])

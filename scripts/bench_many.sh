@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# make bench, the many-guests section (issue 15): what one server costs and gives
+# when several guests share it, side by side with llama.cpp alone and ggml-rpc.
+#   load  the model's load time: local; through our server over TCP without a
+#         weight store; with a fresh --weight-store, first and second load; through
+#         ggml-rpc-server -c with a fresh cache, first and second load.
+#   pss   the server's memory (PSS of the listener and all its workers), at its
+#         peak while 1 and while 4 TCP guests generate at once (with a store: one
+#         the model is in, and 4 guests on an empty one).
+#   tg    tg t/s of 1, 2 and 4 llama-bench guests started together through one
+#         server over shm, and of as many local llama-bench processes.
+# Usage: bench_many.sh BUILD [RAW]. bench.sh passes its raw.jsonl and prints these
+# tables with its own; alone, it writes BUILD/bench/many.jsonl and its own report
+# (BUILD/bench/results-many.json).
+#   BENCH_MANY_PARTS="load pss tg"  BENCH_MANY_REPS=5 (rounds of each part)
+#   BENCH_MANY_LOAD_MODEL=mid  BENCH_MANY_PSS_MODEL=mid
+#   BENCH_MANY_PSS_TOKENS=16  BENCH_MANY_PSS_CTX=256 (the memory guests' llama-completion -n and -c)
+#   BENCH_MANY_TG_MODEL=small  BENCH_MANY_GUESTS="1 2 4"  BENCH_MANY_TG=64
+#   BENCH_MANY_RUNS=3 (llama-bench -r)  BENCH_THREADS=2
+#   BENCH_MANY_TIMEOUT=600 (seconds before a guest is given up)
+#   BENCH_MANY_CORE_SCHEDULING_OFF (the server options that turn core scheduling off,
+#   for a 4-guest comparison row; by default --no-core-scheduling when --help lists it)
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=$build/bench
+mkdir -p "$out"
+raw=${2:-}
+standalone=0
+if [ -z "$raw" ]; then
+    standalone=1 raw=$out/many.jsonl
+    : >"$raw"
+fi
+parts=${BENCH_MANY_PARTS:-load pss tg}
+reps=${BENCH_MANY_REPS:-5}
+load_model=${BENCH_MANY_LOAD_MODEL:-mid}
+pss_model=${BENCH_MANY_PSS_MODEL:-mid}
+pss_tokens=${BENCH_MANY_PSS_TOKENS:-16}
+# A small context, as llama-simple sizes its own: the KV cache is each guest's own
+# whatever the server does, and at llama-completion's default (2048 for these
+# models) it added 145 MiB per mid-model guest (one run: 867 MiB for one guest
+# against 722 at 256), so the figure is mostly weights and compute buffers.
+pss_ctx=${BENCH_MANY_PSS_CTX:-256}
+tg_model=${BENCH_MANY_TG_MODEL:-small}
+tg_guests=${BENCH_MANY_GUESTS:-1 2 4}
+tg=${BENCH_MANY_TG:-64}
+runs=${BENCH_MANY_RUNS:-3}
+threads=${BENCH_THREADS:-2}
+bounded=(timeout "${BENCH_MANY_TIMEOUT:-600}")  # a guest that hangs ends; the round goes on
+server=$build/bin/ggml-remote-server
+rpc_server=/usr/libexec/x86_64-linux-gnu/llama/bin/ggml-rpc-server
+plugin=(env GGML_BACKEND_PATH="$build/lib/libggml-remote.so")
+report=(python3 "$here/bench_report.py")
+
+work=$(mktemp -d /tmp/ggml-remote-bench-many.XXXXXX)
+pids=()  # every server, guest and sampler started here, for cleanup
+cleanup() {
+    # A guest's pid is the subshell that waits for the gate: its child (timeout,
+    # which passes the signal on to the guest) is ended first, or the guest would
+    # outlive an interrupted run.
+    for pid in "${pids[@]}"; do
+        pkill -TERM -P "$pid" 2>/dev/null || true
+        kill "$pid" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+# shellcheck source=bench_lib.sh
+source "$here/bench_lib.sh"  # free_port, wait_for, tcp_open, ensure_model, cache_as_read, run_load
+
+# The server's features come and go with its version: ask its --help, so that the
+# same script measures the tree before a feature and the tree after it.
+server_help=$("$server" --help 2>&1 || true)
+weight_store=0
+grep -q -- '--weight-store' <<<"$server_help" && weight_store=1
+# The switch that turns core scheduling off: BENCH_MANY_CORE_SCHEDULING_OFF names
+# it (options, split at spaces) where it is spelt otherwise; "" means no such row.
+if [ -n "${BENCH_MANY_CORE_SCHEDULING_OFF+set}" ]; then
+    core_scheduling_off=$BENCH_MANY_CORE_SCHEDULING_OFF
+elif grep -q -- '--no-core-scheduling' <<<"$server_help"; then
+    core_scheduling_off=--no-core-scheduling
+else
+    core_scheduling_off=
+    if grep -qi 'core.scheduling' <<<"$server_help"; then
+        echo "bench-many: the server's --help speaks of core scheduling but lists no --no-core-scheduling;" \
+            "no comparison row (BENCH_MANY_CORE_SCHEDULING_OFF=OPTIONS names the switch)" >&2
+    fi
+fi
+if [ "$weight_store" = 0 ]; then
+    echo "bench-many: the server has no --weight-store: first and second loads are the store-less path" >&2
+fi
+
+# Servers. Each start sets started_pid and started_port (and started_sock for ours).
+start_ours() {  # start_ours NAME OPTIONS...: our server on a unix socket and on TCP
+    local name=$1; shift
+    started_port=$(free_port) started_sock=$work/$name.sock
+    "$server" --listen "unix:$started_sock" --listen "tcp://127.0.0.1:$started_port" \
+        --threads "$threads" "$@" >"$work/$name.log" 2>&1 &
+    started_pid=$!; pids+=("$started_pid")
+    wait_for tcp_open "$started_port" || { tail -5 "$work/$name.log" >&2; return 1; }
+}
+start_rpc() {  # start_rpc NAME: ggml-rpc-server -c, its cache in a directory of its own
+    local name=$1
+    started_port=$(free_port)
+    mkdir -p "$work/$name"
+    XDG_CACHE_HOME=$work/$name "$rpc_server" -H 127.0.0.1 -p "$started_port" -t "$threads" -c \
+        >"$work/$name.log" 2>&1 &
+    started_pid=$!; pids+=("$started_pid")
+    wait_for tcp_open "$started_port" || { tail -5 "$work/$name.log" >&2; return 1; }
+}
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# Runners: each runs a llama.cpp command line as one kind of guest. A guest keeps
+# the digests of its model's weights (for a server's weight store) in
+# GGML_REMOTE_CACHE_DIR; guest_cache puts them in a directory of this run's, so
+# that a first load hashes the model as on a machine that never loaded it.
+guest_cache=$work/guest-cache
+guest_local() { "$@"; }
+guest_tcp() {
+    local port=$1; shift
+    "${plugin[@]}" GGML_REMOTE_CACHE_DIR="$guest_cache" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$port" "$@" -ngl 99
+}
+guest_shm() { local sock=$1; shift; "${plugin[@]}" GGML_REMOTE_SERVERS="shm:$sock" "$@" -ngl 99; }
+guest_rpc() { local port=$1; shift; "$@" --rpc "127.0.0.1:$port" -ngl 99; }
+
+# Guests that start together: each waits for a line on a fifo, and the fifo stays
+# open for writing here until all have ended, so a guest that reaches its read
+# late still finds its line instead of blocking on the open.
+gates=0
+start_gate() {
+    gates=$((gates + 1)) gate=$work/gate-$gates guest_pids=()
+    mkfifo "$gate"
+    exec 9<>"$gate"
+}
+launch_guest() {  # launch_guest OUT ERR RUNNER...: RUNNER, once the gate opens
+    local stdout=$1 stderr=$2 ended=$gate.ended.${#guest_pids[@]}; shift 2
+    # The time each guest ends tells whether they ran side by side: one that ends
+    # long before the others left them the machine for the rest of their run.
+    {
+        exec 9>&-
+        read -r _ <"$gate"
+        rc=0
+        "$@" </dev/null >"$stdout" 2>"$stderr" || rc=$?
+        echo "$EPOCHREALTIME" >"$ended"
+        exit "$rc"
+    } &
+    guest_pids+=($!); pids+=($!)
+}
+open_gate() {
+    local _pid
+    gate_opened=$EPOCHREALTIME
+    for _pid in "${guest_pids[@]}"; do echo go >&9; done
+}
+wait_guests() {  # wait_guests: sets failed_guests (how many failed) and guests_ended (seconds after the gate opened, each)
+    local pid
+    failed_guests=0
+    for pid in "${guest_pids[@]}"; do wait "$pid" || failed_guests=$((failed_guests + 1)); done
+    exec 9>&-
+    guests_ended=$(python3 -c 'import sys; print(",".join(f"{float(open(p).read()) - float(sys.argv[1]):.3f}" for p in sys.argv[2:]))' \
+        "$gate_opened" "$gate".ended.*)
+    rm -f "$gate" "$gate".ended.*
+}
+
+rotated() {  # rotated ROUND ITEMS...: the items, starting from the ROUND-th (round 1: as given)
+    local round=$1; shift
+    local items=("$@") by=$(((round - 1) % $#))
+    echo "${items[@]:by}" "${items[@]:0:by}"
+}
+
+# load: a fresh weight store (our server restarted with a new directory), fresh
+# guest digests and a fresh ggml-rpc cache every round, so that each round has a
+# first load. Every round starts with the model cached as read, as bench.sh
+# measures loads.
+load_part() {
+    local model rep group nostore_port nostore_pid store_port store_pid rpc_port rpc_pid
+    model=$(ensure_model "$load_model")
+    start_ours load-nostore
+    nostore_port=$started_port nostore_pid=$started_pid
+    for rep in $(seq "$reps"); do
+        local store_args=()
+        [ "$weight_store" = 1 ] && store_args=(--weight-store "$work/store-$rep")
+        guest_cache=$work/guest-cache-$rep
+        start_ours "load-store-$rep" "${store_args[@]}"
+        store_port=$started_port store_pid=$started_pid
+        start_rpc "rpc-cache-$rep"
+        rpc_port=$started_port rpc_pid=$started_pid
+        cache_as_read "$model"
+        # A first load and its second stay a pair, in that order; the pairs and
+        # the single loads take turns at going first.
+        for group in $(rotated "$rep" local tcp tcp-store rpc-cache); do
+            echo "bench-many: $load_model load, $group (round $rep of $reps)" >&2
+            case $group in
+                local) record_load local "$(run_load "$model" guest_local)" ;;
+                tcp) record_load tcp "$(run_load "$model" guest_tcp "$nostore_port")" ;;
+                tcp-store)
+                    record_load tcp-store-first "$(run_load "$model" guest_tcp "$store_port")"
+                    record_load tcp-store-second "$(run_load "$model" guest_tcp "$store_port")" ;;
+                rpc-cache)
+                    record_load rpc-cache-first "$(run_load "$model" guest_rpc "$rpc_port")"
+                    record_load rpc-cache-second "$(run_load "$model" guest_rpc "$rpc_port")" ;;
+            esac
+        done
+        stop "$store_pid"
+        stop "$rpc_pid"
+        rm -rf "$work/store-$rep" "$work/rpc-cache-$rep" "$guest_cache"  # the mid model's copies: 620 MiB each
+    done
+    stop "$nostore_pid"
+}
+record_load() {  # record_load VARIANT SECONDS (uses model, rep)
+    "${report[@]}" record-many-load "$load_model" "$1" "$rep" "${2:-nan}" "$weight_store" >>"$raw"
+}
+
+# pss: a fresh server (and store) for each measurement, sampled from before the
+# guests start until the last one ends. With a store, the guests find it holding
+# the model (one guest loaded it before; that is the steady state the target is
+# about), and a third case releases 4 guests on an empty store: their first loads
+# run at once, which may leave a copy each.
+pss_part() {
+    local model rep case_ cases=(1 4)
+    model=$(ensure_model "$pss_model")
+    cache_as_read "$model"
+    [ "$weight_store" = 1 ] && cases+=(4:fresh-store)
+    for rep in $(seq "$reps"); do
+        for case_ in $(rotated "$rep" "${cases[@]}"); do
+            echo "bench-many: $pss_model memory, ${case_%%:*} tcp guests ${case_#*:} (round $rep of $reps)" >&2
+            measure_pss "$model" "${case_%%:*}" "$(pss_store_state "$case_")"
+        done
+    done
+}
+pss_store_state() {  # pss_store_state CASE: how the store stands when the guests start
+    case $1 in
+        *:fresh-store) echo fresh ;;
+        *) if [ "$weight_store" = 1 ]; then echo warm; else echo none; fi ;;
+    esac
+}
+no_workers() { ! pgrep -P "$1" >/dev/null; }  # no_workers PID: the server serves nobody
+measure_pss() {  # measure_pss MODEL GUESTS STORE-STATE (uses rep)
+    local model=$1 guests=$2 store_state=$3 i idle_kb sampler store_args=()
+    [ "$weight_store" = 1 ] && store_args=(--weight-store "$work/pss-store")
+    guest_cache=$work/pss-guest-cache
+    start_ours "pss-$rep-$guests-$store_state" "${store_args[@]}"
+    if [ "$store_state" = warm ]; then
+        run_load "$model" guest_tcp "$started_port" >/dev/null  # fills the store
+        wait_for no_workers "$started_pid"
+    fi
+    idle_kb=$(python3 "$here/bench_pss.py" "$started_pid" 1 | cut -d' ' -f1)
+    start_gate
+    for i in $(seq "$guests"); do
+        launch_guest /dev/null "$work/pss-guest-$i.err" guest_tcp "$started_port" \
+            "${bounded[@]}" llama-completion -m "$model" -c "$pss_ctx" -n "$pss_tokens" -p "Hello world" -no-cnv
+    done
+    python3 "$here/bench_pss.py" "$started_pid" >"$work/pss-samples" &
+    sampler=$!; pids+=("$sampler")
+    open_gate
+    wait_guests
+    stop "$sampler"
+    stop "$started_pid"
+    rm -rf "$work/pss-store" "$guest_cache"
+    if [ "$failed_guests" != 0 ]; then
+        echo "bench-many: $failed_guests of $guests guests failed:" >&2; tail -5 "$work/pss-guest-1.err" >&2
+        return
+    fi
+    "${report[@]}" record-many-pss "$pss_model" ours "$guests" "$rep" "$idle_kb" "$store_state" \
+        <"$work/pss-samples" >>"$raw"
+}
+
+# tg: one server for all rounds (a second one without core scheduling, when the
+# server has that switch); each case starts its guests together.
+tg_part() {
+    local model rep case_ shm_sock nocs_sock cases=() n most=0
+    model=$(ensure_model "$tg_model")
+    cache_as_read "$model"
+    start_ours tg
+    shm_sock=$started_sock
+    for n in $tg_guests; do
+        cases+=("local:$n" "shm:$n")
+        [ "$n" -gt "$most" ] && most=$n
+    done
+    if [ -n "$core_scheduling_off" ]; then
+        # shellcheck disable=SC2086 # the switch may be an option and its value
+        start_ours tg-no-core-scheduling $core_scheduling_off
+        nocs_sock=$started_sock
+        cases+=("shm-no-core-scheduling:$most")
+    fi
+    for rep in $(seq "$reps"); do
+        for case_ in $(rotated "$rep" "${cases[@]}"); do
+            echo "bench-many: $tg_model tg, ${case_%:*} x ${case_#*:} (round $rep of $reps)" >&2
+            case ${case_%:*} in
+                local) measure_tg "${case_%:*}" "${case_#*:}" guest_local ;;
+                shm) measure_tg "${case_%:*}" "${case_#*:}" guest_shm "$shm_sock" ;;
+                shm-no-core-scheduling) measure_tg "${case_%:*}" "${case_#*:}" guest_shm "$nocs_sock" ;;
+            esac
+        done
+    done
+}
+measure_tg() {  # measure_tg VARIANT GUESTS RUNNER... (uses model, rep)
+    local variant=$1 guests=$2 i files=(); shift 2
+    start_gate
+    for i in $(seq "$guests"); do
+        files+=("$work/tg-$i.json")
+        launch_guest "$work/tg-$i.json" "$work/tg-$i.err" "$@" \
+            "${bounded[@]}" llama-bench -m "$model" -p 0 -n "$tg" -r "$runs" -t "$threads" -o json
+    done
+    open_gate
+    wait_guests
+    if [ "$failed_guests" != 0 ]; then
+        echo "bench-many: $failed_guests of $guests guests failed ($variant):" >&2; tail -5 "$work/tg-1.err" >&2
+        return
+    fi
+    "${report[@]}" record-many-tg "$tg_model" "$variant" "$guests" "$rep" "$guests_ended" "${files[@]}" >>"$raw"
+}
+
+for part in $parts; do
+    case $part in
+        load) load_part ;;
+        pss) pss_part ;;
+        tg) tg_part ;;
+        *) echo "bench-many: no part $part (load, pss, tg)" >&2; exit 2 ;;
+    esac
+done
+if [ "$standalone" = 1 ]; then
+    "${report[@]}" report "$out/results-many.json" <"$raw"
+fi
