@@ -1,6 +1,7 @@
 #include "host/listener.h"
 
 #include "host/admission.h"
+#include "host/core_schedule.h"
 #include "host/peer_limits.h"
 #include "host/sandbox.h"
 #include "host/status_board.h"
@@ -333,6 +334,7 @@ class Listener {
                               &slot->memory_in_use, &slot->buffers}) {
             counter->store(0);
         }
+        clear_core_fields(slot);
     }
 
     // A worker that does not end within a few seconds (stopped, stuck in a
