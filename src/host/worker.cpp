@@ -197,7 +197,7 @@ bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
 // Serves the authenticated guest until it leaves; the outcome and the session's totals.
 Status serve_guest(const std::string &label, FramedStream *stream, int client_fd, uid_t server_uid,
                    const std::vector<ggml_backend_dev_t> &devices, const ServerOptions &options,
-                   SessionCounters *counters) {
+                   SessionCounters *counters, CoreStats *cores) {
     Session session(devices, options.limits);
     int domain = 0;
     socklen_t length = sizeof(domain);
@@ -224,12 +224,24 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
     }
     Status outcome = session.serve(*stream);
     *counters = session.counters();
+    *cores = session.core_stats();
     return outcome;
+}
+
+// ", cores shared in 52 of 64 CPU computes at 1 thread": how the session's computes
+// shared the host's cores with other sessions (core_schedule.h), when they did.
+std::string describe_core_sharing(const CoreStats &cores) {
+    if (cores.shared_computes == 0) return "";
+    std::string threads = std::to_string(cores.shared_min_threads);
+    if (cores.shared_max_threads != cores.shared_min_threads) threads += "-" + std::to_string(cores.shared_max_threads);
+    const bool one = cores.shared_max_threads == 1;
+    return ", cores shared in " + std::to_string(cores.shared_computes) + " of " + std::to_string(cores.computes) +
+           " CPU computes at " + threads + (one ? " thread" : " threads");
 }
 
 // The session's last log line; the worker's exit code.
 int log_session_end(const std::string &label, const Status &outcome, const SessionCounters &counters,
-                    std::chrono::steady_clock::time_point started) {
+                    const CoreStats &cores, std::chrono::steady_clock::time_point started) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     char totals[256];
     std::snprintf(totals, sizeof(totals), "%.1f s, %llu commands, %llu graph computes, %s in, %s out", seconds,
@@ -238,6 +250,7 @@ int log_session_end(const std::string &label, const Status &outcome, const Sessi
                   human_bytes(counters.bytes_received).c_str(), human_bytes(counters.bytes_sent).c_str());
     std::string summary = totals;
     if (counters.weights_repacked != 0) summary += ", " + std::to_string(counters.weights_repacked) + " weights repacked";
+    summary += describe_core_sharing(cores);
     if (outcome.ok()) {
         log_line(label + ": disconnected after " + summary);
         return 0;
@@ -269,8 +282,9 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
         return 1;
     }
     SessionCounters counters;
-    const Status outcome = serve_guest(label, &stream, client_fd, server_uid, devices, options, &counters);
-    return log_session_end(label, outcome, counters, started);
+    CoreStats cores;
+    const Status outcome = serve_guest(label, &stream, client_fd, server_uid, devices, options, &counters, &cores);
+    return log_session_end(label, outcome, counters, cores, started);
 }
 
 }  // namespace ggml_remote::host
