@@ -856,6 +856,12 @@ void Session::publish_limits() {
     publish_status();
 }
 
+uint16_t Session::reply_flags() {
+    // Only a guest on this machine spins on the host's cores.
+    const bool contended = shared_memory_allowed_ && cores_.contended();
+    return static_cast<uint16_t>(kFrameReply | (contended ? kFrameCoresContended : 0));
+}
+
 namespace {
 
 // The time a frame (or a reply) of `bytes` may take on top of --frame-timeout:
@@ -955,7 +961,7 @@ Status Session::serve(FramedStream &stream) {
             }
             continue;
         }
-        FrameHeader out{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
+        FrameHeader out{header.command, reply_flags(), static_cast<int32_t>(status.code()), 0};
         const uint64_t reply_size =
             status.ok() ? reply.fixed.size() + reply.tail.bytes().size : status.message().size();
         if (limits_.frame_timeout_s > 0) {

@@ -205,6 +205,8 @@ class Session {
     void use_threads(SessionBackend *backend, int n_threads);
     // A thread pool of `n_threads` for a CPU backend, kept across its computes.
     void attach_pool(SessionBackend *backend, int n_threads);
+    // A reply's flags: whether a guest on this machine must not spin for the next.
+    uint16_t reply_flags();
     // Computes on the backend; a CPU backend with its share of the host's cores.
     ggml_status compute_on_shared_cores(SessionBackend *backend, ggml_cgraph *graph);
 
