@@ -434,6 +434,8 @@ void Session::register_handlers() {
             entry.max_buffers = slot->max_buffers.load(std::memory_order_relaxed);
             entry.max_backends = slot->max_backends.load(std::memory_order_relaxed);
             entry.mapped_file_quota = slot->mapped_file_quota.load(std::memory_order_relaxed);
+            entry.cores_threads = slot->cores_threads.load(std::memory_order_relaxed);
+            entry.cores_shared_computes = slot->cores_shared_computes.load(std::memory_order_relaxed);
             append_pod(tail->owned, entry);
             ++reply->n_sessions;
         }
