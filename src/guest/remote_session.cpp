@@ -189,6 +189,7 @@ Status RemoteSession::read_reply(CommandId id, uint64_t sequence, Exchange &x) {
     Status status = stream_.receive_header(&header, ~0ull);
     stream_.set_peer_busy(false);
     if (!status) return lost(status);
+    stream_.set_cores_contended((header.flags & kFrameCoresContended) != 0);
     finished_ = sequence;  // the host answers in order: all earlier work is done
     counters_.bytes_received += sizeof(header) + header.payload_size;
     if (x.received_fd != nullptr && !stream_.received_fds().empty()) {

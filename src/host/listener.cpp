@@ -1,6 +1,7 @@
 #include "host/listener.h"
 
 #include "host/admission.h"
+#include "host/core_schedule.h"
 #include "host/metrics.h"
 #include "host/metrics_endpoint.h"
 #include "host/peer_limits.h"
@@ -376,6 +377,7 @@ class Listener {
         slot->started_unix = static_cast<int64_t>(::time(nullptr));
         std::snprintf(slot->peer, sizeof(slot->peer), "%s", peer.c_str());
         clear_figures(slot);
+        clear_core_fields(slot);
     }
 
     void count_refusal(GuestRefusal reason) { ++refused_[static_cast<size_t>(reason)]; }

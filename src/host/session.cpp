@@ -27,6 +27,17 @@ int hardware_threads() {
     return n == 0 ? 1 : static_cast<int>(n);
 }
 
+ggml_backend_reg_t backend_reg(ggml_backend_t backend) {
+    ggml_backend_dev_t device = ggml_backend_get_device(backend);
+    return device != nullptr ? ggml_backend_dev_backend_reg(device) : nullptr;
+}
+
+// A function a backend's registry offers by name, or null.
+template <class Function>
+Function proc_address(ggml_backend_reg_t reg, const char *name) {
+    return reg != nullptr ? reinterpret_cast<Function>(ggml_backend_reg_get_proc_address(reg, name)) : nullptr;
+}
+
 uint64_t physical_memory() {
     const long pages = ::sysconf(_SC_PHYS_PAGES);
     const long page = ::sysconf(_SC_PAGESIZE);
@@ -58,7 +69,7 @@ void describe_buffer_hooks(ggml_backend_buffer_type_t buft, DeviceInfo::Reply *r
 }  // namespace
 
 Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
-    : devices_(std::move(devices)), limits_(limits) {
+    : devices_(std::move(devices)), limits_(limits), cores_(limits.schedule_cores, limits.cores) {
     if (limits_.max_threads <= 0) limits_.max_threads = hardware_threads();
     if (limits_.default_threads <= 0) limits_.default_threads = limits_.max_threads;
     if (limits_.mapped_file_quota == 0) limits_.mapped_file_quota = physical_memory();
@@ -139,36 +150,56 @@ Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
 }
 
 void Session::set_threads(SessionBackend *record, int n_threads) {
-    ggml_backend_t backend = record->backend.get();
-    ggml_backend_dev_t device = ggml_backend_get_device(backend);
-    ggml_backend_reg_t reg = device != nullptr ? ggml_backend_dev_backend_reg(device) : nullptr;
-    if (reg == nullptr) return;
-    if (n_threads < 1) n_threads = 1;
-    if (n_threads > limits_.max_threads) n_threads = limits_.max_threads;
-    if (record->threads.pool != nullptr && record->threads.n_threads == n_threads) return;  // llama asks every time
-    auto set_n_threads = reinterpret_cast<ggml_backend_set_n_threads_t>(
-        ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads"));
-    if (set_n_threads == nullptr) return;
-    set_n_threads(backend, n_threads);
-    compute_threads_ = n_threads;
+    if (record->set_n_threads == nullptr) return;  // not a CPU backend
+    n_threads = std::clamp(n_threads, 1, limits_.max_threads);
+    record->wanted_threads = n_threads;
+    if (record->threads.pool == nullptr || record->threads.n_threads != n_threads) attach_pool(record, n_threads);
+    use_threads(record, n_threads);
+}
 
-    using NewPool = ggml_threadpool *(*)(ggml_threadpool_params *);
-    using FreePool = void (*)(ggml_threadpool *);
-    using SetPool = void (*)(ggml_backend_t, ggml_threadpool *);
-    auto new_pool = reinterpret_cast<NewPool>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_new"));
-    auto free_pool = reinterpret_cast<FreePool>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_free"));
-    auto set_pool =
-        reinterpret_cast<SetPool>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_cpu_set_threadpool"));
+void Session::use_threads(SessionBackend *record, int n_threads) {
+    compute_threads_ = n_threads;
+    if (record->compute_threads == n_threads) return;  // llama asks before every compute
+    record->set_n_threads(record->backend.get(), n_threads);
+    record->compute_threads = n_threads;
+}
+
+void Session::attach_pool(SessionBackend *record, int n_threads) {
+    ggml_backend_reg_t reg = backend_reg(record->backend.get());
+    auto new_pool = proc_address<ggml_threadpool *(*)(ggml_threadpool_params *)>(reg, "ggml_threadpool_new");
+    auto free_pool = proc_address<void (*)(ggml_threadpool *)>(reg, "ggml_threadpool_free");
+    auto set_pool = proc_address<void (*)(ggml_backend_t, ggml_threadpool *)>(reg, "ggml_backend_cpu_set_threadpool");
     if (new_pool == nullptr || free_pool == nullptr || set_pool == nullptr) return;
+    // Sized to what the guest wants: each compute's share (use_threads) is never more,
+    // and an OpenMP build indexes the pool's per-thread state by the share's threads.
     ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
     params.poll = static_cast<uint32_t>(limits_.cpu_poll);
     ThreadPool replacement;
     replacement.pool = new_pool(&params);
     replacement.free = free_pool;
+    replacement.pause = proc_address<void (*)(ggml_threadpool *)>(reg, "ggml_threadpool_pause");
     replacement.n_threads = n_threads;
     if (replacement.pool == nullptr) return;
-    set_pool(backend, replacement.pool);
+    set_pool(record->backend.get(), replacement.pool);
     record->threads = std::move(replacement);  // the old pool, no longer attached, is freed
+}
+
+ggml_status Session::compute_on_shared_cores(SessionBackend *record, ggml_cgraph *graph) {
+    ggml_backend_t backend = record->backend.get();
+    if (record->set_n_threads == nullptr) return ggml_backend_graph_compute(backend, graph);
+    // Ended however the compute ends (a backend may throw): a session whose flag
+    // stayed up would look busy to the others for as long as it lives.
+    struct Turn {
+        CoreSchedule &cores;
+        const CoreShare share;
+        ~Turn() { cores.end_compute(share); }
+    } turn{cores_, cores_.begin_compute(record->wanted_threads)};
+    use_threads(record, turn.share.threads);
+    const ggml_status result = ggml_backend_graph_compute(backend, graph);
+    // The pool's idle threads would poll for the next graph on cores that others
+    // compute on; the next compute resumes it. (OpenMP builds have no such threads.)
+    if (turn.share.contended && record->threads.pause != nullptr) record->threads.pause(record->threads.pool);
+    return result;
 }
 
 void Session::register_handlers() {
@@ -408,6 +439,8 @@ void Session::register_handlers() {
             entry.max_buffers = slot->max_buffers.load(std::memory_order_relaxed);
             entry.max_backends = slot->max_backends.load(std::memory_order_relaxed);
             entry.mapped_file_quota = slot->mapped_file_quota.load(std::memory_order_relaxed);
+            entry.cores_threads = slot->cores_threads.load(std::memory_order_relaxed);
+            entry.cores_shared_computes = slot->cores_shared_computes.load(std::memory_order_relaxed);
             append_pod(tail->owned, entry);
             ++reply->n_sessions;
         }
@@ -628,6 +661,8 @@ void Session::register_handlers() {
             record.backend.reset(backend);
             record.device = request.device;
             abort_compute_when_guest_gone(backend);
+            record.set_n_threads =
+                proc_address<ggml_backend_set_n_threads_t>(backend_reg(backend), "ggml_backend_set_n_threads");
             set_threads(&record, limits_.default_threads);
             reply->backend = backends_.insert(std::move(record));
             return Status::success();
@@ -702,7 +737,7 @@ void Session::register_handlers() {
         weight_repack_.refresh();
         // A guest that hangs up now is not waited for (its compute is aborted).
         Watchdog::HangupWatch watch(watchdog_);
-        const ggml_status result = ggml_backend_graph_compute(backend->backend.get(), graph->graph);
+        const ggml_status result = compute_on_shared_cores(backend, graph->graph);
         ++counters_.graph_computes;
         if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
         for (uint64_t written : graph->writes_weights) weight_repack_.written(written, 0, UINT64_MAX);
@@ -875,6 +910,12 @@ void Session::publish_limits() {
     publish_status();
 }
 
+uint16_t Session::reply_flags() {
+    // Only a guest on this machine spins on the host's cores.
+    const bool contended = shared_memory_allowed_ && cores_.contended();
+    return static_cast<uint16_t>(kFrameReply | (contended ? kFrameCoresContended : 0));
+}
+
 namespace {
 
 // The time a frame (or a reply) of `bytes` may take on top of --frame-timeout:
@@ -926,6 +967,7 @@ Status Session::serve_frames(FramedStream &stream) {
         }
         FrameHeader header;
         stream.set_compute_threads(compute_threads_);
+        stream.set_cores_contended(cores_.contended());
         stream.set_peer_busy(guest_busy);
         Status status = stream.receive_header(&header, limits_.max_message_size);
         stream.set_peer_busy(false);
@@ -979,7 +1021,7 @@ Status Session::serve_frames(FramedStream &stream) {
             }
             continue;
         }
-        FrameHeader out{header.command, kFrameReply, static_cast<int32_t>(status.code()), 0};
+        FrameHeader out{header.command, reply_flags(), static_cast<int32_t>(status.code()), 0};
         const uint64_t reply_size =
             status.ok() ? reply.fixed.size() + reply.tail.bytes().size : status.message().size();
         if (limits_.frame_timeout_s > 0) {

@@ -2,6 +2,7 @@
 // One session runs in one worker process (see worker.h).
 #pragma once
 
+#include "host/core_schedule.h"
 #include "host/dispatcher.h"
 #include "host/frame_recorder.h"
 #include "host/graph_builder.h"
@@ -47,6 +48,10 @@ struct SessionLimits {
     int max_threads = 0;        // cap for set_n_threads; 0 = hardware threads
     int default_threads = 0;    // threads of a new CPU backend; 0 = hardware threads
     int cpu_poll = 50;          // ggml's threadpool poll level: how long idle CPU threads spin
+    // The host's cores shared among the sessions that compute at once (core_schedule.h);
+    // --no-core-scheduling turns it off. cores: how many (0: the CPUs the server may use).
+    bool schedule_cores = true;
+    int cores = 0;
     bool repack_weights = true;  // a guest's weights in the CPU's fastest layouts (weight_repack.h)
     // How long a guest may keep its worker waiting, in seconds (0 = no limit): for
     // the handshake after connecting; for the rest of a frame once its header has
@@ -95,6 +100,7 @@ class Session {
         status_slot_ = slot;
         status_query_allowed_ = may_query;
         max_sessions_ = max_sessions;
+        cores_.attach(board, slot);
         publish_limits();
     }
 
@@ -130,6 +136,7 @@ class Session {
     size_t buffer_count() const { return buffers_.size(); }
     size_t backend_count() const { return backends_.size(); }
     size_t weight_copies() const { return weight_repack_.copies(); }
+    const CoreStats &core_stats() const { return cores_.stats(); }
 
   private:
     struct BufferDeleter {
@@ -156,13 +163,19 @@ class Session {
     struct ThreadPool {
         ggml_threadpool *pool = nullptr;
         void (*free)(ggml_threadpool *) = nullptr;
+        // Stops its idle threads' polling until the next compute (core_schedule.h).
+        void (*pause)(ggml_threadpool *) = nullptr;
         int n_threads = 0;
         ThreadPool() = default;
         ThreadPool(ThreadPool &&other) noexcept
-            : pool(std::exchange(other.pool, nullptr)), free(other.free), n_threads(other.n_threads) {}
+            : pool(std::exchange(other.pool, nullptr)),
+              free(other.free),
+              pause(other.pause),
+              n_threads(other.n_threads) {}
         ThreadPool &operator=(ThreadPool &&other) noexcept {
             std::swap(pool, other.pool);
             std::swap(free, other.free);
+            std::swap(pause, other.pause);
             std::swap(n_threads, other.n_threads);
             return *this;
         }
@@ -175,6 +188,11 @@ class Session {
         ThreadPool threads;
         std::unique_ptr<ggml_backend, BackendDeleter> backend;
         uint32_t device = 0;
+        // CPU backends (those with ggml_backend_set_n_threads): the threads the guest
+        // wants (its pool's size), and those the next compute uses (its share).
+        ggml_backend_set_n_threads_t set_n_threads = nullptr;
+        int wanted_threads = 0;
+        int compute_threads = 0;
     };
 
     void register_handlers();
@@ -202,7 +220,16 @@ class Session {
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
     Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
     Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
+    // The guest wants `n_threads` for this backend's computes (capped by --max-threads).
     void set_threads(SessionBackend *backend, int n_threads);
+    // The threads this backend's next compute uses, at most those the guest wants.
+    void use_threads(SessionBackend *backend, int n_threads);
+    // A thread pool of `n_threads` for a CPU backend, kept across its computes.
+    void attach_pool(SessionBackend *backend, int n_threads);
+    // A reply's flags: whether a guest on this machine must not spin for the next.
+    uint16_t reply_flags();
+    // Computes on the backend; a CPU backend with its share of the host's cores.
+    ggml_status compute_on_shared_cores(SessionBackend *backend, ggml_cgraph *graph);
 
     std::vector<ggml_backend_dev_t> devices_;
     SessionLimits limits_;
@@ -229,6 +256,7 @@ class Session {
     SessionCounters counters_;
     WeightRepack weight_repack_;
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
+    CoreSchedule cores_;
     FrameRecorder *recorder_ = nullptr;
     ComputeGateForTesting compute_gate_for_testing_;
     ComputeCheckForTesting compute_check_for_testing_;

@@ -43,6 +43,13 @@ struct SessionSlot {
     // GuestRefusal + 1 when the worker turned its guest away before the handshake
     // completed; 0 when it did not. The listener reads it when it reaps the worker.
     std::atomic<uint32_t> turned_away;
+    // Core scheduling (host/core_schedule.h), written by the session's worker and
+    // read by every other one before each of their CPU computes.
+    std::atomic<uint32_t> cores_computing;        // 1 while a CPU compute runs
+    std::atomic<uint32_t> cores_wanted;           // threads its guest wants for its computes
+    std::atomic<uint64_t> cores_last_compute_ns;  // CLOCK_MONOTONIC end of its last CPU compute
+    std::atomic<uint32_t> cores_threads;          // threads its current or last CPU compute used
+    std::atomic<uint64_t> cores_shared_computes;  // CPU computes while other sessions were active
 };
 
 // Zeroes every figure a worker writes (not `live`), before the slot's next session.

@@ -229,7 +229,7 @@ SessionSlot *attach_status_slot(const ServerOptions &options, StatusBoard *board
 // A guest whose handshake fails is recorded in `slot` as turned away.
 Status serve_guest(const std::string &label, FramedStream *stream, int client_fd, uid_t server_uid,
                    const std::vector<ggml_backend_dev_t> &devices, const ServerOptions &options,
-                   const StatusBoard &board, SessionSlot *slot, SessionCounters *counters) {
+                   const StatusBoard &board, SessionSlot *slot, SessionCounters *counters, CoreStats *cores) {
     Session session(devices, options.limits);
     offer_weight_store(label, *stream, client_fd, options, &session);
     int domain = 0;
@@ -259,12 +259,24 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
     }
     *counters = session.counters();
     store_counters_of(session, counters);
+    *cores = session.core_stats();
     return outcome;
+}
+
+// ", cores shared in 52 of 64 CPU computes at 1 thread": how the session's computes
+// shared the host's cores with other sessions (core_schedule.h), when they did.
+std::string describe_core_sharing(const CoreStats &cores) {
+    if (cores.shared_computes == 0) return "";
+    std::string threads = std::to_string(cores.shared_min_threads);
+    if (cores.shared_max_threads != cores.shared_min_threads) threads += "-" + std::to_string(cores.shared_max_threads);
+    const bool one = cores.shared_max_threads == 1;
+    return ", cores shared in " + std::to_string(cores.shared_computes) + " of " + std::to_string(cores.computes) +
+           " CPU computes at " + threads + (one ? " thread" : " threads");
 }
 
 // The session's last log line; the worker's exit code.
 int log_session_end(const std::string &label, const Status &outcome, const SessionCounters &counters,
-                    std::chrono::steady_clock::time_point started) {
+                    const CoreStats &cores, std::chrono::steady_clock::time_point started) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     char totals[256];
     std::snprintf(totals, sizeof(totals), "%.1f s, %llu commands, %llu graph computes, %s in, %s out", seconds,
@@ -278,6 +290,7 @@ int log_session_end(const std::string &label, const Status &outcome, const Sessi
                    human_bytes(counters.store_bytes_saved) + " not sent), " + std::to_string(counters.store_misses) +
                    " not found";
     }
+    summary += describe_core_sharing(cores);
     if (outcome.ok()) {
         log_line(label + ": disconnected after " + summary);
         return 0;
@@ -311,9 +324,10 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
         return 1;
     }
     SessionCounters counters;
+    CoreStats cores;
     const Status outcome =
-        serve_guest(label, &stream, client_fd, server_uid, devices, options, board, slot, &counters);
-    return log_session_end(label, outcome, counters, started);
+        serve_guest(label, &stream, client_fd, server_uid, devices, options, board, slot, &counters, &cores);
+    return log_session_end(label, outcome, counters, cores, started);
 }
 
 }  // namespace ggml_remote::host

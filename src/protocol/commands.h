@@ -451,6 +451,10 @@ struct StatusSession {
     uint64_t max_buffers;
     uint64_t max_backends;
     uint64_t mapped_file_quota;
+    // Core scheduling (host/core_schedule.h): threads of the session's current or
+    // last CPU compute, and its CPU computes while other sessions were active.
+    uint64_t cores_threads;
+    uint64_t cores_shared_computes;
 };
 
 #pragma pack(pop)

@@ -36,6 +36,9 @@ enum FrameFlags : uint16_t {
     kFrameReply = 1 << 0,
     // Shared-ring sessions: the frame's descriptors were sent on the socket just before.
     kFrameCarriesFds = 1 << 1,
+    // Replies to a guest on the server's machine: the host's cores are contended
+    // (host/core_schedule.h), so the guest's waits do not spin until a reply without it.
+    kFrameCoresContended = 1 << 2,
 };
 
 #pragma pack(push, 1)

@@ -69,6 +69,11 @@ class FramedStream {
         socket_spin_.set_compute_threads(threads);
         if (ring_ != nullptr) ring_->set_compute_threads(threads);
     }
+    // See SpinPolicy::set_cores_contended.
+    void set_cores_contended(bool contended) {
+        socket_spin_.set_cores_contended(contended);
+        if (ring_ != nullptr) ring_->set_cores_contended(contended);
+    }
 
     // Bytes of the peer's already read from the socket (TCP reads ahead) and not
     // yet taken: a poll on fd() does not see them.

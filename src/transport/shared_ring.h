@@ -60,6 +60,8 @@ class RingChannel {
     void set_peer_busy(bool busy) { spin_.set_peer_busy(busy); }
     // See SpinPolicy::set_compute_threads.
     void set_compute_threads(int threads) { spin_.set_compute_threads(threads); }
+    // See SpinPolicy::set_cores_contended.
+    void set_cores_contended(bool contended) { spin_.set_cores_contended(contended); }
 
     // One direction's shared counters and doorbells, each on its own cache line.
     struct RingState {

@@ -55,7 +55,7 @@ int SpinPolicy::usable_cpus() {
 }
 
 void SpinPolicy::note_wait(uint64_t waited_ns) {
-    if (peer_busy_ && !spare_cores_) return;  // says nothing about short waits
+    if (spin_ns() == 0) return;  // a wait that could not spin says nothing about short waits
     const uint64_t wanted = waited_ns + waited_ns / 4;
     spin_ns_ = wanted <= max_spin_ns() ? std::max(wanted, kShortSpinNs) : kShortSpinNs;
 }

@@ -18,6 +18,10 @@
 // 16-core VM with llama-bench -t 4, a sleeping side's wake-up landed on an idle
 // vCPU every time (tens of microseconds: tiny model's generation at 0.61x of local).
 // GGML_REMOTE_SPIN_SPARE=0 turns that off (then a busy peer's wait never spins).
+//
+// No wait spins while the host's cores are contended: when other sessions compute
+// on them too and no core is left for a spinning side (host/core_schedule.h). A
+// spin there would take a core from another session's compute.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +31,7 @@ namespace ggml_remote {
 class SpinPolicy {
   public:
     // How long the next wait may spin, in nanoseconds.
-    uint64_t spin_ns() const { return peer_busy_ && !spare_cores_ ? 0 : spin_ns_; }
+    uint64_t spin_ns() const { return cores_contended_ || (peer_busy_ && !spare_cores_) ? 0 : spin_ns_; }
     // Sizes the next spin from how long this wait took, spin and sleep together.
     void note_wait(uint64_t waited_ns);
     // Set while the peer is known to be busy (see above).
@@ -37,6 +41,8 @@ class SpinPolicy {
     // whether a busy peer leaves cores to spare (see above).
     void set_compute_threads(int threads);
     bool spins_behind_busy_peer() const { return peer_busy_ && spare_cores_; }
+    // Set while the host's cores are contended (see above).
+    void set_cores_contended(bool contended) { cores_contended_ = contended; }
 
     // The CPUs this process may run on (its affinity mask when first asked).
     static int usable_cpus();
@@ -49,6 +55,7 @@ class SpinPolicy {
     uint64_t spin_ns_ = kShortSpinNs;
     bool peer_busy_ = false;
     bool spare_cores_ = false;
+    bool cores_contended_ = false;
 };
 
 }  // namespace ggml_remote

@@ -34,5 +34,28 @@ TEST(SpinPolicy, AWaitBehindABusyPeerSpinsWhenTwoCoresAreToSpare) {
     EXPECT_EQ(policy.spin_ns(), 0u);
 }
 
+TEST(SpinPolicy, NoWaitSpinsWhileTheHostsCoresAreContended) {
+    SpinPolicy policy;
+    policy.set_compute_threads(1);
+    EXPECT_GT(policy.spin_ns(), 0u);
+    policy.set_cores_contended(true);
+    EXPECT_EQ(policy.spin_ns(), 0u);
+    // A wait it slept through teaches it nothing: the old estimate comes back after.
+    policy.note_wait(50000);
+    policy.set_cores_contended(false);
+    EXPECT_LT(policy.spin_ns(), 50000u);
+    EXPECT_GT(policy.spin_ns(), 0u);
+}
+
+TEST(SpinPolicy, ContendedCoresStopEvenASpinOnSpareCores) {
+    if (SpinPolicy::usable_cpus() < 3) GTEST_SKIP() << "needs 3 CPUs: a compute thread and two to spare";
+    SpinPolicy policy;
+    policy.set_compute_threads(1);
+    policy.set_peer_busy(true);
+    EXPECT_GT(policy.spin_ns(), 0u);
+    policy.set_cores_contended(true);
+    EXPECT_EQ(policy.spin_ns(), 0u);
+}
+
 }  // namespace
 }  // namespace ggml_remote

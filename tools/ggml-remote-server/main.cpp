@@ -8,6 +8,7 @@
 #include "host/weight_store.h"
 #include "protocol/wire.h"
 #include "transport/endpoint.h"
+#include "transport/spin_policy.h"
 #include "transport/tls_key.h"
 
 #include <ggml-backend.h>
@@ -57,6 +58,12 @@ void print_usage(const char *program) {
         "  -t,    --threads N            threads of each CPU backend (default: all cores)\n"
         "         --poll 0..100          how long CPU threads spin for the next graph before they\n"
         "                                sleep (ggml's poll level; default 50; 0: sleep at once)\n"
+        "         --cores N              cores the sessions that compute at once share (default:\n"
+        "                                the CPUs the server may run on); each gets a fair share\n"
+        "                                of them as threads, and while they are contended no\n"
+        "                                waiting side spins (see docs/MANY-GUESTS.md)\n"
+        "         --no-core-scheduling   every session computes with the threads its guest asks\n"
+        "                                for and spins as if it were alone (for comparison)\n"
         "         --no-repack            compute with a guest's mapped weights as they are (by\n"
         "                                default a CPU device repacks them into its fastest\n"
         "                                layouts, as llama.cpp does locally)\n"
@@ -191,6 +198,16 @@ int list_devices() {
     return 0;
 }
 
+// The start-up line on how sessions share the cores (host/core_schedule.h).
+std::string describe_core_scheduling(const host::SessionLimits &limits) {
+    if (!limits.schedule_cores) {
+        return "core scheduling: off (--no-core-scheduling): every session computes as if alone";
+    }
+    const int cores = limits.cores > 0 ? limits.cores : SpinPolicy::usable_cpus();
+    return "core scheduling: the sessions that compute at once share " + std::to_string(cores) +
+           (cores == 1 ? " core" : " cores");
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -249,6 +266,10 @@ int main(int argc, char **argv) {
             options.weight_store.shared_across_tenants = true;
         } else if (arg == "--weight-store-verify") {
             options.weight_store.verify_on_use = true;
+        } else if (arg == "--cores") {
+            options.limits.cores = parse_int(arg, value(), 1);
+        } else if (arg == "--no-core-scheduling") {
+            options.limits.schedule_cores = false;
         } else if (arg == "--max-sessions") {
             options.max_sessions = parse_int(arg, value(), 1);
         } else if (arg == "--max-sessions-per-peer") {
@@ -368,5 +389,6 @@ int main(int argc, char **argv) {
     } else {
         host::log_line("session workers: NOT sandboxed (--no-sandbox)" + worker_identity);
     }
+    host::log_line(describe_core_scheduling(options.limits));
     return host::run_listener(options, worker_command);
 }

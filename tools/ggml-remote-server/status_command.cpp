@@ -52,7 +52,8 @@ int run_status_command(int argc, char **argv) {
         } else if (arg == "-h" || arg == "--help") {
             std::printf("usage: ggml-remote-server status --connect unix:/path/to.sock [--json]\n"
                         "Prints the server's devices and live sessions (commands, bytes, computes, memory),\n"
-                        "each session's memory, buffers, backends and mapped files against its limits.\n"
+                        "each session's memory, buffers, backends and mapped files against its limits,\n"
+                        "and its share of the host's cores.\n"
                         "Answered to the server's own user (or root) on its unix socket.\n");
             return 0;
         } else {
@@ -111,14 +112,15 @@ int run_status_command(int argc, char **argv) {
                         "\"bytes_received\": %llu, \"bytes_sent\": %llu, \"graph_computes\": %llu, "
                         "\"memory_bytes\": %llu, \"buffers\": %llu, \"backends\": %llu, \"mapped_file_bytes\": %llu, "
                         "\"memory_quota\": %llu, \"max_buffers\": %llu, \"max_backends\": %llu, "
-                        "\"mapped_file_quota\": %llu}",
+                        "\"mapped_file_quota\": %llu, \"cpu_threads\": %llu, \"shared_computes\": %llu}",
                         i ? "," : "", s.id, s.pid, json_string(s.peer).c_str(), (long long)(now - s.started_unix),
                         (unsigned long long)s.commands, (unsigned long long)s.bytes_received,
                         (unsigned long long)s.bytes_sent, (unsigned long long)s.graph_computes,
                         (unsigned long long)s.memory_in_use, (unsigned long long)s.buffers,
                         (unsigned long long)s.backends, (unsigned long long)s.mapped_file_bytes,
                         (unsigned long long)s.memory_quota, (unsigned long long)s.max_buffers,
-                        (unsigned long long)s.max_backends, (unsigned long long)s.mapped_file_quota);
+                        (unsigned long long)s.max_backends, (unsigned long long)s.mapped_file_quota,
+                        (unsigned long long)s.cores_threads, (unsigned long long)s.cores_shared_computes);
         }
         std::printf("]}\n");
         return 0;
@@ -150,6 +152,11 @@ int run_status_command(int argc, char **argv) {
                     (unsigned long long)s.max_buffers, (unsigned long long)s.backends,
                     (unsigned long long)s.max_backends, mib(s.mapped_file_bytes).c_str(),
                     mib(s.mapped_file_quota).c_str());
+        if (s.cores_threads != 0) {
+            std::printf("     cores: its last CPU compute used %llu thread%s; %llu computes shared the cores\n",
+                        (unsigned long long)s.cores_threads, s.cores_threads == 1 ? "" : "s",
+                        (unsigned long long)s.cores_shared_computes);
+        }
     }
     return 0;
 }

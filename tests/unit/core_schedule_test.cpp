@@ -1,0 +1,202 @@
+// CoreSchedule: how many threads a session's compute gets beside the others, and
+// when the host's cores are contended (no side may spin then).
+#include "host/core_schedule.h"
+
+#include "transport/spin_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace ggml_remote::host {
+namespace {
+
+TEST(ShareCores, ALoneSessionGetsWhatItWants) {
+    const CoreShare share = share_cores(16, 4, {});
+    EXPECT_EQ(share.threads, 4);
+    EXPECT_FALSE(share.contended);
+}
+
+TEST(ShareCores, ALoneSessionGetsNoMoreThanTheCores) {
+    EXPECT_EQ(share_cores(2, 8, {}).threads, 2);
+    EXPECT_FALSE(share_cores(2, 8, {}).contended);  // alone, it keeps the spins it had
+}
+
+TEST(ShareCores, TwoSessionsOnTwoCoresGetOneThreadEach) {
+    const CoreShare share = share_cores(2, 2, {2});
+    EXPECT_EQ(share.threads, 1);
+    EXPECT_TRUE(share.contended);
+}
+
+TEST(ShareCores, MoreSessionsThanCoresStillComputeWithOneThread) {
+    const CoreShare share = share_cores(2, 2, {2, 2, 2});
+    EXPECT_EQ(share.threads, 1);
+    EXPECT_TRUE(share.contended);
+}
+
+TEST(ShareCores, EqualWantsSplitTheCoresEvenly) {
+    EXPECT_EQ(share_cores(16, 8, {8, 8, 8}).threads, 4);
+    EXPECT_EQ(share_cores(16, 16, {16, 16}).threads, 5);  // 16 / 3, rounded down
+}
+
+TEST(ShareCores, WhatASmallWantLeavesGoesToTheLargerOnes) {
+    // 16 cores: the session that wants 2 gets 2, the other two split the 14 left.
+    EXPECT_EQ(share_cores(16, 2, {16, 16}).threads, 2);
+    EXPECT_EQ(share_cores(16, 16, {2, 16}).threads, 7);
+}
+
+TEST(ShareCores, NeverMoreThanTheGuestAskedFor) { EXPECT_EQ(share_cores(16, 3, {2}).threads, 3); }
+
+TEST(ShareCores, TheSharesOfAllSessionsNeverExceedTheCores) {
+    const std::vector<std::vector<int>> boards = {{1, 2, 3}, {8, 8, 8, 8, 8}, {16, 1}, {4, 4, 4, 4}, {3, 5, 7, 9}};
+    for (int cores : {2, 4, 7, 16}) {
+        for (const std::vector<int> &wants : boards) {
+            int total = 0;
+            for (size_t i = 0; i < wants.size(); ++i) {
+                std::vector<int> others = wants;
+                others.erase(others.begin() + static_cast<long>(i));
+                total += share_cores(cores, wants[i], others).threads;
+            }
+            // (one thread each at least, even when there are more sessions than cores)
+            EXPECT_LE(total, std::max(cores, static_cast<int>(wants.size()))) << cores << " cores";
+        }
+    }
+}
+
+TEST(ShareCores, SparesForEveryWaiterAreNotContended) {
+    // 16 cores, 4 sessions of 2 threads: 8 compute, 4 may spin, 4 stay idle.
+    EXPECT_FALSE(share_cores(16, 2, {2, 2, 2}).contended);
+    // Eight such sessions take all 16 cores: their waiters would spin on someone's.
+    EXPECT_TRUE(share_cores(16, 2, {2, 2, 2, 2, 2, 2, 2}).contended);
+}
+
+TEST(ShareCores, ASessionThatOnlyWaitsTakesNoThreadsButCountsAsAWaiter) {
+    // Another session computes on both cores: this one's wait would take one.
+    EXPECT_TRUE(share_cores(2, 0, {2}).contended);
+    // It has 14 cores to itself beside a compute of 2.
+    EXPECT_FALSE(share_cores(16, 0, {2}).contended);
+}
+
+TEST(ShareCores, ForgedWantsAreClampedToTheCores) {
+    EXPECT_EQ(share_cores(4, 4, {1 << 30, 1 << 30}).threads, 1);
+    EXPECT_EQ(share_cores(4, 4, {-5}).threads, 4);
+}
+
+class BoardTest : public ::testing::Test {
+  protected:
+    void SetUp() override { ASSERT_TRUE(StatusBoard::create(4, &board_).ok()); }
+
+    // Slot `index` as a live session whose guest wants `want` threads.
+    SessionSlot *session(uint32_t index, uint32_t want, bool computing, uint64_t last_compute_ns) {
+        SessionSlot *slot = board_.slot(index);
+        slot->live.store(1);
+        slot->cores_wanted.store(want);
+        slot->cores_computing.store(computing ? 1 : 0);
+        slot->cores_last_compute_ns.store(last_compute_ns);
+        return slot;
+    }
+
+    StatusBoard board_;
+    static constexpr uint64_t kNow = 1'000'000'000'000;
+};
+
+TEST_F(BoardTest, ASessionThatComputesNowIsActive) {
+    SessionSlot *own = session(0, 2, false, 0);
+    session(1, 2, true, 0);
+    EXPECT_EQ(active_wants(board_, own, kNow, 16), std::vector<int>{2});
+}
+
+TEST_F(BoardTest, ASessionThatComputedWithinTheWindowIsActive) {
+    SessionSlot *own = session(0, 2, false, 0);
+    session(1, 3, false, kNow - kActiveWindowNs / 2);
+    session(2, 4, false, kNow + 1000);  // another worker's clock read a little later
+    EXPECT_EQ(active_wants(board_, own, kNow, 16), (std::vector<int>{3, 4}));
+}
+
+TEST_F(BoardTest, IdleNeverComputedAndGoneSessionsAreNot) {
+    SessionSlot *own = session(0, 2, true, 0);
+    session(1, 2, false, kNow - 2 * kActiveWindowNs);  // paused
+    session(2, 0, false, 0);                           // still loading its model
+    session(3, 2, true, 0)->live.store(0);             // its worker died mid-compute
+    EXPECT_TRUE(active_wants(board_, own, kNow, 16).empty());
+}
+
+TEST_F(BoardTest, WantsAreClampedToTheCores) {
+    SessionSlot *own = session(0, 2, false, 0);
+    session(1, 1000, true, 0);
+    EXPECT_EQ(active_wants(board_, own, kNow, 8), std::vector<int>{8});
+}
+
+TEST_F(BoardTest, ANewSessionsSlotStartsIdle) {
+    SessionSlot *slot = session(1, 2, true, kNow);
+    slot->cores_threads.store(2);
+    slot->cores_shared_computes.store(7);
+    clear_core_fields(slot);
+    EXPECT_EQ(slot->cores_computing.load(), 0u);
+    EXPECT_EQ(slot->cores_wanted.load(), 0u);
+    EXPECT_EQ(slot->cores_last_compute_ns.load(), 0u);
+    EXPECT_EQ(slot->cores_threads.load(), 0u);
+    EXPECT_EQ(slot->cores_shared_computes.load(), 0u);
+}
+
+TEST_F(BoardTest, AComputeTakesItsShareAndPublishesIt) {
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    session(1, 2, true, 0);
+    const CoreShare share = schedule.begin_compute(2);
+    EXPECT_EQ(share.threads, 1);
+    EXPECT_TRUE(share.contended);
+    EXPECT_EQ(board_.slot(0)->cores_computing.load(), 1u);
+    EXPECT_EQ(board_.slot(0)->cores_wanted.load(), 2u);
+    EXPECT_EQ(board_.slot(0)->cores_threads.load(), 1u);
+    schedule.end_compute(share);
+    EXPECT_EQ(board_.slot(0)->cores_computing.load(), 0u);
+    EXPECT_NE(board_.slot(0)->cores_last_compute_ns.load(), 0u);
+    EXPECT_EQ(schedule.stats().shared_computes, 1u);
+    EXPECT_EQ(schedule.stats().shared_max_threads, 1);
+    EXPECT_EQ(board_.slot(0)->cores_shared_computes.load(), 1u);
+}
+
+TEST_F(BoardTest, ALoneComputeTakesWhatItWantsAndIsNotShared) {
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    const CoreShare share = schedule.begin_compute(2);
+    EXPECT_EQ(share.threads, 2);
+    EXPECT_FALSE(share.contended);
+    schedule.end_compute(share);
+    EXPECT_EQ(schedule.stats().computes, 1u);
+    EXPECT_EQ(schedule.stats().shared_computes, 0u);
+}
+
+TEST_F(BoardTest, WaitsAreContendedWhileAnotherSessionComputesOnEveryCore) {
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    EXPECT_FALSE(schedule.contended());
+    CoreSchedule other(true, 2);
+    other.attach(&board_, board_.slot(1));
+    board_.slot(1)->live.store(1);
+    const CoreShare share = other.begin_compute(2);
+    EXPECT_EQ(share.threads, 2);  // it began alone
+    CoreSchedule third(true, 2);  // a fresh schedule reads the board at once
+    third.attach(&board_, board_.slot(2));
+    EXPECT_TRUE(third.contended());
+    other.end_compute(share);
+}
+
+TEST_F(BoardTest, SchedulingOffGivesEveryComputeWhatItWants) {
+    CoreSchedule schedule(false, 2);
+    schedule.attach(&board_, board_.slot(0));
+    session(1, 2, true, 0);
+    const CoreShare share = schedule.begin_compute(2);
+    EXPECT_EQ(share.threads, 2);
+    EXPECT_FALSE(share.contended);
+    EXPECT_FALSE(schedule.contended());
+    schedule.end_compute(share);
+    EXPECT_EQ(schedule.stats().shared_computes, 1u);  // still counted, for the log
+}
+
+TEST(CoreScheduleDefaults, TheCoresDefaultToTheUsableCpus) {
+    EXPECT_EQ(CoreSchedule(true, 0).cores(), SpinPolicy::usable_cpus());
+    EXPECT_EQ(CoreSchedule(true, 3).cores(), 3);
+}
+
+}  // namespace
+}  // namespace ggml_remote::host
