@@ -20,13 +20,16 @@ small=$(model small)
 tiny=$(model tiny)
 run_local tiny-local "$tiny" 32
 GUEST_TIMEOUT=300
-start_server srv
+# One core for the sessions to share (docs/MANY-GUESTS.md): every compute then has
+# one thread, whether the bystander computes alone or beside the victim.
+start_server srv --cores 1
 
 # The bystander is cheap per token (tiny model) so that it still finishes in
 # reasonable time on a busy 2-core machine, and long enough to be mid-way at the
 # kill. Its reference is the same run on the same server, undisturbed: over a
-# thousand tokens the text depends on the thread count (the server caps the
-# guest's 4 threads at the host's cores), so the local CPU's text would differ.
+# thousand tokens the text depends on the thread count, so the local CPU's text
+# (4 threads, llama-simple's default) would differ, and so would the bystander's if
+# its threads changed when the victim's session started or ended computing.
 BYSTANDER_N=1500
 if [ "$what" = worker ]; then
     bystander_ref_session=$(($(sessions_connected "$srv_LOG") + 1))
