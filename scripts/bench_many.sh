@@ -195,6 +195,10 @@ load_part() {
                 tcp) record_load tcp "$(run_load "$model" guest_tcp "$nostore_port")" ;;
                 tcp-store)
                     record_load tcp-store-first "$(run_load "$model" guest_tcp "$store_port")"
+                    # The store keeps a model once its first guest's upload pauses (the
+                    # session's worker copies it then, and says so when it ends): the
+                    # second load is that of a model the store holds.
+                    wait_for grep -q 'disconnected after' "$work/load-store-$rep.log"
                     record_load tcp-store-second "$(run_load "$model" guest_tcp "$store_port")" ;;
                 rpc-cache)
                     record_load rpc-cache-first "$(run_load "$model" guest_rpc "$rpc_port")"

@@ -69,9 +69,20 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
         ggml_backend_buffer_get_usage(buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
         return false;
     }
+    bool seen_before = false;
+    const ContentDigest digest = weight_digest(data, size, &seen_before);
+    if (!seen_before) {
+        // A model this guest never loaded: the bytes go at once, with their digest
+        // ahead of them so the server keeps them, and no round trip stalls the upload.
+        WeightOffer::Request offer{};
+        offer.range = remote->range(tensor, 0, size);
+        std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));
+        Status status = session.post<WeightOffer>(offer);
+        if (!status) report(remote, "weight_offer", status);
+        return false;
+    }
     WeightLookup::Request request{};
     request.range = remote->range(tensor, 0, size);
-    const ContentDigest digest = weight_digest(data, size);
     std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
     WeightLookup::Reply reply{};
     Status status = session.call<WeightLookup>(request, {}, &reply);

@@ -101,15 +101,17 @@ std::string identity_of(const MappedFile &mapped) {
 
 class DigestCache {
   public:
-    ContentDigest digest_of(const void *data, size_t size) {
+    ContentDigest digest_of(const void *data, size_t size, bool *seen_before) {
         MappedFile mapped;
         std::string identity;
         if (find_mapped_file(data, size, &mapped) && !mapped.writable) identity = identity_of(mapped);
+        *seen_before = true;
         if (identity.empty()) return protocol::content_digest(data, size, hashing_threads());
         std::lock_guard<std::mutex> lock(mutex_);
         FileDigests &file = file_for(identity);
         ContentDigest digest;
         if (file.find(mapped.offset, size, &digest)) return digest;
+        *seen_before = false;
         digest = protocol::content_digest(data, size, hashing_threads());
         file.add(mapped.offset, size, digest);
         return digest;
@@ -135,9 +137,9 @@ class DigestCache {
 
 }  // namespace
 
-ContentDigest weight_digest(const void *data, size_t size) {
+ContentDigest weight_digest(const void *data, size_t size, bool *seen_before) {
     static DigestCache cache;
-    return cache.digest_of(data, size);
+    return cache.digest_of(data, size, seen_before);
 }
 
 size_t weight_store_min_bytes() {

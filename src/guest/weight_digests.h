@@ -16,8 +16,10 @@
 
 namespace ggml_remote::guest {
 
-// The digest of `size` bytes at `data`; thread-safe.
-protocol::ContentDigest weight_digest(const void *data, size_t size);
+// The digest of `size` bytes at `data`; thread-safe. `*seen_before`: the bytes come
+// from a model file whose digests were kept before (so the server's store likely
+// holds them), or from memory, of which nothing is known (then worth asking too).
+protocol::ContentDigest weight_digest(const void *data, size_t size, bool *seen_before);
 
 // The smallest weight tensor worth a round trip to the store: GGML_REMOTE_STORE_MIN_BYTES
 // (default 1 MiB, never below the protocol's minimum); 0 when GGML_REMOTE_WEIGHT_STORE=0.

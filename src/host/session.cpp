@@ -22,6 +22,12 @@ using namespace protocol;
 
 namespace {
 
+ContentDigest digest_of(const uint8_t (&bytes)[16]) {
+    ContentDigest digest;
+    std::memcpy(digest.bytes, bytes, sizeof(digest.bytes));
+    return digest;
+}
+
 int hardware_threads() {
     const unsigned n = std::thread::hardware_concurrency();
     return n == 0 ? 1 : static_cast<int>(n);
@@ -79,6 +85,7 @@ Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
 
 Session::~Session() {
     (void)store_fill_.finish_pending();
+    store_fill_.store().wait_for_commits();  // the store's thread may copy from our buffers
     for (auto &slot : graph_slots_) slot.reset();
     // Backends first: they may still reference buffers.
     backends_.clear();
@@ -129,7 +136,31 @@ Status Session::range_tensor(const BufferRange &range, bool write, ggml_tensor *
     tensor->nb[1] = tensor->nb[2] = tensor->nb[3] = range.size;
     tensor->buffer = buffer->buffer.get();
     tensor->data = static_cast<uint8_t *>(ggml_backend_buffer_get_base(tensor->buffer)) + range.offset;
-    if (write) weight_repack_.written(range.buffer, range.offset, range.size);
+    if (write) {
+        weight_repack_.written(range.buffer, range.offset, range.size);
+        store_fill_.written(range.buffer, range.offset, range.size);
+    }
+    return Status::success();
+}
+
+Status Session::store_target(const BufferRange &range, const char *command, ggml_tensor *tensor,
+                             StoreFill::Target *target) {
+    if (!weight_store_granted_) return error(Code::unsupported, std::string(command) + ": this session has no weight store");
+    SessionBuffer *buffer = nullptr;
+    Status status = buffer_at(range.buffer, &buffer);
+    if (!status) return status;
+    if (buffer->shared_with_guest) {
+        return error(Code::bad_request, std::string(command) + ": buffer " + std::to_string(range.buffer) +
+                                            " is shared memory, which the guest writes itself");
+    }
+    if (range.size < kMinWeightLookupBytes) {
+        return error(Code::bad_request, std::string(command) + ": " + std::to_string(range.size) +
+                                            " bytes is below the store's minimum of " +
+                                            std::to_string(kMinWeightLookupBytes));
+    }
+    status = range_tensor(range, true, tensor);
+    if (!status) return status;
+    *target = {tensor, buffer->private_memory ? &buffer->mapping : nullptr, range.buffer};
     return Status::success();
 }
 
@@ -456,6 +487,7 @@ void Session::register_handlers() {
         // Kept graphs may point into the buffer (or its repacked weights); the guest forgets them too.
         for (auto &slot : graph_slots_) slot.reset();
         memory_in_use_ -= weight_repack_.forget(request.buffer);
+        store_fill_.forget_buffer(request.buffer);
         buffers_.erase(request.buffer);
         return Status::success();
     });
@@ -466,6 +498,7 @@ void Session::register_handlers() {
         if (!status) return status;
         if (!buffer->writable) return error(Code::bad_request, "cannot clear a read-only buffer");
         weight_repack_.written(request.buffer, 0, buffer->size);
+        store_fill_.written(request.buffer, 0, buffer->size);
         ggml_backend_buffer_clear(buffer->buffer.get(), request.value);
         return Status::success();
     });
@@ -538,28 +571,22 @@ void Session::register_handlers() {
 
     dispatcher_.on<WeightLookup>([this](const WeightLookup::Request &request, ByteView, WeightLookup::Reply *reply,
                                         ReplyTail *) {
-        if (!weight_store_granted_) return error(Code::unsupported, "weight_lookup: this session has no weight store");
-        SessionBuffer *buffer = nullptr;
-        Status status = buffer_at(request.range.buffer, &buffer);
-        if (!status) return status;
-        if (buffer->shared_with_guest) {
-            return error(Code::bad_request, "weight_lookup: buffer " + std::to_string(request.range.buffer) +
-                                                " is shared memory, which the guest writes itself");
-        }
-        if (request.range.size < kMinWeightLookupBytes) {
-            return error(Code::bad_request, "weight_lookup: " + std::to_string(request.range.size) +
-                                                " bytes is below the store's minimum of " +
-                                                std::to_string(kMinWeightLookupBytes));
-        }
         ggml_tensor tensor;
-        status = range_tensor(request.range, true, &tensor);
+        StoreFill::Target target;
+        Status status = store_target(request.range, "weight_lookup", &tensor, &target);
         if (!status) return status;
-        ContentDigest digest;
-        std::memcpy(digest.bytes, request.digest, sizeof(digest.bytes));
         bool found = false;
-        status = store_fill_.lookup({&tensor, buffer->private_memory ? &buffer->mapping : nullptr}, digest, &found);
+        status = store_fill_.lookup(target, digest_of(request.digest), &found);
         reply->found = found ? 1 : 0;
         return status;
+    });
+
+    dispatcher_.on<WeightOffer>([this](const WeightOffer::Request &request, ByteView, Empty *, ReplyTail *) {
+        ggml_tensor tensor;
+        StoreFill::Target target;
+        Status status = store_target(request.range, "weight_offer", &tensor, &target);
+        if (!status) return status;
+        return store_fill_.offer(target, digest_of(request.digest));
     });
 
     dispatcher_.on<SetTensor2d>([this](const SetTensor2d::Request &request, ByteView tail, Empty *, ReplyTail *) {
@@ -740,7 +767,10 @@ void Session::register_handlers() {
         const ggml_status result = compute_on_shared_cores(backend, graph->graph);
         ++counters_.graph_computes;
         if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
-        for (uint64_t written : graph->writes_weights) weight_repack_.written(written, 0, UINT64_MAX);
+        for (uint64_t written : graph->writes_weights) {
+            weight_repack_.written(written, 0, UINT64_MAX);
+            store_fill_.written(written, 0, UINT64_MAX);
+        }
         if (result != GGML_STATUS_SUCCESS) {
             return error(Code::error, std::string("graph compute failed on the host: ") + ggml_status_to_string(result));
         }
@@ -870,6 +900,7 @@ Status Session::run_handler(uint16_t command, ByteView payload, ReplyFrame *repl
         Status stored = store_fill_.finish_pending();
         if (!stored) return stored;
     }
+    store_fill_.map_named();
     ++counters_.commands;
     // A backend that throws (std::bad_alloc for a work buffer a forged shape asks
     // for) fails this command, not the session.

@@ -220,6 +220,9 @@ class Session {
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
     Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
     Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
+    // Checks a WeightLookup's or WeightOffer's range and says where its bytes go.
+    Status store_target(const protocol::BufferRange &range, const char *command, ggml_tensor *tensor,
+                        StoreFill::Target *target);
     // The guest wants `n_threads` for this backend's computes (capped by --max-threads).
     void set_threads(SessionBackend *backend, int n_threads);
     // The threads this backend's next compute uses, at most those the guest wants.

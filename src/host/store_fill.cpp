@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace ggml_remote::host {
@@ -18,26 +19,14 @@ size_t offset_in_memory(const StoreFill::Target &target) {
     return static_cast<size_t>(start_of(target) - static_cast<uint8_t *>(target.memory->data()));
 }
 
-Status write_all(int fd, const uint8_t *data, size_t size, uint64_t offset) {
-    while (size > 0) {
-        const ssize_t done = ::pwrite(fd, data, size, static_cast<off_t>(offset));
-        if (done <= 0) return error(Code::error, std::string("weight store: write: ") + std::strerror(errno));
-        data += done;
-        size -= static_cast<size_t>(done);
-        offset += static_cast<uint64_t>(done);
-    }
-    return Status::success();
-}
-
 }  // namespace
 
-void StoreFill::whole_pages(const Target &target, size_t *first, size_t *end) {
+void StoreFill::whole_pages(const Mapping *memory, size_t offset, uint64_t size, size_t *first, size_t *end) {
     *first = *end = 0;
-    if (target.memory == nullptr) return;
+    if (memory == nullptr) return;
     const size_t page = page_size();
-    const size_t offset = offset_in_memory(target);
     const size_t first_page = (offset + page - 1) / page * page;
-    const size_t end_page = (offset + ggml_nbytes(target.range)) / page * page;
+    const size_t end_page = (offset + size) / page * page;
     if (end_page > first_page) {
         *first = first_page;
         *end = end_page;
@@ -65,9 +54,18 @@ Status StoreFill::lookup(const Target &target, const protocol::ContentDigest &di
     return Status::success();
 }
 
+Status StoreFill::offer(const Target &target, const protocol::ContentDigest &digest) {
+    ++counters_.misses;
+    StoreEntry entry;
+    if (store_.find(digest, ggml_nbytes(target.range), &entry)) return Status::success();
+    return start_entry(target, digest);
+}
+
 bool StoreFill::fill_in_place(const Target &target, const StoreEntry &entry) {
+    if (target.memory == nullptr) return false;
+    const size_t offset = offset_in_memory(target);
     size_t first = 0, end = 0;
-    whole_pages(target, &first, &end);
+    whole_pages(target.memory, offset, entry.size, &first, &end);
     const size_t page = page_size();
     // Pages of the file can only be mapped where the bytes have the same place in a page.
     if (first == end || entry.content_offset % page != reinterpret_cast<uintptr_t>(start_of(target)) % page) {
@@ -75,7 +73,6 @@ bool StoreFill::fill_in_place(const Target &target, const StoreEntry &entry) {
     }
     Mapping content;
     if (!Mapping::map(entry.file.get(), entry.content_offset, entry.size, false, &content)) return false;
-    const size_t offset = offset_in_memory(target);
     const auto *bytes = static_cast<const uint8_t *>(content.data());
     auto *memory = static_cast<uint8_t *>(target.memory->data());
     std::memcpy(memory + offset, bytes, first - offset);
@@ -97,18 +94,13 @@ Status StoreFill::start_entry(const Target &target, const protocol::ContentDiges
     Pending pending;
     pending.range = *target.range;
     pending.target = target;
-    pending.target.range = nullptr;  // set below, to the copy
-    const uint64_t phase = reinterpret_cast<uintptr_t>(start_of(target)) % kEntryHeaderSpan;
-    // No room for the entry (a full disk) only means the bytes are not kept.
-    if (!store_.create(digest, ggml_nbytes(target.range), phase, &pending.entry)) return Status::success();
-    size_t first = 0, end = 0;
-    whole_pages(target, &first, &end);
-    if (first != end) {
-        const size_t offset = offset_in_memory(target);
-        pending.in_place = target.memory
-                               ->overlay_file(first, end - first, pending.entry.file.get(),
-                                              pending.entry.content_offset + (first - offset), true)
-                               .ok();
+    pending.entry.digest = digest;
+    pending.entry.size = ggml_nbytes(target.range);
+    pending.entry.phase = reinterpret_cast<uintptr_t>(start_of(target)) % kEntryHeaderSpan;
+    // In device memory, the entry's file is made now; otherwise by the store's thread.
+    // No room for it (a full disk) only means the bytes are not kept.
+    if (target.memory == nullptr && !store_.create(digest, pending.entry.size, pending.entry.phase, &pending.entry)) {
+        return Status::success();
     }
     pending_ = std::move(pending);
     pending_->target.range = &pending_->range;
@@ -122,34 +114,67 @@ Status StoreFill::finish_pending() {
     pending.target.range = &pending.range;
     const Target &target = pending.target;
     NewEntry &entry = pending.entry;
-    Status status;
-    if (pending.in_place) {
-        // The whole pages are the entry's already; the partial ones at the ends are copied,
-        // and the buffer's view of the entry becomes copy-on-write: later writes stay its own.
-        size_t first = 0, end = 0;
-        whole_pages(target, &first, &end);
-        const size_t offset = offset_in_memory(target);
-        const uint8_t *memory = static_cast<const uint8_t *>(target.memory->data());
-        status = write_all(entry.file.get(), memory + offset, first - offset, entry.content_offset);
-        if (status) {
-            status = write_all(entry.file.get(), memory + end, offset + entry.size - end,
-                               entry.content_offset + (end - offset));
-        }
-        if (status) {
-            status = target.memory->overlay_file(first, end - first, entry.file.get(),
-                                                 entry.content_offset + (first - offset), false);
-        }
-    } else {
-        Mapping file_view;
-        status = Mapping::map(entry.file.get(), entry.content_offset, entry.size, true, &file_view);
-        if (status) ggml_backend_tensor_get(target.range, file_view.data(), 0, entry.size);
+    if (target.memory != nullptr) {
+        // The store's thread copies from the worker's memory, later, on idle cores.
+        awaiting_.push_back({entry.digest, target.memory, target.buffer, offset_in_memory(target), entry.size, false});
+        store_.commit_copy(entry.digest, entry.size, entry.phase, start_of(target));
+        return Status::success();
     }
+    Mapping file_view;
+    Status status = Mapping::map(entry.file.get(), entry.content_offset, entry.size, true, &file_view);
     if (!status) {
         store_.abandon(std::move(entry));
-        return status;
+        return Status::success();  // the guest's bytes are in its buffer: only the entry is lost
     }
+    ggml_backend_tensor_get(target.range, file_view.data(), 0, entry.size);
     store_.commit(std::move(entry));
     return Status::success();
+}
+
+void StoreFill::written(uint64_t buffer, uint64_t offset, uint64_t size) {
+    if (store_.enabled()) store_.note_activity();
+    for (Awaiting &awaiting : awaiting_) {
+        if (awaiting.buffer != buffer) continue;
+        const uint64_t start = awaiting.offset, end = awaiting.offset + awaiting.size;
+        // `offset` is relative to the buffer, `awaiting.offset` to its mapping: the same
+        // for the worker's own buffers, whose mapping starts where the buffer does.
+        if (offset < end && (size > UINT64_MAX - offset || offset + size > start)) awaiting.written = true;
+    }
+}
+
+void StoreFill::forget_buffer(uint64_t buffer) {
+    const auto of_buffer = [buffer](const Awaiting &awaiting) { return awaiting.buffer == buffer; };
+    if (std::none_of(awaiting_.begin(), awaiting_.end(), of_buffer)) return;
+    store_.wait_for_commits();  // none may still be copying from its memory
+    awaiting_.erase(std::remove_if(awaiting_.begin(), awaiting_.end(), of_buffer), awaiting_.end());
+}
+
+void StoreFill::map_named() {
+    if (awaiting_.empty()) return;
+    const bool all_done = !store_.commits_pending();
+    for (const protocol::ContentDigest &digest : store_.take_named()) {
+        for (const Awaiting &awaiting : awaiting_) {
+            if (awaiting.digest == digest && !awaiting.written) swap_in(awaiting);
+        }
+        awaiting_.erase(std::remove_if(awaiting_.begin(), awaiting_.end(),
+                                       [&](const Awaiting &a) { return a.digest == digest; }),
+                        awaiting_.end());
+    }
+    // Entries the store refused are never named.
+    if (all_done) awaiting_.clear();
+}
+
+void StoreFill::swap_in(const Awaiting &awaiting) {
+    StoreEntry entry;
+    if (!store_.find(awaiting.digest, awaiting.size, &entry)) return;
+    size_t first = 0, end = 0;
+    whole_pages(awaiting.memory, awaiting.offset, awaiting.size, &first, &end);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(awaiting.memory->data()) + awaiting.offset;
+    if (first == end || entry.content_offset % page_size() != start % page_size()) return;
+    // The same bytes (the range was not written since they were copied): the buffer
+    // keeps them, in pages every session of this content shares.
+    (void)awaiting.memory->overlay_file(first, end - first, entry.file.get(),
+                                        entry.content_offset + (first - awaiting.offset), false);
 }
 
 }  // namespace ggml_remote::host

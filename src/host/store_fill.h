@@ -6,11 +6,12 @@
 // same weights share one copy of them. Elsewhere (device memory, another place in
 // the page), the bytes are copied.
 //
-// A lookup that finds nothing makes a new entry, and maps its pages in place of
-// the range's, so that the guest's bytes land in the entry as they arrive. The
-// next command that is not a write ends it: the entry's pages become
-// copy-on-write, and the store checks the bytes against the digest and names the
-// entry (or drops it) on its own thread.
+// A lookup that finds nothing makes a new entry; the guest's bytes land in the
+// buffer as they would without a store. The next command that is not a write ends
+// it: the store's thread, on otherwise idle cores, copies the bytes into the entry,
+// checks them against the digest and names the entry (or drops it). Once named,
+// the buffer's whole pages are swapped for the entry's (same bytes, one copy for
+// all sessions), unless the range was written since.
 #pragma once
 
 #include "host/weight_store.h"
@@ -19,6 +20,7 @@
 #include <ggml.h>
 
 #include <optional>
+#include <vector>
 
 namespace ggml_remote::host {
 
@@ -36,6 +38,7 @@ class StoreFill {
     struct Target {
         ggml_tensor *range = nullptr;
         Mapping *memory = nullptr;
+        uint64_t buffer = 0;  // the session's handle
     };
 
     Status open(const WeightStoreOptions &options, const std::string &tenant) { return store_.open(options, tenant); }
@@ -43,9 +46,20 @@ class StoreFill {
 
     // Fills `target` from the entry for `digest` (*found), or starts a new entry.
     Status lookup(const Target &target, const protocol::ContentDigest &digest, bool *found);
+    // Starts a new entry for the bytes the guest sends next (WeightOffer): unless the
+    // store holds them already, which only costs the guest the bytes it sends anyway.
+    Status offer(const Target &target, const protocol::ContentDigest &digest);
     // Hands the new entry, if any, to the store: its bytes have arrived. An error
     // means the range's bytes may be lost (the memory could not be mapped back).
     Status finish_pending();
+
+    // Bytes of a buffer changed (or it is being freed: then call forget_buffer):
+    // a new entry made from the range before is not swapped in.
+    void written(uint64_t buffer, uint64_t offset, uint64_t size);
+    // The buffer is about to be freed: the store's thread may be copying from it.
+    void forget_buffer(uint64_t buffer);
+    // Swaps in the pages of entries named since the last call (cheap when none are due).
+    void map_named();
 
     const StoreFillCounters &counters() const { return counters_; }
     WeightStore &store() { return store_; }
@@ -55,17 +69,27 @@ class StoreFill {
         NewEntry entry;
         ggml_tensor range;  // what target.range points at
         Target target;
-        bool in_place = false;  // the entry's pages are mapped into the buffer
     };
-    // [first whole page, end of the last whole page) of the target, relative to the
-    // mapping; empty when it has no whole page.
-    static void whole_pages(const Target &target, size_t *first, size_t *end);
+    // A new entry copied from a buffer's memory, to be swapped in once named.
+    struct Awaiting {
+        protocol::ContentDigest digest;
+        Mapping *memory = nullptr;
+        uint64_t buffer = 0;
+        size_t offset = 0;  // in the mapping
+        uint64_t size = 0;
+        bool written = false;  // since the copy was queued: keep the buffer's own bytes
+    };
+    void swap_in(const Awaiting &awaiting);
+    // [first whole page, end of the last whole page) of `size` bytes at `offset` of
+    // `memory`; empty when they hold no whole page.
+    static void whole_pages(const Mapping *memory, size_t offset, uint64_t size, size_t *first, size_t *end);
     bool fill_in_place(const Target &target, const StoreEntry &entry);
     Status fill_by_copy(const Target &target, const StoreEntry &entry);
     Status start_entry(const Target &target, const protocol::ContentDigest &digest);
 
     WeightStore store_;
     std::optional<Pending> pending_;
+    std::vector<Awaiting> awaiting_;
     StoreFillCounters counters_;
 };
 

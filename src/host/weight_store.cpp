@@ -1,6 +1,7 @@
 #include "host/weight_store.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace ggml_remote::host {
@@ -25,6 +27,7 @@ namespace {
 constexpr char kMagic[8] = {'G', 'G', 'R', 'W', 'S', 'T', 'R', '1'};
 constexpr const char *kTemporaryPrefix = ".new-";
 constexpr size_t kMaxQueuedCommits = 16;
+constexpr int kQuietMs = 100;  // no upload for this long: the store copies
 
 struct EntryHeader {
     char magic[8];
@@ -81,9 +84,21 @@ bool digest_of_file(int file, uint64_t offset, uint64_t size, ContentDigest *dig
     return true;
 }
 
+bool write_bytes(int fd, const uint8_t *data, uint64_t size, uint64_t offset) {
+    while (size > 0) {
+        const ssize_t done = ::pwrite(fd, data, std::min<uint64_t>(size, uint64_t(1) << 30), static_cast<off_t>(offset));
+        if (done <= 0) return false;
+        data += done;
+        size -= static_cast<uint64_t>(done);
+        offset += static_cast<uint64_t>(done);
+    }
+    return true;
+}
+
 }  // namespace
 
 WeightStore::~WeightStore() {
+    hurry_.store(true);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stopping_ = true;
@@ -186,16 +201,51 @@ void WeightStore::abandon(NewEntry entry) {
 
 void WeightStore::commit(NewEntry entry) {
     std::unique_lock<std::mutex> lock(mutex_);
-    // A guest that makes entries faster than they are checked waits: each holds a file.
-    changed_.wait(lock, [this] { return queue_.size() < kMaxQueuedCommits; });
+    // A guest that makes entries faster than they are checked waits, when each holds
+    // a file (entries copied from memory get theirs on the store's thread); the store
+    // does not wait for a pause in the uploads then.
+    if (entry.file.valid()) {
+        hurry_.store(true, std::memory_order_relaxed);
+        changed_.wait(lock, [this] { return open_files_queued_ < kMaxQueuedCommits; });
+        hurry_.store(false, std::memory_order_relaxed);
+        ++open_files_queued_;
+    }
     queue_.push_back(std::move(entry));
     if (!committer_.joinable()) committer_ = std::thread(&WeightStore::run_commits, this);
     changed_.notify_all();
 }
 
+void WeightStore::note_activity() {
+    last_activity_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+void WeightStore::wait_for_quiet() {
+    // Copying a model's weights while the guest still uploads them would take the
+    // cores and memory bandwidth the upload needs: the store waits for a pause.
+    const auto quiet = std::chrono::milliseconds(kQuietMs);
+    for (;;) {
+        const std::chrono::steady_clock::duration last(last_activity_ns_.load(std::memory_order_relaxed));
+        const auto since = std::chrono::steady_clock::now().time_since_epoch() - last;
+        if (since >= quiet || hurry_.load(std::memory_order_relaxed)) return;
+        std::this_thread::sleep_for(quiet - since);
+    }
+}
+
 void WeightStore::wait_for_commits() {
+    hurry_.store(true, std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    hurry_.store(false, std::memory_order_relaxed);
+}
+
+bool WeightStore::commits_pending() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !queue_.empty() || busy_;
+}
+
+std::vector<ContentDigest> WeightStore::take_named() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(named_, {});
 }
 
 WeightStoreCounters WeightStore::counters() const {
@@ -204,13 +254,22 @@ WeightStoreCounters WeightStore::counters() const {
 }
 
 void WeightStore::run_commits() {
+    // Copying and hashing a model's weights takes as long as receiving them: the
+    // store's thread runs only on cores nothing else wants, so a guest's first load
+    // is not slowed down by its own commits.
+    sched_param idle{};
+    (void)::sched_setscheduler(0, SCHED_IDLE, &idle);
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
         changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping, nothing left
+        busy_ = true;
+        lock.unlock();
+        wait_for_quiet();
+        lock.lock();
         NewEntry entry = std::move(queue_.front());
         queue_.pop_front();
-        busy_ = true;
+        if (entry.file.valid()) --open_files_queued_;
         lock.unlock();
         commit_now(entry);
         lock.lock();
@@ -219,7 +278,24 @@ void WeightStore::run_commits() {
     }
 }
 
+void WeightStore::commit_copy(const ContentDigest &digest, uint64_t size, uint64_t phase, const uint8_t *source) {
+    NewEntry entry;
+    entry.digest = digest;
+    entry.size = size;
+    entry.phase = phase;
+    entry.source = source;
+    commit(std::move(entry));
+}
+
 void WeightStore::commit_now(NewEntry &entry) {
+    if (entry.source != nullptr) {
+        const uint8_t *source = entry.source;
+        if (!create(entry.digest, entry.size, entry.phase, &entry)) return;  // no room: not kept
+        if (!write_bytes(entry.file.get(), source, entry.size, entry.content_offset)) {
+            abandon(std::move(entry));
+            return;
+        }
+    }
     ContentDigest found;
     const bool matches = digest_of_file(entry.file.get(), entry.content_offset, entry.size, &found) &&
                          found == entry.digest;
@@ -233,6 +309,7 @@ void WeightStore::commit_now(NewEntry &entry) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         ++counters_.entries_written;
+        named_.push_back(entry.digest);
     }
     const auto now = std::chrono::steady_clock::now();
     if (now - last_eviction_ >= std::chrono::milliseconds(options_.eviction_interval_ms)) {

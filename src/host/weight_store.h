@@ -21,6 +21,7 @@
 #include "protocol/status.h"
 #include "transport/unique_fd.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ggml_remote::host {
 
@@ -57,6 +59,11 @@ struct StoreEntry {
 // hands it to WeightStore::commit.
 struct NewEntry {
     UniqueFd file;
+    // Where the store's thread copies the bytes from, when not null: the worker's
+    // own memory, which must stay mapped until the commit is done. The store's
+    // thread then also creates the file (`file` is not open yet).
+    const uint8_t *source = nullptr;
+    uint64_t phase = 0;
     std::string temporary_name;
     protocol::ContentDigest digest;
     uint64_t content_offset = 0;
@@ -92,10 +99,18 @@ class WeightStore {
     // Checks the entry's bytes against its digest on the store's thread; names it when
     // they match, removes it otherwise; then evicts down to the size limit.
     void commit(NewEntry entry);
+    // The same for `size` bytes at `source` in this process's memory (see NewEntry).
+    void commit_copy(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, const uint8_t *source);
     // Removes an entry that will not be committed.
     void abandon(NewEntry entry);
-    // Waits until every commit so far is done (tests, session end).
+    // Waits until every commit so far is done (tests, session end, a buffer freed).
     void wait_for_commits();
+    // The guest is uploading: commits wait until it has paused (see wait_for_quiet).
+    void note_activity();
+    // Whether commits are queued or running.
+    bool commits_pending() const;
+    // The digests named since the last call.
+    std::vector<protocol::ContentDigest> take_named();
 
     WeightStoreCounters counters() const;
     static std::string tenant_directory_name(const std::string &tenant);
@@ -104,15 +119,20 @@ class WeightStore {
     void commit_now(NewEntry &entry);
     void evict_to_limit();
     void run_commits();
+    void wait_for_quiet();
 
     UniqueFd root_;       // DIR
     UniqueFd directory_;  // DIR/<tenant>
     WeightStoreOptions options_;
-    uint64_t next_temporary_ = 0;
+    std::atomic<uint64_t> next_temporary_{0};
+    std::atomic<int64_t> last_activity_ns_{0};  // steady clock
+    std::atomic<bool> hurry_{false};             // someone waits for the commits
 
     mutable std::mutex mutex_;
     std::condition_variable changed_;
     std::deque<NewEntry> queue_;
+    size_t open_files_queued_ = 0;
+    std::vector<protocol::ContentDigest> named_;
     bool busy_ = false;
     bool stopping_ = false;
     std::thread committer_;

@@ -42,6 +42,7 @@ enum class CommandId : uint16_t {
     buffer_set_usage,
     buffer_written,
     weight_lookup,
+    weight_offer,
     count_,  // not a command: one past the last id
 };
 
@@ -271,6 +272,20 @@ struct WeightLookup {
     struct Reply {
         uint8_t found;
     };
+};
+
+// A weight tensor's digest, sent before its bytes by a guest that has never
+// loaded it before (the digest was not in its cache): the store is not likely to
+// hold it, and a lookup's round trip would stall the upload. The server keeps the
+// bytes that follow as a new entry, as after a lookup that found nothing.
+struct WeightOffer {
+    static constexpr CommandId id = CommandId::weight_offer;
+    static constexpr bool one_way = true;
+    struct Request {
+        BufferRange range;
+        uint8_t digest[16];
+    };
+    using Reply = Empty;
 };
 
 // Request tail: `range.size` bytes.

@@ -30,6 +30,7 @@ const char *command_name(CommandId id) {
         case CommandId::buffer_set_usage: return "buffer_set_usage";
         case CommandId::buffer_written: return "buffer_written";
         case CommandId::weight_lookup: return "weight_lookup";
+        case CommandId::weight_offer: return "weight_offer";
         case CommandId::count_: break;
     }
     return "unknown";

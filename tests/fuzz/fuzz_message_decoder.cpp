@@ -27,7 +27,8 @@ constexpr uint64_t kMaxPayload = 1 << 20;
 using AllCommands = std::tuple<Hello, DeviceInfo, DeviceMemory, SupportsOp, AllocSize, BufferAlloc, BufferFree,
                                BufferClear, BufferReset, InitTensor, SetTensor, SetTensor2d, GetTensor, GetTensor2d,
                                MemsetTensor, CopyTensor, BackendInit, BackendFree, SetNThreads, GraphCompute,
-                               BufferFromFile, Synchronize, ServerStatus, BufferSetUsage, BufferWritten, WeightLookup>;
+                               BufferFromFile, Synchronize, ServerStatus, BufferSetUsage, BufferWritten, WeightLookup,
+                               WeightOffer>;
 static_assert(std::tuple_size<AllCommands>::value == static_cast<size_t>(CommandId::count_) - 1,
               "every command is decoded");
 

@@ -1716,6 +1716,39 @@ TEST_F(CpuSessionWithStore, WritesAfterAFillStayTheSessionsOwn) {
     EXPECT_EQ(get(first, kOffset, weights.size()), weights);
 }
 
+TEST_F(CpuSessionWithStore, OfferedBytesAreKeptAndSharedOnceTheyAreCopied) {
+    open_session("uid 1000");
+    const uint64_t first = alloc(kBufferSize);
+    WeightOffer::Request offer{};
+    offer.range = {first, kOffset, weights.size()};
+    const ContentDigest digest = content_digest(weights.data(), weights.size());
+    std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));
+    ASSERT_TRUE(call<WeightOffer>(offer).status.ok());
+    ASSERT_TRUE(set(first, kOffset, weights).ok());
+    EXPECT_EQ(get(first, kOffset, weights.size()), weights);  // ends the entry: the store copies it
+    session->wait_for_store_for_testing();
+    EXPECT_EQ(get(first, kOffset, weights.size()), weights);  // its pages are now the entry's
+    const std::string entry_file = file_mapped_at(address_of(first, 1u << 20));
+    EXPECT_NE(entry_file, "");
+    open_session("uid 1000");
+    const uint64_t second = alloc(kBufferSize);
+    EXPECT_TRUE(found(lookup(second, weights)));
+    EXPECT_EQ(file_mapped_at(address_of(second, 1u << 20)), entry_file);
+}
+
+TEST_F(CpuSessionWithStore, BytesWrittenWhileTheStoreCopiesThemStayTheSessionsOwn) {
+    open_session("uid 1000");
+    const uint64_t buffer = alloc(kBufferSize);
+    ASSERT_FALSE(found(lookup(buffer, weights)));
+    ASSERT_TRUE(set(buffer, kOffset, weights).ok());
+    (void)get(buffer, 0, 1);  // the entry is complete; the store copies it later
+    const std::vector<uint8_t> changed(4096, 0x5A);
+    ASSERT_TRUE(set(buffer, kOffset + (1u << 20), changed).ok());
+    session->wait_for_store_for_testing();
+    EXPECT_EQ(get(buffer, kOffset + (1u << 20), changed.size()), changed) << "the entry was not swapped in";
+    EXPECT_EQ(file_mapped_at(address_of(buffer, 1u << 20)), "");
+}
+
 TEST_F(CpuSessionWithStore, AnotherTenantDoesNotFindThem) {
     open_session("uid 1000");
     load(weights);
