@@ -196,9 +196,10 @@ load_part() {
                 tcp-store)
                     record_load tcp-store-first "$(run_load "$model" guest_tcp "$store_port")"
                     # The store keeps a model once its first guest's upload pauses (the
-                    # session's worker copies it then, and says so when it ends): the
-                    # second load is that of a model the store holds.
-                    wait_for grep -q 'disconnected after' "$work/load-store-$rep.log"
+                    # session's worker copies it then, and its closing line, which counts
+                    # the store's lookups, comes after): the second load is that of a
+                    # model the store holds.
+                    wait_for grep -q 'disconnected after.*weight store: ' "$work/load-store-$rep.log"
                     record_load tcp-store-second "$(run_load "$model" guest_tcp "$store_port")" ;;
                 rpc-cache)
                     record_load rpc-cache-first "$(run_load "$model" guest_rpc "$rpc_port")"

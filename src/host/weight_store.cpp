@@ -164,7 +164,11 @@ bool WeightStore::find(const ContentDigest &digest, uint64_t size, StoreEntry *e
         ++counters_.entries_damaged;
         return false;
     }
-    (void)::futimens(file.get(), nullptr);  // most recently used
+    // Most recently used. At most once a minute (lru_resolution_s): a time stamp is a
+    // journal write, which waits behind the disk's writeback, once per tensor.
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    if (now.tv_sec - st.st_mtim.tv_sec >= options_.lru_resolution_s) (void)::futimens(file.get(), nullptr);
     entry->file = std::move(file);
     entry->content_offset = header.content_offset;
     entry->size = size;

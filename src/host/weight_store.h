@@ -43,6 +43,8 @@ struct WeightStoreOptions {
     // A model's load commits an entry per tensor: the store is scanned for eviction
     // at most this often, so it may exceed its limit by what was written meanwhile.
     int eviction_interval_ms = 500;
+    // An entry's last use is recorded to this many seconds.
+    int lru_resolution_s = 60;
 };
 
 // Where an entry's bytes start: a file offset whose remainder modulo 2 MiB is the

@@ -172,6 +172,7 @@ TEST_F(WeightStoreTest, DamagedBytesAreFoundWhenEveryUseIsVerified) {
 TEST_F(WeightStoreTest, TheLeastRecentlyUsedEntriesGoFirst) {
     options.max_bytes = 3 * 400000;  // room for about two entries of 400 kB and their headers
     options.eviction_interval_ms = 0;
+    options.lru_resolution_s = 0;
     WeightStore store;
     ASSERT_TRUE(store.open(options, "uid 1000").ok());
     std::vector<std::vector<uint8_t>> tensors;
