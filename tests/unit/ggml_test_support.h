@@ -76,4 +76,15 @@ inline void set_list_header(std::vector<uint8_t> &bytes, uint32_t n_tensors, uin
     std::memcpy(bytes.data(), &header, sizeof(header));
 }
 
+// `size` bytes that differ with `seed` and from place to place (weights for tests).
+inline std::vector<uint8_t> pattern_bytes(size_t size, uint32_t seed) {
+    std::vector<uint8_t> bytes(size);
+    uint32_t state = seed * 2654435761u + 1;
+    for (uint8_t &byte : bytes) {
+        state = state * 1103515245u + 12345u;
+        byte = static_cast<uint8_t>(state >> 16);
+    }
+    return bytes;
+}
+
 }  // namespace ggml_remote::test_support

@@ -1590,16 +1590,6 @@ TEST_F(ServedSession, ComputeOfAGuestThatHangsUpIsAbandoned) {
 
 // The weight store (host/weight_store.h, host/store_fill.h) through sessions.
 
-std::vector<uint8_t> store_pattern(size_t size, uint32_t seed) {
-    std::vector<uint8_t> bytes(size);
-    uint32_t state = seed * 2654435761u + 1;
-    for (uint8_t &byte : bytes) {
-        state = state * 1103515245u + 12345u;
-        byte = static_cast<uint8_t>(state >> 16);
-    }
-    return bytes;
-}
-
 // The file (device and inode) mapped at `address` in this process; empty for memory of no file.
 std::string file_mapped_at(const void *address) {
     FILE *maps = std::fopen("/proc/self/maps", "r");
@@ -1631,7 +1621,7 @@ class CpuSessionWithStore : public CpuSession {
         ASSERT_NE(::mkdtemp(name), nullptr);
         store.directory = name;
         ASSERT_TRUE(WeightStore::prepare(store).ok());
-        weights = store_pattern(3u << 20, 1);
+        weights = test_support::pattern_bytes(3u << 20, 1);
         session.reset();  // each test opens the sessions it needs
     }
     void TearDown() override {
@@ -1758,7 +1748,7 @@ TEST_F(CpuSessionWithStore, AnotherTenantDoesNotFindThem) {
 
 TEST_F(CpuSessionWithStore, AGuestThatNamesOtherBytesKeepsItsOwnAndTheStoreNone) {
     open_session("uid 1000");
-    const std::vector<uint8_t> sent = store_pattern(weights.size(), 2);
+    const std::vector<uint8_t> sent = test_support::pattern_bytes(weights.size(), 2);
     const uint64_t buffer = load(sent, &weights);  // names `weights`, sends `sent`
     EXPECT_EQ(get(buffer, kOffset, sent.size()), sent);
     open_session("uid 1000");

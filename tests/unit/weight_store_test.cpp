@@ -1,5 +1,6 @@
 // WeightStore and content digests: entries by content, per tenant, checked,
 // evicted; a damaged entry is never used.
+#include "ggml_test_support.h"
 #include "host/weight_store.h"
 #include "protocol/content_digest.h"
 
@@ -20,19 +21,11 @@ namespace {
 using protocol::content_digest;
 using protocol::ContentDigest;
 
-std::vector<uint8_t> pattern(size_t size, uint32_t seed) {
-    std::vector<uint8_t> bytes(size);
-    uint32_t state = seed * 2654435761u + 1;
-    for (uint8_t &byte : bytes) {
-        state = state * 1103515245u + 12345u;
-        byte = static_cast<uint8_t>(state >> 16);
-    }
-    return bytes;
-}
+using test_support::pattern_bytes;
 
 TEST(ContentDigest, IsTheSameOnAnyNumberOfThreads) {
     for (size_t size : {size_t(0), size_t(1), protocol::kDigestBlockSize, 3 * protocol::kDigestBlockSize + 17}) {
-        const std::vector<uint8_t> bytes = pattern(size, 7);
+        const std::vector<uint8_t> bytes = pattern_bytes(size, 7);
         const ContentDigest one = content_digest(bytes.data(), size, 1);
         EXPECT_EQ(content_digest(bytes.data(), size, 3), one) << size;
         EXPECT_EQ(content_digest(bytes.data(), size, 16), one) << size;
@@ -40,7 +33,7 @@ TEST(ContentDigest, IsTheSameOnAnyNumberOfThreads) {
 }
 
 TEST(ContentDigest, ChangesWithAnyByteAndWithTheSize) {
-    std::vector<uint8_t> bytes = pattern(2 * protocol::kDigestBlockSize + 5, 1);
+    std::vector<uint8_t> bytes = pattern_bytes(2 * protocol::kDigestBlockSize + 5, 1);
     const ContentDigest before = content_digest(bytes.data(), bytes.size(), 2);
     EXPECT_NE(content_digest(bytes.data(), bytes.size() - 1, 2), before);
     bytes[protocol::kDigestBlockSize + 3] ^= 1;
@@ -84,7 +77,7 @@ class WeightStoreTest : public ::testing::Test {
 TEST_F(WeightStoreTest, FindsWhatWasPutAndNothingElse) {
     WeightStore store;
     ASSERT_TRUE(store.open(options, "uid 1000").ok());
-    const std::vector<uint8_t> bytes = pattern(300000, 1);
+    const std::vector<uint8_t> bytes = pattern_bytes(300000, 1);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     StoreEntry entry;
     EXPECT_FALSE(store.find(digest, bytes.size(), &entry));
@@ -93,7 +86,7 @@ TEST_F(WeightStoreTest, FindsWhatWasPutAndNothingElse) {
     EXPECT_EQ(read_entry(entry), bytes);
     EXPECT_EQ(entry.content_offset % kEntryHeaderSpan, 4096u + 100u);  // the tensor's place in a huge page
     EXPECT_FALSE(store.find(digest, bytes.size() - 1, &entry));  // another size is another tensor
-    const std::vector<uint8_t> other = pattern(300000, 2);
+    const std::vector<uint8_t> other = pattern_bytes(300000, 2);
     EXPECT_FALSE(store.find(content_digest(other.data(), other.size()), other.size(), &entry));
     EXPECT_EQ(store.counters().entries_written, 1u);
 }
@@ -101,7 +94,7 @@ TEST_F(WeightStoreTest, FindsWhatWasPutAndNothingElse) {
 TEST_F(WeightStoreTest, BytesThatDoNotMatchTheirDigestAreNotKept) {
     WeightStore store;
     ASSERT_TRUE(store.open(options, "uid 1000").ok());
-    const std::vector<uint8_t> wanted = pattern(200000, 3), sent = pattern(200000, 4);
+    const std::vector<uint8_t> wanted = pattern_bytes(200000, 3), sent = pattern_bytes(200000, 4);
     const ContentDigest digest = content_digest(wanted.data(), wanted.size());
     put(store, sent, &digest);  // a guest that names one content and sends another
     StoreEntry entry;
@@ -114,7 +107,7 @@ TEST_F(WeightStoreTest, ATenantSeesOnlyItsOwnEntriesUnlessTheStoreIsShared) {
     WeightStore alice, bob;
     ASSERT_TRUE(alice.open(options, "uid 1000").ok());
     ASSERT_TRUE(bob.open(options, "uid 1001").ok());
-    const std::vector<uint8_t> bytes = pattern(100000, 5);
+    const std::vector<uint8_t> bytes = pattern_bytes(100000, 5);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(alice, bytes);
     StoreEntry entry;
@@ -133,7 +126,7 @@ TEST_F(WeightStoreTest, ATenantSeesOnlyItsOwnEntriesUnlessTheStoreIsShared) {
 TEST_F(WeightStoreTest, ADamagedEntryIsRemovedAndNotUsed) {
     WeightStore store;
     ASSERT_TRUE(store.open(options, "uid 1000").ok());
-    const std::vector<uint8_t> bytes = pattern(100000, 6);
+    const std::vector<uint8_t> bytes = pattern_bytes(100000, 6);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     StoreEntry entry;
     // A damaged header.
@@ -157,7 +150,7 @@ TEST_F(WeightStoreTest, DamagedBytesAreFoundWhenEveryUseIsVerified) {
     options.verify_on_use = true;
     WeightStore store;
     ASSERT_TRUE(store.open(options, "uid 1000").ok());
-    const std::vector<uint8_t> bytes = pattern(100000, 8);
+    const std::vector<uint8_t> bytes = pattern_bytes(100000, 8);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(store, bytes);
     StoreEntry entry;
@@ -178,7 +171,7 @@ TEST_F(WeightStoreTest, TheLeastRecentlyUsedEntriesGoFirst) {
     std::vector<std::vector<uint8_t>> tensors;
     std::vector<ContentDigest> digests;
     for (uint32_t i = 0; i < 3; ++i) {
-        tensors.push_back(pattern(400000, 10 + i));
+        tensors.push_back(pattern_bytes(400000, 10 + i));
         digests.push_back(content_digest(tensors.back().data(), tensors.back().size()));
     }
     StoreEntry entry;
