@@ -136,11 +136,13 @@ Status Session::range_tensor(const BufferRange &range, bool write, ggml_tensor *
     tensor->nb[1] = tensor->nb[2] = tensor->nb[3] = range.size;
     tensor->buffer = buffer->buffer.get();
     tensor->data = static_cast<uint8_t *>(ggml_backend_buffer_get_base(tensor->buffer)) + range.offset;
-    if (write) {
-        weight_repack_.written(range.buffer, range.offset, range.size);
-        store_fill_.written(range.buffer, range.offset, range.size);
-    }
+    if (write) bytes_written(range.buffer, range.offset, range.size);
     return Status::success();
+}
+
+void Session::bytes_written(uint64_t buffer, uint64_t offset, uint64_t size) {
+    weight_repack_.written(buffer, offset, size);
+    store_fill_.written(buffer, offset, size);
 }
 
 Status Session::store_target(const BufferRange &range, const char *command, ggml_tensor *tensor,
@@ -497,8 +499,7 @@ void Session::register_handlers() {
         Status status = buffer_at(request.buffer, &buffer);
         if (!status) return status;
         if (!buffer->writable) return error(Code::bad_request, "cannot clear a read-only buffer");
-        weight_repack_.written(request.buffer, 0, buffer->size);
-        store_fill_.written(request.buffer, 0, buffer->size);
+        bytes_written(request.buffer, 0, buffer->size);
         ggml_backend_buffer_clear(buffer->buffer.get(), request.value);
         return Status::success();
     });
@@ -526,7 +527,7 @@ void Session::register_handlers() {
                                                 std::to_string(request.size) + ") lies outside the buffer of " +
                                                 std::to_string(buffer->size) + " bytes");
         }
-        weight_repack_.written(request.buffer, request.offset, request.size);
+        bytes_written(request.buffer, request.offset, request.size);
         return Status::success();
     });
 
@@ -767,10 +768,7 @@ void Session::register_handlers() {
         const ggml_status result = compute_on_shared_cores(backend, graph->graph);
         ++counters_.graph_computes;
         if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
-        for (uint64_t written : graph->writes_weights) {
-            weight_repack_.written(written, 0, UINT64_MAX);
-            store_fill_.written(written, 0, UINT64_MAX);
-        }
+        for (uint64_t written : graph->writes_weights) bytes_written(written, 0, UINT64_MAX);
         if (result != GGML_STATUS_SUCCESS) {
             return error(Code::error, std::string("graph compute failed on the host: ") + ggml_status_to_string(result));
         }
@@ -784,12 +782,10 @@ bool Session::guest_gone(void *session) {
 }
 
 void Session::abort_compute_when_guest_gone(ggml_backend_t backend) {
-    ggml_backend_dev_t device = ggml_backend_get_device(backend);
-    ggml_backend_reg_t reg = device != nullptr ? ggml_backend_dev_backend_reg(device) : nullptr;
-    if (reg == nullptr) return;
+    ggml_backend_reg_t reg = backend_reg(backend);
     // The generic name first (any backend may offer it), then ggml-cpu's own.
     for (const char *name : {"ggml_backend_set_abort_callback", "ggml_backend_cpu_set_abort_callback"}) {
-        auto set_abort = reinterpret_cast<ggml_backend_set_abort_callback_t>(ggml_backend_reg_get_proc_address(reg, name));
+        auto set_abort = proc_address<ggml_backend_set_abort_callback_t>(reg, name);
         if (set_abort != nullptr) {
             set_abort(backend, &Session::guest_gone, this);
             return;

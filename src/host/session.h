@@ -69,9 +69,7 @@ struct SessionCounters {
     uint64_t bytes_sent = 0;
     uint64_t graph_computes = 0;
     uint64_t weights_repacked = 0;
-    uint64_t store_hits = 0;  // weight store (filled in by the worker from StoreFill)
-    uint64_t store_misses = 0;
-    uint64_t store_bytes_saved = 0;
+    StoreFillCounters store;  // the weight store's (StoreFill keeps them)
     std::array<uint64_t, kCommandRefusalReasons> commands_refused{};  // by CommandRefusal
 };
 
@@ -128,7 +126,11 @@ class Session {
     Status handle(uint16_t command, protocol::ByteView payload, ReplyFrame *reply,
                   std::vector<UniqueFd> *fds = nullptr);
 
-    const SessionCounters &counters() const { return counters_; }
+    SessionCounters counters() const {
+        SessionCounters totals = counters_;
+        totals.store = store_fill_.counters();
+        return totals;
+    }
     bool handshaken() const { return handshaken_; }
     const SessionLimits &limits() const { return limits_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
@@ -220,6 +222,9 @@ class Session {
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
     Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
     Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
+    // Bytes [offset, +size) of a buffer changed (or are about to): the copies made
+    // from them (repacked weights, store entries on their way) are out of date.
+    void bytes_written(uint64_t buffer, uint64_t offset, uint64_t size);
     // Checks a WeightLookup's or WeightOffer's range and says where its bytes go.
     Status store_target(const protocol::BufferRange &range, const char *command, ggml_tensor *tensor,
                         StoreFill::Target *target);

@@ -61,25 +61,32 @@ Status StoreFill::offer(const Target &target, const protocol::ContentDigest &dig
     return start_entry(target, digest);
 }
 
+bool StoreFill::pages_of_entry_fit(const Mapping *memory, size_t offset, const StoreEntry &entry, size_t *first,
+                                   size_t *end) {
+    whole_pages(memory, offset, entry.size, first, end);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(memory != nullptr ? memory->data() : nullptr) + offset;
+    // Pages of the file can only be mapped where the bytes have the same place in a page.
+    return *first != *end && entry.content_offset % page_size() == start % page_size();
+}
+
+bool StoreFill::map_pages_of_entry(Mapping *memory, size_t offset, const StoreEntry &entry, size_t first,
+                                   size_t end) {
+    return memory->overlay_file(first, end - first, entry.file.get(), entry.content_offset + (first - offset), false)
+        .ok();
+}
+
 bool StoreFill::fill_in_place(const Target &target, const StoreEntry &entry) {
     if (target.memory == nullptr) return false;
     const size_t offset = offset_in_memory(target);
     size_t first = 0, end = 0;
-    whole_pages(target.memory, offset, entry.size, &first, &end);
-    const size_t page = page_size();
-    // Pages of the file can only be mapped where the bytes have the same place in a page.
-    if (first == end || entry.content_offset % page != reinterpret_cast<uintptr_t>(start_of(target)) % page) {
-        return false;
-    }
+    if (!pages_of_entry_fit(target.memory, offset, entry, &first, &end)) return false;
     Mapping content;
     if (!Mapping::map(entry.file.get(), entry.content_offset, entry.size, false, &content)) return false;
     const auto *bytes = static_cast<const uint8_t *>(content.data());
     auto *memory = static_cast<uint8_t *>(target.memory->data());
     std::memcpy(memory + offset, bytes, first - offset);
     std::memcpy(memory + end, bytes + (end - offset), offset + entry.size - end);
-    return target.memory
-        ->overlay_file(first, end - first, entry.file.get(), entry.content_offset + (first - offset), false)
-        .ok();
+    return map_pages_of_entry(target.memory, offset, entry, first, end);
 }
 
 Status StoreFill::fill_by_copy(const Target &target, const StoreEntry &entry) {
@@ -168,13 +175,10 @@ void StoreFill::swap_in(const Awaiting &awaiting) {
     StoreEntry entry;
     if (!store_.find(awaiting.digest, awaiting.size, &entry)) return;
     size_t first = 0, end = 0;
-    whole_pages(awaiting.memory, awaiting.offset, awaiting.size, &first, &end);
-    const uintptr_t start = reinterpret_cast<uintptr_t>(awaiting.memory->data()) + awaiting.offset;
-    if (first == end || entry.content_offset % page_size() != start % page_size()) return;
+    if (!pages_of_entry_fit(awaiting.memory, awaiting.offset, entry, &first, &end)) return;
     // The same bytes (the range was not written since they were copied): the buffer
     // keeps them, in pages every session of this content shares.
-    (void)awaiting.memory->overlay_file(first, end - first, entry.file.get(),
-                                        entry.content_offset + (first - awaiting.offset), false);
+    (void)map_pages_of_entry(awaiting.memory, awaiting.offset, entry, first, end);
 }
 
 }  // namespace ggml_remote::host

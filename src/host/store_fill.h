@@ -83,6 +83,13 @@ class StoreFill {
     // [first whole page, end of the last whole page) of `size` bytes at `offset` of
     // `memory`; empty when they hold no whole page.
     static void whole_pages(const Mapping *memory, size_t offset, uint64_t size, size_t *first, size_t *end);
+    // Whether the entry's pages can stand in for whole pages of `entry.size` bytes at
+    // `offset` of `memory` (which pages: [*first, *end)).
+    static bool pages_of_entry_fit(const Mapping *memory, size_t offset, const StoreEntry &entry, size_t *first,
+                                   size_t *end);
+    // Maps them there, copy-on-write.
+    static bool map_pages_of_entry(Mapping *memory, size_t offset, const StoreEntry &entry, size_t first,
+                                   size_t end);
     bool fill_in_place(const Target &target, const StoreEntry &entry);
     Status fill_by_copy(const Target &target, const StoreEntry &entry);
     Status start_entry(const Target &target, const protocol::ContentDigest &digest);

@@ -213,12 +213,6 @@ void offer_weight_store(const std::string &label, const FramedStream &stream, in
     if (!status) log_line(label + ": no weight store for this session: " + status.message());
 }
 
-void store_counters_of(const Session &session, SessionCounters *counters) {
-    counters->store_hits = session.store_counters().hits;
-    counters->store_misses = session.store_counters().misses;
-    counters->store_bytes_saved = session.store_counters().bytes_saved;
-}
-
 // This worker's slot of the listener's status board (mapped into `board`), or null.
 SessionSlot *attach_status_slot(const ServerOptions &options, StatusBoard *board) {
     if (options.status_fd < 0 || !StatusBoard::attach(options.status_fd, board).ok()) return nullptr;
@@ -258,7 +252,6 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
         record_turned_away(slot, handshake_refusal_for(outcome.code()));
     }
     *counters = session.counters();
-    store_counters_of(session, counters);
     *cores = session.core_stats();
     return outcome;
 }
@@ -285,9 +278,9 @@ int log_session_end(const std::string &label, const Status &outcome, const Sessi
                   human_bytes(counters.bytes_received).c_str(), human_bytes(counters.bytes_sent).c_str());
     std::string summary = totals;
     if (counters.weights_repacked != 0) summary += ", " + std::to_string(counters.weights_repacked) + " weights repacked";
-    if (counters.store_hits + counters.store_misses != 0) {
-        summary += ", weight store: " + std::to_string(counters.store_hits) + " found (" +
-                   human_bytes(counters.store_bytes_saved) + " not sent), " + std::to_string(counters.store_misses) +
+    if (counters.store.hits + counters.store.misses != 0) {
+        summary += ", weight store: " + std::to_string(counters.store.hits) + " found (" +
+                   human_bytes(counters.store.bytes_saved) + " not sent), " + std::to_string(counters.store.misses) +
                    " not found";
     }
     summary += describe_core_sharing(cores);
