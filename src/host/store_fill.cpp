@@ -19,6 +19,10 @@ size_t offset_in_memory(const StoreFill::Target &target) {
     return static_cast<size_t>(start_of(target) - static_cast<uint8_t *>(target.memory->data()));
 }
 
+bool read_exactly(int fd, uint8_t *to, size_t size, uint64_t offset) {
+    return size == 0 || ::pread(fd, to, size, static_cast<off_t>(offset)) == static_cast<ssize_t>(size);
+}
+
 }  // namespace
 
 void StoreFill::whole_pages(const Mapping *memory, size_t offset, uint64_t size, size_t *first, size_t *end) {
@@ -80,12 +84,13 @@ bool StoreFill::fill_in_place(const Target &target, const StoreEntry &entry) {
     const size_t offset = offset_in_memory(target);
     size_t first = 0, end = 0;
     if (!pages_of_entry_fit(target.memory, offset, entry, &first, &end)) return false;
-    Mapping content;
-    if (!Mapping::map(entry.file.get(), entry.content_offset, entry.size, false, &content)) return false;
-    const auto *bytes = static_cast<const uint8_t *>(content.data());
+    // The partial pages at the two ends are read, the whole ones mapped.
     auto *memory = static_cast<uint8_t *>(target.memory->data());
-    std::memcpy(memory + offset, bytes, first - offset);
-    std::memcpy(memory + end, bytes + (end - offset), offset + entry.size - end);
+    const size_t head = first - offset, tail = offset + entry.size - end;
+    if (!read_exactly(entry.file.get(), memory + offset, head, entry.content_offset) ||
+        !read_exactly(entry.file.get(), memory + end, tail, entry.content_offset + (end - offset))) {
+        return false;
+    }
     return map_pages_of_entry(target.memory, offset, entry, first, end);
 }
 
