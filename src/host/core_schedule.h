@@ -5,8 +5,8 @@
 // spinning one in others) and spin a while for the next graph; with several busy
 // guests their threads outnumber the cores, a thread the kernel preempts holds up
 // its teammates at the barrier while they spin, and the spinners take the cores
-// the computing threads need. On 2 cores, 4 guests at once made 7% of the tokens
-// of one guest alone.
+// the computing threads need: four guests at once made a small fraction of one
+// guest's tokens (docs/MANY-GUESTS.md has the figures).
 //
 // How: each worker publishes in its status-board slot (shared memory that the
 // listener created) whether it is computing on the CPU, when it last did, and how

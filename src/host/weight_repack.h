@@ -5,8 +5,8 @@
 // F16 and the Q types) into that type, whose set_tensor rearranges the bytes for
 // its kernels. A remote device is a GPU to llama.cpp, which offers such types to
 // the CPU device alone, so a guest's weights arrive in plain buffers and the host
-// computes with the slow kernels (Q4_0 prompt processing at 0.44x of local on a
-// 2-core AVX-512 VM; F16 at 0.38x on a 16-core Sapphire Rapids VM).
+// computes with the slow kernels (prompt processing at well under half of local
+// speed: docs/BENCHMARKS.md, "Weights repacked", has the figures).
 //
 // So the host repacks them itself: at the first graph in which a MUL_MAT or
 // MUL_MAT_ID reads a weight from a read-only buffer (a model file the guest
