@@ -439,8 +439,22 @@ Why check_diag(const ggml_tensor *node) {
     return result_shape(node, a->ne[0], a->ne[0], a->ne[2], a->ne[3]);
 }
 
+// SOFT_MAX and FLASH_ATTN_EXT: ALiBi (op_params[1], max_bias > 0) needs the mask,
+// the source before the sinks; the sinks are one F32 value per head of `heads`.
+Why bias_and_sinks(const ggml_tensor *node, int sinks_index, const char *what, const ggml_tensor *heads) {
+    float max_bias = 0.0f;
+    std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
+    if (max_bias > 0.0f && node->src[sinks_index - 1] == nullptr) return "ALiBi (max_bias > 0) needs a mask";
+    const ggml_tensor *sinks = node->src[sinks_index];
+    if (sinks == nullptr) return {};
+    Why why = source_type(node, sinks_index, GGML_TYPE_F32);
+    if (!why.empty()) return why;
+    if (sinks->ne[0] != heads->ne[2]) return "sinks " + shape_of(sinks) + " do not fit " + described(what, heads);
+    return {};
+}
+
 Why check_soft_max(const ggml_tensor *node) {
-    const ggml_tensor *a = node->src[0], *mask = node->src[1], *sinks = node->src[2];
+    const ggml_tensor *a = node->src[0], *mask = node->src[1];
     if (!ggml_is_contiguous(a)) return "src[0] is not contiguous";
     if (mask != nullptr) {
         Why why = source_type(node, 1, GGML_TYPE_F16, GGML_TYPE_F32);
@@ -451,15 +465,7 @@ Why check_soft_max(const ggml_tensor *node) {
             return "mask " + shape_of(mask) + " does not fit " + described("src[0]", a);
         }
     }
-    float max_bias = 0.0f;
-    std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
-    if (max_bias > 0.0f && mask == nullptr) return "ALiBi (max_bias > 0) needs a mask";
-    if (sinks != nullptr) {
-        Why why = source_type(node, 2, GGML_TYPE_F32);
-        if (!why.empty()) return why;
-        if (sinks->ne[0] != a->ne[2]) return "sinks " + shape_of(sinks) + " do not fit " + described("src[0]", a);
-    }
-    return same_shape_as_source(node);
+    return first({bias_and_sinks(node, 2, "src[0]", a), same_shape_as_source(node)});
 }
 
 // ROPE, ROPE_BACK: op_params = {n_past, n_dims, mode, n_ctx, n_ctx_orig, 6 floats,
@@ -537,8 +543,7 @@ Why check_rope(const ggml_tensor *node) {
 // FLASH_ATTN_EXT: q [d_k, n_q, n_head, n_seq], k [d_k, n_kv, n_head_kv, n_seq],
 // v [d_v, n_kv, n_head_kv, n_seq], mask [>= n_kv, >= n_q, ...] -> [d_v, n_head, n_q, n_seq].
 Why check_flash_attn_ext(const ggml_tensor *node) {
-    const ggml_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *mask = node->src[3],
-                      *sinks = node->src[4];
+    const ggml_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *mask = node->src[3];
     if (k->ne[0] != q->ne[0]) return described("k", k) + " and " + described("q", q) + " differ in head size";
     if (!divides(k->ne[2], q->ne[2]) || !divides(v->ne[2], q->ne[2])) {
         return "the heads of " + described("q", q) + " cannot be shared among those of k and v";
@@ -571,15 +576,7 @@ Why check_flash_attn_ext(const ggml_tensor *node) {
     if (precision != GGML_PREC_UNDEFINED && precision != GGML_PREC_F32) {
         return "accumulator precision " + std::to_string(precision) + " is not supported";
     }
-    float max_bias = 0.0f;
-    std::memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
-    if (max_bias > 0.0f && mask == nullptr) return "ALiBi (max_bias > 0) needs a mask";
-    if (sinks != nullptr) {
-        Why why = source_type(node, 4, GGML_TYPE_F32);
-        if (!why.empty()) return why;
-        if (sinks->ne[0] != q->ne[2]) return "sinks " + shape_of(sinks) + " do not fit " + described("q", q);
-    }
-    return first({result_shape(node, v->ne[0], q->ne[2], q->ne[1], q->ne[3]), result_type(node, GGML_TYPE_F32)});
+    return first({bias_and_sinks(node, 4, "q", q), result_shape(node, v->ne[0], q->ne[2], q->ne[1], q->ne[3]), result_type(node, GGML_TYPE_F32)});
 }
 
 Why check_unary(const ggml_tensor *node) {
