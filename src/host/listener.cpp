@@ -285,6 +285,7 @@ class Listener {
         }
     }
 
+    // Accepts one connection and starts its worker unless the guest is turned away.
     void accept_guest(const ListeningSocket &socket) {
         UniqueFd client;
         std::string peer;
@@ -309,6 +310,12 @@ class Listener {
             count_refusal(*refused);
             return;
         }
+        start_worker(client.get(), peer, authenticated, account);
+    }
+
+    // An admitted connection's worker: its status slot, the admission pair of a
+    // guest yet to authenticate, and the counts.
+    void start_worker(int client, const std::string &peer, bool authenticated, const PeerAccount &account) {
         if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
@@ -321,10 +328,10 @@ class Listener {
         reset_status_slot(slot, id, peer);
         pid_t pid = -1;
         const Status spawned =
-            jail_.spawn({client.get(), id, peer, board_.fd(), slot, admission_worker_end.get()}, &pid);
+            jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get()}, &pid);
         if (!spawned) {
             log_line("refused " + peer + ": " + spawned.message());
-            refuse(client.get(), Code::error, "the server could not start a session worker");
+            refuse(client, Code::error, "the server could not start a session worker");
             count_refusal(GuestRefusal::server_error);
             return;
         }
