@@ -148,6 +148,7 @@ files_installed() {
         [ "$owner" = ggml-remote ] || die "$path belongs to '$owner'" || return
         say "ok: $path"
     done
+    grep -qx 'License: Expat' /usr/share/doc/ggml-remote/copyright || die "the copyright file names no licence" || return
     /usr/bin/ggml-remote-server --version | indent
     /usr/bin/ggml-remote-server --help >/dev/null
     [ -L /etc/systemd/system/sockets.target.wants/ggml-remote.socket ] || die "postinst did not enable ggml-remote.socket" || return
