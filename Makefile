@@ -42,7 +42,8 @@ clean:
 
 # make deb: $(BUILD)/ggml-remote_<version>-1_<arch>.deb (CPack; see packaging/).
 # make deb-test: installs it into a fresh Debian sid root and runs the installed
-# server and plugin there (a few minutes, needs root and mmdebstrap; not in `make test`).
+# server and plugin there, in a chroot and booted by systemd-nspawn (a few minutes,
+# needs root, mmdebstrap and systemd-container; not in `make test`).
 .PHONY: deb deb-test
 
 deb: build

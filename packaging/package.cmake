@@ -38,6 +38,12 @@ install(FILES ${GGML_REMOTE_PACKAGING_DIR}/sysusers.d/ggml-remote.conf DESTINATI
 install(FILES ${GGML_REMOTE_PACKAGING_DIR}/README.Debian ${GGML_REMOTE_PACKAGING_DIR}/debian/copyright
         DESTINATION share/doc/ggml-remote)
 
+# Who answers for the package: its Maintainer: field and the changelog's trailer lines.
+# The default names the project at an address that cannot exist (RFC 2606's .invalid);
+# whoever distributes the package sets theirs: cmake -DGGML_REMOTE_MAINTAINER="Name <address>".
+set(GGML_REMOTE_MAINTAINER "ggml-remote developers <ggml-remote@example.invalid>"
+    CACHE STRING "Maintainer: field of the Debian package, \"Name <address>\"")
+
 # debian/changelog: one entry per package version, newest first (gzip -9n, as Debian ships it).
 set(GGML_REMOTE_DEB_RELEASE 1)
 file(STRINGS ${GGML_REMOTE_PACKAGING_DIR}/debian/changelog GGML_REMOTE_CHANGELOG_TOP LIMIT_COUNT 1)
@@ -45,12 +51,12 @@ if(NOT GGML_REMOTE_CHANGELOG_TOP MATCHES "^ggml-remote \\(${PROJECT_VERSION}-${G
   message(WARNING "packaging/debian/changelog has no entry for ${PROJECT_VERSION}-${GGML_REMOTE_DEB_RELEASE} "
                   "at the top (it starts: ${GGML_REMOTE_CHANGELOG_TOP})")
 endif()
+configure_file(${GGML_REMOTE_PACKAGING_DIR}/debian/changelog ${CMAKE_BINARY_DIR}/packaging/changelog.Debian @ONLY)
 set(GGML_REMOTE_CHANGELOG ${CMAKE_BINARY_DIR}/packaging/changelog.Debian.gz)
 add_custom_command(
   OUTPUT ${GGML_REMOTE_CHANGELOG}
-  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/packaging
-  COMMAND sh -c "gzip -9n < '${GGML_REMOTE_PACKAGING_DIR}/debian/changelog' > '${GGML_REMOTE_CHANGELOG}'"
-  DEPENDS ${GGML_REMOTE_PACKAGING_DIR}/debian/changelog
+  COMMAND sh -c "gzip -9n < '${CMAKE_BINARY_DIR}/packaging/changelog.Debian' > '${GGML_REMOTE_CHANGELOG}'"
+  DEPENDS ${CMAKE_BINARY_DIR}/packaging/changelog.Debian
   COMMENT "Compressing the Debian changelog"
   VERBATIM)
 add_custom_target(ggml-remote-changelog ALL DEPENDS ${GGML_REMOTE_CHANGELOG})
@@ -63,9 +69,7 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR})
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
-set(GGML_REMOTE_DEB_MAINTAINER "ggml-remote maintainers <maintainers@users.noreply.a-seed-d06e9631.example>"
-    CACHE STRING "Maintainer: field of the Debian package")
-set(CPACK_PACKAGE_CONTACT "${GGML_REMOTE_DEB_MAINTAINER}")
+set(CPACK_PACKAGE_CONTACT "${GGML_REMOTE_MAINTAINER}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "run ggml applications on another process's or machine's devices")
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
   "ggml-remote forwards ggml's backend interface (devices, buffers, backend

@@ -7,9 +7,9 @@
 #include "host/peer_limits.h"
 #include "host/sandbox.h"
 #include "host/status_board.h"
+#include "host/worker_jail.h"
 #include "transport/socket.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -35,12 +35,6 @@ struct ListeningSocket {
     Endpoint endpoint;
     UniqueFd fd;
     bool unlink_at_exit = false;  // a unix socket file we created (not systemd's)
-};
-
-struct LiveSession {
-    int id;
-    std::string peer;
-    int slot;  // in the status board, or -1
 };
 
 // Tells a guest that was turned away why, in the form of a handshake reply.
@@ -73,34 +67,6 @@ int earlier_timeout_ms(int a, int b) {
     return std::min(a, b);
 }
 
-pid_t spawn_worker(const std::vector<std::string> &command, int client_fd, int session_id, const std::string &peer,
-                   const StatusBoard &board, int slot, int admission_fd, const sigset_t &original_mask) {
-    std::vector<std::string> args = command;
-    args.insert(args.end(), {"--worker-fd", std::to_string(client_fd), "--session-id", std::to_string(session_id),
-                             "--peer", peer});
-    if (slot >= 0) {
-        args.insert(args.end(), {"--status-fd", std::to_string(board.fd()), "--status-slot", std::to_string(slot)});
-    }
-    if (admission_fd >= 0) args.insert(args.end(), {"--admission-fd", std::to_string(admission_fd)});
-    std::vector<char *> argv;
-    for (std::string &arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-
-    const pid_t pid = ::fork();
-    if (pid != 0) return pid;
-    // Child: keep only the client's socket across exec, and restore the signals.
-    ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-    for (int fd : {client_fd, slot >= 0 ? board.fd() : -1, admission_fd}) {
-        if (fd < 0) continue;
-        const int flags = ::fcntl(fd, F_GETFD);
-        ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
-    }
-    ::execv("/proc/self/exe", argv.data());
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "ggml-remote-server: cannot start a session worker: %s\n", std::strerror(errno));
-    ::_exit(127);
-}
-
 // How long a connection may stay unauthenticated before the listener ends its worker:
 // the worker gives the TLS handshake 5 s itself; this bounds a worker that does not.
 constexpr int kUnauthenticatedDeadlineMs = 8000;
@@ -114,28 +80,46 @@ bool admission_pair(UniqueFd *worker_end, UniqueFd *listener_end) {
     return true;
 }
 
-// The listener's state and its steps: sockets, signals, the workers it started
-// and the counts that admit new ones. run() is the poll loop.
+// How long workers have to end after SIGTERM when the server stops.
+constexpr std::chrono::milliseconds kShutdownGrace{5000};
+
+// SIGCHLD reports finished sessions, SIGINT/SIGTERM stop the server; all through
+// one signalfd so that the poll loop is the only place that reacts.
+UniqueFd signals_through_one_fd(sigset_t *original_mask) {
+    sigset_t handled;
+    sigemptyset(&handled);
+    for (int signal : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, signal);
+    ::sigprocmask(SIG_BLOCK, &handled, original_mask);
+    return UniqueFd(::signalfd(-1, &handled, SFD_CLOEXEC));
+}
+
+std::string describe_worker(pid_t pid, const WorkerRecord *record) {
+    if (record == nullptr) return "worker " + std::to_string(pid);
+    return "session " + std::to_string(record->session_id) + " (" + record->peer + ")";
+}
+
+// The listener's state and its steps: sockets, signals, the counts that admit new
+// workers, and the jail that runs them. run() is the poll loop.
 class Listener {
   public:
     Listener(const ServerOptions &options, const std::vector<std::string> &worker_command)
         : options_(options),
-          worker_command_(worker_command),
           tls_(!options.tls_psk_file.empty()),
+          signals_(signals_through_one_fd(&original_mask_)),
           board_(open_status_board(options)),
           admission_(options.max_sessions, options.max_unauthenticated,
                      std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
+          jail_(worker_command, original_mask_),
           peers_(sessions_per_peer(options), ::geteuid()) {}
 
     int run() {
-        // Nothing this process holds reaches a worker unless spawn_worker hands it over.
+        // Nothing this process holds reaches a worker unless the jail hands it over.
         mark_descriptors_cloexec(3);
         // Workers run as the same user: without this, code in one could open the
         // listener's /proc/PID/mem.
         Status undumpable = make_undumpable();
         if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
         if (!open_sockets() || !open_metrics()) return 1;
-        handle_signals_through_one_fd();
         while (serve_once()) {
         }
         shut_down();
@@ -185,16 +169,6 @@ class Listener {
         return true;
     }
 
-    // SIGCHLD reports finished sessions, SIGINT/SIGTERM stop the server; all
-    // through one signalfd so that the poll loop is the only place that reacts.
-    void handle_signals_through_one_fd() {
-        sigset_t handled;
-        sigemptyset(&handled);
-        for (int signal : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, signal);
-        ::sigprocmask(SIG_BLOCK, &handled, &original_mask_);
-        signals_.reset(::signalfd(-1, &handled, SFD_CLOEXEC));
-    }
-
     // Room for every session, the unauthenticated connections, and as many again
     // that were evicted or timed out and are not reaped yet.
     static StatusBoard open_status_board(const ServerOptions &options) {
@@ -240,11 +214,7 @@ class Listener {
         return true;
     }
 
-    std::string session_label(pid_t pid) const {
-        const auto it = live_.find(pid);
-        if (it == live_.end()) return "worker " + std::to_string(pid);
-        return "session " + std::to_string(it->second.id) + " (" + it->second.peer + ")";
-    }
+    std::string session_label(pid_t pid) const { return describe_worker(pid, jail_.find(pid)); }
 
     // Pre-authentication accounting, kept apart from accepting: the unauthenticated cap
     // evicts the oldest connection still in its handshake, so that key-less clients held
@@ -254,7 +224,7 @@ class Listener {
             log_line(session_label(*oldest) + ": ended unauthenticated to make room (" +
                      std::to_string(admission_.unauthenticated()) +
                      " others in their handshake, --max-unauthenticated)");
-            ::kill(*oldest, SIGKILL);
+            jail_.kill(*oldest);
             count_refusal(GuestRefusal::unauthenticated_full);
         }
     }
@@ -263,7 +233,7 @@ class Listener {
         for (pid_t pid : admission_.take_overdue(Admission::Clock::now())) {
             log_line(session_label(pid) + ": ended, not authenticated within " +
                      std::to_string(kUnauthenticatedDeadlineMs) + " ms");
-            ::kill(pid, SIGKILL);
+            jail_.kill(pid);
             count_refusal(GuestRefusal::unauthenticated_timeout);
         }
     }
@@ -294,26 +264,28 @@ class Listener {
     }
 
     void reap_workers() {
-        int wait_status = 0;
-        pid_t pid;
-        while ((pid = ::waitpid(-1, &wait_status, WNOHANG)) > 0) {
-            auto it = live_.find(pid);
-            if (it == live_.end()) continue;
-            const std::string label = session_label(pid);
-            if (WIFSIGNALED(wait_status) && !admission_.ended_by_listener(pid)) {
-                log_line(label + ": worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
-                         strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
-            } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
-                log_line(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
-            }
-            keep_figures_of_ended(it->second);
-            admission_.release(pid);
-            peers_.closed(pid);
-            unauthenticated_peers_.erase(pid);
-            live_.erase(it);
+        for (const EndedWorker &ended : jail_.reap()) {
+            log_unexpected_end(ended);
+            keep_figures_of_ended(ended.record);
+            admission_.release(ended.pid);
+            peers_.closed(ended.pid);
+            unauthenticated_peers_.erase(ended.pid);
         }
     }
 
+    // A crash or an error exit is logged; a normal end the worker logged itself.
+    void log_unexpected_end(const EndedWorker &ended) const {
+        const std::string label = describe_worker(ended.pid, &ended.record);
+        const int wait_status = ended.wait_status;
+        if (WIFSIGNALED(wait_status) && !admission_.ended_by_listener(ended.pid)) {
+            log_line(label + ": worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
+                     strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
+        } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
+            log_line(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
+        }
+    }
+
+    // Accepts one connection and starts its worker unless the guest is turned away.
     void accept_guest(const ListeningSocket &socket) {
         UniqueFd client;
         std::string peer;
@@ -338,6 +310,12 @@ class Listener {
             count_refusal(*refused);
             return;
         }
+        start_worker(client.get(), peer, authenticated, account);
+    }
+
+    // An admitted connection's worker: its status slot, the admission pair of a
+    // guest yet to authenticate, and the counts.
+    void start_worker(int client, const std::string &peer, bool authenticated, const PeerAccount &account) {
         if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
@@ -348,11 +326,12 @@ class Listener {
         const int id = next_session_++;
         const int slot = admission_.free_slot();
         reset_status_slot(slot, id, peer);
-        const pid_t pid =
-            spawn_worker(worker_command_, client.get(), id, peer, board_, slot, admission_worker_end.get(), original_mask_);
-        if (pid < 0) {
-            log_line("refused " + peer + ": fork: " + std::strerror(errno));
-            refuse(client.get(), Code::error, "the server could not start a session worker");
+        pid_t pid = -1;
+        const Status spawned =
+            jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get()}, &pid);
+        if (!spawned) {
+            log_line("refused " + peer + ": " + spawned.message());
+            refuse(client, Code::error, "the server could not start a session worker");
             count_refusal(GuestRefusal::server_error);
             return;
         }
@@ -365,7 +344,6 @@ class Listener {
             admission_.add_unauthenticated(pid, slot, std::move(admission_listener_end));
             unauthenticated_peers_[pid] = account;
         }
-        live_[pid] = {id, peer, slot};
         log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
     }
 
@@ -384,7 +362,7 @@ class Listener {
 
     // A worker ended: its counters join those of the sessions that ended before, and
     // a guest it turned away in the handshake is counted.
-    void keep_figures_of_ended(const LiveSession &session) {
+    void keep_figures_of_ended(const WorkerRecord &session) {
         const SessionSlot *slot = session.slot >= 0 ? board_.slot(session.slot) : nullptr;
         if (slot == nullptr) return;
         add_counters(read_figures(*slot), &ended_);
@@ -401,11 +379,11 @@ class Listener {
         snapshot.unauthenticated = static_cast<uint64_t>(admission_.unauthenticated());
         snapshot.guests_refused = refused_;
         snapshot.ended = ended_;
-        for (const auto &[pid, session] : live_) {
+        for (const auto &[pid, session] : jail_.workers()) {
             const SessionSlot *slot = session.slot >= 0 ? board_.slot(session.slot) : nullptr;
             if (slot == nullptr || !admission_.holds_session(pid)) continue;
             SessionFigures figures = read_figures(*slot);
-            figures.id = session.id;
+            figures.id = session.session_id;
             figures.peer = session.peer;
             snapshot.sessions.push_back(std::move(figures));
         }
@@ -417,32 +395,21 @@ class Listener {
     // A worker that does not end within a few seconds (stopped, stuck in a
     // backend) is killed: the server's shutdown never waits forever.
     void shut_down() {
-        log_line("shutting down; ending " + std::to_string(live_.size()) + " session(s)");
-        for (const auto &entry : live_) ::kill(entry.first, SIGTERM);
+        log_line("shutting down; ending " + std::to_string(jail_.workers().size()) + " session(s)");
         for (const ListeningSocket &socket : sockets_) {
             if (socket.unlink_at_exit) ::unlink(socket.endpoint.path.c_str());
         }
-        for (int waited_ms = 0; !live_.empty(); waited_ms += 50) {
-            pid_t pid;
-            while ((pid = ::waitpid(-1, nullptr, WNOHANG)) > 0) live_.erase(pid);
-            if (pid < 0 || live_.empty()) break;
-            if (waited_ms == 5000) {
-                log_line(std::to_string(live_.size()) + " session worker(s) did not stop; killing them");
-                for (const auto &entry : live_) ::kill(entry.first, SIGKILL);
-            }
-            ::usleep(50 * 1000);
-        }
+        jail_.shut_down(kShutdownGrace);
     }
 
     const ServerOptions &options_;
-    const std::vector<std::string> &worker_command_;
     const bool tls_;  // with --tls-psk every TCP listener speaks TLS; its workers do the handshake
     std::vector<ListeningSocket> sockets_;
+    sigset_t original_mask_{};  // before the listener blocked its signals; workers start with it
     UniqueFd signals_;
-    sigset_t original_mask_{};
     StatusBoard board_;
     Admission admission_;
-    std::map<pid_t, LiveSession> live_;
+    WorkerJail jail_;
     PeerLimits peers_;
     std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake
     int next_session_ = 1;
