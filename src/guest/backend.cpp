@@ -172,8 +172,10 @@ void backend_get_tensor_async(ggml_backend_t backend, const ggml_tensor *tensor,
     auto *bytes = static_cast<uint8_t *>(data);
     for (size_t done = 0; done < size;) {
         const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
-        Status status = remote->device->session().call_later<GetTensor>(
-            {owner->range(tensor, offset + done, chunk)}, nullptr, bytes + done, chunk, "get_tensor_async");
+        Status status = remote->device->session()
+                            .call<GetTensor>({owner->range(tensor, offset + done, chunk)})
+                            .reply_tail_into(bytes + done, chunk)
+                            .run_later("get_tensor_async");
         if (!status) {
             report(remote, "get_tensor_async", status);
             std::memset(bytes + done, 0, size - done);
@@ -200,7 +202,7 @@ bool backend_cpy_tensor_async(ggml_backend_t backend_src, ggml_backend_t backend
         return true;
     }
     CopyTensor::Request request{from->range(src, 0, ggml_nbytes(src)), to->range(dst, 0, ggml_nbytes(dst))};
-    Status status = remote->device->session().call_later<CopyTensor>(request, nullptr, nullptr, 0, "cpy_tensor_async");
+    Status status = remote->device->session().call<CopyTensor>(request).run_later("cpy_tensor_async");
     if (!status) {
         report(remote, "cpy_tensor_async", status);
         return false;
@@ -237,7 +239,7 @@ void remote_event_synchronize(RemoteDevice *device, ggml_backend_event_t event) 
 
 ggml_backend_t create_remote_backend(RemoteDevice *device) {
     BackendInit::Reply reply{};
-    Status status = device->session().call<BackendInit>({device->remote_index()}, {}, &reply);
+    Status status = device->session().call<BackendInit>({device->remote_index()}).reply(&reply).run();
     if (!status) {
         log(GGML_LOG_LEVEL_ERROR, "%s: cannot start a backend: %s", device->name().c_str(), status.message().c_str());
         return nullptr;

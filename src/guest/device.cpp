@@ -17,7 +17,7 @@ const char *device_get_description(ggml_backend_dev_t dev) { return RemoteDevice
 void device_get_memory(ggml_backend_dev_t dev, size_t *free, size_t *total) {
     RemoteDevice *device = RemoteDevice::from(dev);
     DeviceMemory::Reply reply{};
-    if (device->session().call<DeviceMemory>({device->remote_index()}, {}, &reply)) {
+    if (device->session().call<DeviceMemory>({device->remote_index()}).reply(&reply).run()) {
         *free = reply.memory_free;
         *total = reply.memory_total;
     } else {
@@ -120,7 +120,7 @@ Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t rem
                             ggml_backend_reg_t reg, std::unique_ptr<RemoteDevice> *out) {
     std::unique_ptr<RemoteDevice> device(new RemoteDevice());
     std::vector<uint8_t> strings;
-    Status status = session->call<DeviceInfo>({remote_index}, {}, &device->info_, &strings);
+    Status status = session->call<DeviceInfo>({remote_index}).reply(&device->info_).reply_tail(&strings).run();
     if (!status) return status;
     // name \0 description \0 buffer type name \0
     std::vector<std::string> parts;
@@ -180,7 +180,10 @@ bool RemoteDevice::supports_op(const ggml_tensor *op) {
         if (found != supports_op_cache_.end()) return found->second;
     }
     SupportsOp::Reply reply{};
-    Status status = session_->call<SupportsOp>({remote_index_}, ByteView(signature.data(), signature.size()), &reply);
+    Status status = session_->call<SupportsOp>({remote_index_})
+                        .tail(ByteView(signature.data(), signature.size()))
+                        .reply(&reply)
+                        .run();
     if (!status) {
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_WARN, "%s: supports_op(%s) failed: %s", name_.c_str(), ggml_op_desc(op),
@@ -202,7 +205,10 @@ size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
         if (found != alloc_size_cache_.end()) return found->second;
     }
     AllocSize::Reply reply{};
-    Status status = session_->call<AllocSize>({remote_index_}, ByteView(signature.data(), signature.size()), &reply);
+    Status status = session_->call<AllocSize>({remote_index_})
+                        .tail(ByteView(signature.data(), signature.size()))
+                        .reply(&reply)
+                        .run();
     if (!status) return ggml_nbytes(tensor);
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (alloc_size_cache_.size() >= kMaxCachedAnswers) alloc_size_cache_.clear();

@@ -25,18 +25,15 @@ class RemoteSession {
     // (SpinPolicy::set_compute_threads).
     void set_compute_threads(int threads);
 
-    // A command with a reply. The reply's tail goes to `tail_into` when its size is
-    // exactly `tail_into_size` (no copy), else into `tail`. `send_fd` goes along with
-    // the request; a descriptor that comes with the reply lands in `received_fd`.
     template <class Cmd>
-    Status call(const typename Cmd::Request &request, protocol::ByteView request_tail = {},
-                typename Cmd::Reply *reply = nullptr, std::vector<uint8_t> *tail = nullptr, void *tail_into = nullptr,
-                size_t tail_into_size = 0, int send_fd = -1, UniqueFd *received_fd = nullptr) {
+    class Call;
+    // A command with a reply, described in words and then run:
+    //   session.call<BufferAlloc>(request).reply(&reply).receive_fd(&memory_file).run();
+    // Everything but the request is optional; the description lives on the stack.
+    template <class Cmd>
+    Call<Cmd> call(const typename Cmd::Request &request) {
         static_assert(!Cmd::one_way, "use post() for one-way commands");
-        constexpr size_t reply_size = std::is_empty<typename Cmd::Reply>::value ? 0 : sizeof(typename Cmd::Reply);
-        Exchange exchange{protocol::ByteView(&request, sizeof(request)), request_tail, send_fd, true, reply, reply_size,
-                          tail, tail_into, tail_into_size, received_fd};
-        return run(Cmd::id, exchange);
+        return Call<Cmd>(this, request);
     }
 
     // A one-way command: no reply; a failure is reported with the next reply.
@@ -44,22 +41,6 @@ class RemoteSession {
     Status post(const typename Cmd::Request &request, protocol::ByteView request_tail = {}) {
         static_assert(Cmd::one_way, "use call() for commands with a reply");
         Exchange exchange{protocol::ByteView(&request, sizeof(request)), request_tail};
-        return run(Cmd::id, exchange);
-    }
-
-    // A command whose reply is read later (by synchronize() or the next call), so
-    // the guest goes on while the host works: ggml's asynchronous get and copy. The
-    // reply's fixed part lands in `reply`, its tail in `tail_into` (exactly
-    // `tail_into_size` bytes); both must stay valid until then. A failure is logged
-    // then, naming `what`.
-    template <class Cmd>
-    Status call_later(const typename Cmd::Request &request, typename Cmd::Reply *reply, void *tail_into,
-                      size_t tail_into_size, const char *what) {
-        static_assert(!Cmd::one_way, "a one-way command has no reply to wait for");
-        constexpr size_t reply_size = std::is_empty<typename Cmd::Reply>::value ? 0 : sizeof(typename Cmd::Reply);
-        Exchange exchange{protocol::ByteView(&request, sizeof(request)), {}, -1, true, reply, reply_size, nullptr,
-                          tail_into, tail_into_size};
-        exchange.deferred = what;
         return run(Cmd::id, exchange);
     }
 
@@ -163,6 +144,62 @@ class RemoteSession {
     uint64_t finished_ = 0;
     uint64_t last_compute_ = 0;
     Counters counters_;
+};
+
+// One call<Cmd>() being described: a copy of the request and a few pointers, on
+// the caller's stack. Each step returns the description, and dropping it unrun
+// is a warning. Every place named must stay valid until the reply is read
+// (run_later: until synchronize() or the next call).
+template <class Cmd>
+class [[nodiscard]] RemoteSession::Call {
+  public:
+    using Reply = typename Cmd::Reply;
+
+    // Bytes that follow the request (tensor data, an op's signature).
+    [[nodiscard]] Call &tail(protocol::ByteView bytes) { return set(&Exchange::tail, bytes); }
+    // A descriptor that goes along with the request.
+    [[nodiscard]] Call &send_fd(int fd) { return set(&Exchange::send_fd, fd); }
+    // Where the reply's fixed part goes (else it is read and dropped).
+    [[nodiscard]] Call &reply(Reply *into) { return set(&Exchange::reply, static_cast<void *>(into)); }
+    // Where the reply's tail goes, whatever its size.
+    [[nodiscard]] Call &reply_tail(std::vector<uint8_t> *into) { return set(&Exchange::reply_tail, into); }
+    // Where the reply's tail goes, read in place when it is exactly `size` bytes;
+    // another size is a protocol error, unless reply_tail() takes it.
+    [[nodiscard]] Call &reply_tail_into(void *into, size_t size) {
+        exchange_.tail_into_size = size;
+        return set(&Exchange::tail_into, into);
+    }
+    // Where a descriptor that comes with the reply lands.
+    [[nodiscard]] Call &receive_fd(UniqueFd *into) { return set(&Exchange::received_fd, into); }
+
+    // Sends the call and waits for its reply.
+    Status run() {
+        exchange_.fixed = protocol::ByteView(&request_, sizeof(request_));
+        return session_->run(Cmd::id, exchange_);
+    }
+    // Sends the call; its reply is read later (by synchronize() or the next call),
+    // so the guest goes on while the host works: ggml's asynchronous get and copy.
+    // A failure is logged then, naming `what`.
+    Status run_later(const char *what) {
+        exchange_.deferred = what;
+        return run();
+    }
+
+  private:
+    friend class RemoteSession;
+    Call(RemoteSession *session, const typename Cmd::Request &request) : session_(session), request_(request) {
+        exchange_.expect_reply = true;
+        exchange_.reply_size = std::is_empty<Reply>::value ? 0 : sizeof(Reply);
+    }
+    template <class Field, class Value>
+    Call &set(Field Exchange::*field, Value value) {
+        exchange_.*field = value;
+        return *this;
+    }
+
+    RemoteSession *session_;
+    typename Cmd::Request request_;
+    Exchange exchange_;  // its `fixed` is set when run: the description may have been copied
 };
 
 }  // namespace ggml_remote::guest

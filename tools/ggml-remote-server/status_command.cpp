@@ -71,7 +71,7 @@ int run_status_command(int argc, char **argv) {
     if (status) status = guest::RemoteSession::open(endpoint, 5000, &session);
     ServerStatus::Reply reply{};
     std::vector<uint8_t> tail;
-    if (status) status = session->call<ServerStatus>({0}, {}, &reply, &tail);
+    if (status) status = session->call<ServerStatus>({0}).reply(&reply).reply_tail(&tail).run();
     if (!status) {
         std::fprintf(stderr, "ggml-remote-server status: %s\n", status.message().c_str());
         return 1;
