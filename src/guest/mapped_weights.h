@@ -43,12 +43,16 @@ class MappedWeights {
     enum class Use { none, allowed, refused };
     Use classify(const ggml_tensor *op);
 
-    // Before each graph is encoded: the host's copies are checked against the
+    // Before each graph is prepared: the host's copies are checked against the
     // guest's mappings again before their first use (a model may have been freed
     // and another mapped at the same address).
     void begin_graph();
+    // Before a graph that reads `tensor` is encoded: when it lies in a CPU_Mapped
+    // buffer, the host's copy of its bytes is checked, or made on first use (this
+    // talks to the host). False when it should have a copy and cannot.
+    bool prepare(const ggml_tensor *tensor);
     // A TensorListEncoder locator for tensors in CPU_Mapped buffers: where the
-    // host's copy of the bytes is, made on first use.
+    // host's copy of the bytes is, as prepare() left it; never talks to the host.
     bool locate(const ggml_tensor *tensor, protocol::TensorLocation *location);
 
   private:
@@ -62,6 +66,7 @@ class MappedWeights {
     };
     bool readable_file(const ggml_tensor *weight);
     HostCopy *copy_of(const ggml_tensor *weight);
+    const HostCopy *prepared_copy_of(const ggml_tensor *weight) const;
     ggml_backend_buffer_t make_host_copy(const uint8_t *begin, size_t size);
 
     RemoteDevice *device_;
