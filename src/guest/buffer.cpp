@@ -64,13 +64,13 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
                        size_t size) {
     RemoteBuffer *remote = context_of(buffer);
     RemoteSession &session = remote->device->session();
-    const size_t min_bytes = weight_store_min_bytes();
+    const size_t min_bytes = session.options().store_min_bytes;
     if (!session.weight_store() || min_bytes == 0 || size < min_bytes || offset != 0 ||
         ggml_backend_buffer_get_usage(buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
         return false;
     }
     bool seen_before = false;
-    const ContentDigest digest = weight_digest(data, size, &seen_before);
+    const ContentDigest digest = weight_digest(data, size, session.options().cache_dir, &seen_before);
     if (!seen_before) {
         // A model this guest never loaded: the bytes go at once, with their digest
         // ahead of them so the server keeps them, and no round trip stalls the upload.

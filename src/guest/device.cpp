@@ -66,7 +66,7 @@ bool device_supports_op(ggml_backend_dev_t dev, const ggml_tensor *op) {
 // the ops that MappedWeights lets it take (supports_op refuses the others).
 bool device_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
     return buft == RemoteDevice::from(dev)->buffer_type() ||
-           (MappedWeights::enabled() && MappedWeights::is_mapped_weights_type(buft));
+           (RemoteDevice::from(dev)->mapped_weights().enabled() && MappedWeights::is_mapped_weights_type(buft));
 }
 
 // Offloading an op whose weights live in guest memory would ship the weights on
@@ -119,6 +119,7 @@ std::string op_signature(const ggml_tensor *op) {
 Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t remote_index, const std::string &name,
                             ggml_backend_reg_t reg, std::unique_ptr<RemoteDevice> *out) {
     std::unique_ptr<RemoteDevice> device(new RemoteDevice());
+    device->mapped_weights_.set_enabled(session->options().mapped_weights);
     std::vector<uint8_t> strings;
     Status status = session->call<DeviceInfo>({remote_index}).reply(&device->info_).reply_tail(&strings).run();
     if (!status) return status;

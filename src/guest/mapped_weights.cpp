@@ -3,7 +3,6 @@
 #include "guest/log.h"
 #include "guest/remote_device.h"
 
-#include <cstdlib>
 #include <cstring>
 
 namespace ggml_remote::guest {
@@ -27,14 +26,6 @@ bool in_mapped_weights(const ggml_tensor *tensor) {
 }
 
 }  // namespace
-
-bool MappedWeights::enabled() {
-    static const bool on = [] {
-        const char *text = std::getenv("GGML_REMOTE_MAPPED_WEIGHTS");
-        return text == nullptr || std::strcmp(text, "0") != 0;
-    }();
-    return on;
-}
 
 bool MappedWeights::is_mapped_weights_type(ggml_backend_buffer_type_t buft) {
     // ggml-cpu names the type of its buffer_from_host_ptr buffers so; no other

@@ -29,8 +29,9 @@ class MappedWeights {
     MappedWeights(const MappedWeights &) = delete;
     MappedWeights &operator=(const MappedWeights &) = delete;
 
-    // GGML_REMOTE_MAPPED_WEIGHTS=0 keeps every op on CPU_Mapped weights on the CPU.
-    static bool enabled();
+    // Off (GuestOptions::mapped_weights), every op on CPU_Mapped weights stays on the CPU.
+    void set_enabled(bool enabled) { enabled_ = enabled; }
+    bool enabled() const { return enabled_; }
     // Whether `buft` is the CPU device's buffer type for memory-mapped weights.
     static bool is_mapped_weights_type(ggml_backend_buffer_type_t buft);
 
@@ -70,6 +71,7 @@ class MappedWeights {
     ggml_backend_buffer_t make_host_copy(const uint8_t *begin, size_t size);
 
     RemoteDevice *device_;
+    bool enabled_ = true;
     std::mutex mutex_;
     std::vector<HostCopy> copies_;
     std::unordered_map<const void *, bool> readable_;  // by data address: a read-only file mapping?

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "guest/graph_cache.h"
+#include "guest/guest_options.h"
 #include "protocol/commands.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
@@ -18,8 +19,12 @@ namespace ggml_remote::guest {
 
 class RemoteSession {
   public:
-    // Connects and performs the handshake.
-    static Status open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *session);
+    // Connects (within options.connect_timeout_ms) and performs the handshake.
+    static Status open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *session);
+    // Performs the handshake on a stream already connected to a server (plain
+    // protocol: no TLS); `name` names the server in messages.
+    static Status start(FramedStream stream, const std::string &name, const GuestOptions &options,
+                        std::unique_ptr<RemoteSession> *session);
 
     // The threads the host's compute now uses: whether waiting behind it may spin
     // (SpinPolicy::set_compute_threads).
@@ -85,6 +90,8 @@ class RemoteSession {
     }
 
     const std::string &endpoint() const { return endpoint_; }
+    // The plugin's settings, as the session was opened with them.
+    const GuestOptions &options() const { return options_; }
     uint32_t device_count() const { return device_count_; }
     // Whether the server granted shared-memory buffers (shm: endpoints).
     bool shared_memory() const { return shared_memory_; }
@@ -92,7 +99,12 @@ class RemoteSession {
     bool weight_store() const { return weight_store_; }
 
   private:
-    explicit RemoteSession(std::string endpoint) : endpoint_(std::move(endpoint)) {}
+    RemoteSession(std::string endpoint, const GuestOptions &options)
+        : endpoint_(std::move(endpoint)), options_(options) {}
+    // The hello exchange, within options_.connect_timeout_ms; `shared_memory`
+    // asks for shared buffers (shm: endpoints).
+    Status handshake(bool shared_memory);
+    Status exchange_hello(const protocol::Hello::Request &hello, protocol::Hello::Reply *reply);
     // One request and, unless one-way, its reply.
     struct Exchange {
         protocol::ByteView fixed;
@@ -129,6 +141,7 @@ class RemoteSession {
     std::mutex mutex_;  // one call at a time: replies come back in order
     FramedStream stream_;
     std::string endpoint_;
+    GuestOptions options_;
     uint32_t device_count_ = 0;
     bool shared_memory_ = false;
     bool weight_store_ = false;

@@ -44,7 +44,9 @@ int main(int argc, char **argv) {
     Status status = parse_endpoint(argv[1], &endpoint);
     if (!status) fail(status.message());
     std::unique_ptr<guest::RemoteSession> session;
-    status = guest::RemoteSession::open(endpoint, 5000, &session);
+    guest::GuestOptions options = guest::read_guest_options();
+    options.connect_timeout_ms = 5000;
+    status = guest::RemoteSession::open(endpoint, options, &session);
     if (!status) fail(status.message());
 
     BackendInit::Reply backend{};
