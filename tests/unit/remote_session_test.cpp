@@ -262,8 +262,14 @@ class ScriptedPeer : public ::testing::Test {
         ASSERT_TRUE(peer.send(header, {payload}).ok());
     }
 
-    // The command of the next frame the guest sent (its payload is skipped).
+    // The command of the next frame the guest sent (its payload is skipped), or
+    // CommandId::hello (a failure) when none comes within a few seconds.
     CommandId next_command() {
+        pollfd watch{peer.fd(), POLLIN, 0};
+        if (::poll(&watch, 1, 5000) != 1) {
+            ADD_FAILURE() << "the guest sent nothing";
+            return CommandId::hello;
+        }
         FrameHeader header;
         Status status = peer.receive_header(&header, 1 << 20);
         EXPECT_TRUE(status.ok()) << status.message();
