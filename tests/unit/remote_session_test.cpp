@@ -32,30 +32,12 @@ namespace {
 using namespace protocol;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using test_support::bytes_of;
+using test_support::floats_of;
 using test_support::GgmlContext;
+using test_support::host_cpu_device;
 using test_support::metadata_context;
 using test_support::PlacementArena;
-
-ggml_backend_dev_t host_cpu_device() {
-    static std::once_flag loaded;
-    std::call_once(loaded, [] {
-        unsetenv("GGML_BACKEND_PATH");  // never load the remote plugin itself as a host backend
-        ggml_backend_load_all();
-    });
-    return ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-}
-
-std::vector<uint8_t> bytes_of(const std::vector<float> &values) {
-    std::vector<uint8_t> bytes(values.size() * sizeof(float));
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    return bytes;
-}
-
-std::vector<float> floats_of(const std::vector<uint8_t> &bytes) {
-    std::vector<float> values(bytes.size() / sizeof(float));
-    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-    return values;
-}
 
 // Runs `work` on a thread of its own and gives its status, or a timeout error
 // when it has not returned within `seconds` (the thread is then left behind).
