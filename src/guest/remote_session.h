@@ -64,7 +64,7 @@ class RemoteSession {
     // (*replayed false otherwise: nothing was sent, encode it and compute_graph).
     Status compute_graph_again(uint64_t backend, const GraphTicket &ticket, Completion completion, bool *replayed);
     // Waits for the host to finish the computes sent so far and reads the replies
-    // of call_later(); a round trip only when one of those is outstanding.
+    // of run_later() calls; a round trip only when one of those is outstanding.
     Status synchronize(uint64_t backend);
     // Events: a mark is the position of the last command sent; the host works in
     // order, so everything up to a mark is done once any later reply has come.
@@ -118,9 +118,9 @@ class RemoteSession {
         size_t tail_into_size = 0;
         UniqueFd *received_fd = nullptr;
         bool send_now = false;  // a one-way command that should not wait in the queue
-        const char *deferred = nullptr;  // call_later(): what to name in a failure
+        const char *deferred = nullptr;  // run_later(): what to name in a failure
     };
-    // A reply not read yet (call_later), in the order the host sends them.
+    // A reply not read yet (run_later), in the order the host sends them.
     struct PendingReply {
         protocol::CommandId id;
         uint64_t sequence;
