@@ -221,6 +221,22 @@ TEST_F(ServedRemoteGraph, GraphTheHostForgotIsNotReplayedButSentAgain) {
     EXPECT_THAT(sum(), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
 }
 
+TEST_F(ServedRemoteGraph, ComputeThatFailsOnTheHostFailsTheNextCall) {
+    PlacementArena elsewhere(buffer + 100, 128);  // a buffer the host never gave out
+    ggml_tensor *x = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 8);
+    elsewhere.place(x, 0);
+    ggml_tensor *doubled = ggml_add(ctx.get(), x, x);
+    elsewhere.place(doubled, 32);
+    TensorListEncoder encoder(elsewhere.locator());
+    encoder.add_node(doubled);
+    ASSERT_TRUE(session->compute_graph(compute, encoder.finish(), RemoteSession::Completion::returns_at_once).ok())
+        << "returns at once: the host's verdict comes later";
+    Status status = session->synchronize(compute);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("graph_compute"));
+    EXPECT_TRUE(session->synchronize(compute).ok()) << "reported once";
+}
+
 // A peer played by the test: it sees every byte the guest sends, and answers
 // what the test writes for it.
 class ScriptedPeer : public ::testing::Test {
