@@ -77,8 +77,7 @@ Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &k
 
 }  // namespace
 
-Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options,
-                           std::unique_ptr<RemoteSession> *out) {
+Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *out) {
     const std::string name = endpoint.to_string();
     PreSharedKey key;
     if (endpoint.uses_tls()) {
@@ -174,8 +173,7 @@ Status RemoteSession::handshake(bool shared_memory) {
     shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
     weight_store_ = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
     if (shared_memory && !shared_memory_) {
-        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket",
-            endpoint_.c_str());
+        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", endpoint_.c_str());
     }
     return Status::success();
 }

@@ -19,13 +19,10 @@ using ::testing::IsEmpty;
 // An environment of the given variables only, and the guest's log lines while it is read.
 class GuestOptionsTest : public ::testing::Test {
   protected:
-    void SetUp() override {
-        ggml_log_set(
-            [](ggml_log_level, const char *text, void *lines) {
-                static_cast<std::vector<std::string> *>(lines)->push_back(text);
-            },
-            &log_lines);
+    static void keep_line(ggml_log_level, const char *text, void *lines) {
+        static_cast<std::vector<std::string> *>(lines)->push_back(text);
     }
+    void SetUp() override { ggml_log_set(keep_line, &log_lines); }
     void TearDown() override { ggml_log_set(nullptr, nullptr); }
 
     GuestOptions read(std::map<std::string, std::string> variables) {

@@ -62,8 +62,8 @@ class ServedRemoteSession : public ::testing::Test {
         ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
         host_stream = FramedStream(UniqueFd(fds[1]), "guest");
         server = std::thread([this] { served = host_session->serve(host_stream); });
-        Status status = RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "test host", GuestOptions{},
-                                             &session);
+        Status status =
+            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "test host", GuestOptions{}, &session);
         ASSERT_TRUE(status.ok()) << status.message();
         ASSERT_EQ(session->device_count(), 1u);
     }
@@ -247,8 +247,8 @@ class ScriptedPeer : public ::testing::Test {
         peer = FramedStream(UniqueFd(fds[1]), "guest");
         Hello::Reply hello{kProtocolVersion, 1, 0};
         answer(CommandId::hello, ByteView(&hello, sizeof(hello)));  // waits in the socket for the handshake
-        Status status = RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "scripted host", GuestOptions{},
-                                             &session);
+        Status status =
+            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "scripted host", GuestOptions{}, &session);
         ASSERT_TRUE(status.ok()) << status.message();
         EXPECT_EQ(next_command(), CommandId::hello);
     }
