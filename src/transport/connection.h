@@ -59,7 +59,7 @@ class FramedStream {
     // descriptors (announced by kFrameCarriesFds) and tells when the peer is gone.
     void attach_ring(std::unique_ptr<RingChannel> ring) {
         ring_ = std::move(ring);
-        ring_->set_options(wait_options_);
+        if (ring_ != nullptr) ring_->set_options(wait_options_);
     }
     bool uses_ring() const { return ring_ != nullptr; }
     // How this side waits for its peer: its process's options (a ring attached
