@@ -1,54 +1,17 @@
+#include "guest/last_graph.h"
 #include "guest/log.h"
 #include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 namespace ggml_remote::guest {
 
 using namespace protocol;
 
 namespace {
-
-// The last graph a backend encoded. llama.cpp hands over the same decode graph
-// for every token (the same tensors, changed only in their data), so a graph
-// whose nodes and tensors are byte for byte what they were is named by its slot
-// again without being encoded and hashed: encoding a small model's graph costs
-// more than a fifth of its token.
-struct LastGraph {
-    bool valid = false;
-    std::vector<const ggml_tensor *> nodes;
-    std::vector<const ggml_tensor *> tensors;  // every tensor the encoding read, sources first
-    std::vector<ggml_tensor> contents;         // what they held then
-    RemoteSession::GraphTicket ticket;
-
-    // Whether `graph` is the graph recorded. Safe against tensors freed since:
-    // nodes are compared by address first (they are the live graph's), and the
-    // other tensors from users to sources, so each is read only after a user of
-    // it, unchanged, showed that it is still referenced.
-    bool same_as(ggml_cgraph *graph) const {
-        if (!valid || static_cast<size_t>(ggml_graph_n_nodes(graph)) != nodes.size()) return false;
-        for (size_t i = 0; i < nodes.size(); ++i) {
-            if (ggml_graph_node(graph, static_cast<int>(i)) != nodes[i]) return false;
-        }
-        for (size_t k = tensors.size(); k-- > 0;) {
-            if (std::memcmp(tensors[k], &contents[k], sizeof(ggml_tensor)) != 0) return false;
-        }
-        return true;
-    }
-
-    void record(ggml_cgraph *graph, const std::vector<const ggml_tensor *> &order,
-                const RemoteSession::GraphTicket &graph_ticket) {
-        nodes.resize(static_cast<size_t>(ggml_graph_n_nodes(graph)));
-        for (size_t i = 0; i < nodes.size(); ++i) nodes[i] = ggml_graph_node(graph, static_cast<int>(i));
-        tensors = order;
-        contents.resize(order.size());
-        for (size_t k = 0; k < order.size(); ++k) std::memcpy(&contents[k], order[k], sizeof(ggml_tensor));
-        ticket = graph_ticket;
-        valid = true;
-    }
-};
 
 struct RemoteBackend {
     RemoteDevice *device = nullptr;
@@ -76,6 +39,62 @@ void backend_free(ggml_backend_t backend) {
 
 enum ggml_status finish_compute(RemoteBackend *remote, Status status);
 
+// Every tensor a graph reads or writes: its nodes and, through sources and
+// views, everything they depend on.
+template <class Visit>
+void for_each_tensor(ggml_cgraph *graph, Visit visit) {
+    std::unordered_set<const ggml_tensor *> seen;
+    std::vector<const ggml_tensor *> stack;
+    for (int i = ggml_graph_n_nodes(graph); i-- > 0;) stack.push_back(ggml_graph_node(graph, i));
+    while (!stack.empty()) {
+        const ggml_tensor *tensor = stack.back();
+        stack.pop_back();
+        if (tensor == nullptr || !seen.insert(tensor).second) continue;
+        visit(tensor);
+        stack.push_back(tensor->view_src);
+        for (const ggml_tensor *source : tensor->src) stack.push_back(source);
+    }
+}
+
+// What the host must hear before a graph is encoded and sent, so that encoding
+// only encodes: which of our buffers hold weights (the host may repack them), and
+// the host's copies of weights read from the guest's CPU_Mapped buffers.
+void prepare_graph_weights(RemoteBackend *remote, ggml_cgraph *graph) {
+    RemoteSession &session = remote->device->session();
+    MappedWeights &mapped_weights = remote->device->mapped_weights();
+    mapped_weights.begin_graph();
+    for_each_tensor(graph, [&](const ggml_tensor *tensor) {
+        if (tensor->data == nullptr) return;
+        TensorLocation location;
+        if (locate_on_host(&session, tensor, &location)) {
+            if (tensor->op == GGML_OP_NONE) tell_weights(tensor);
+        } else {
+            (void)mapped_weights.prepare(tensor);  // a failure is logged; encoding then names the tensor
+        }
+    });
+}
+
+// Encodes the graph, and which tensors the encoding read (sources first); false
+// (logged) when a tensor is out of the host's reach.
+bool encode_graph(RemoteBackend *remote, ggml_cgraph *graph, std::vector<uint8_t> *encoded,
+                  std::vector<const ggml_tensor *> *order) {
+    RemoteSession &session = remote->device->session();
+    MappedWeights &mapped_weights = remote->device->mapped_weights();
+    TensorListEncoder encoder([&session, &mapped_weights](const ggml_tensor *t, TensorLocation *location) {
+        return locate_on_host(&session, t, location) || mapped_weights.locate(t, location);
+    });
+    const int n_nodes = ggml_graph_n_nodes(graph);
+    for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));
+    if (encoder.failed()) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: cannot compute the graph: %s", remote->device->name().c_str(),
+            encoder.error().c_str());
+        return false;
+    }
+    *encoded = encoder.finish();
+    *order = encoder.order();
+    return true;
+}
+
 enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
     RemoteBackend *remote = context_of(backend);
     RemoteSession &session = remote->device->session();
@@ -86,31 +105,19 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
                                                             : RemoteSession::Completion::returns_at_once;
     bool replayed = false;
     if (remote->last_graph.same_as(graph)) {
-        Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket, completion, &replayed);
+        Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket(), completion, &replayed);
         if (replayed) return finish_compute(remote, status);
     }
-    MappedWeights &mapped_weights = remote->device->mapped_weights();
-    mapped_weights.begin_graph();
-    TensorListEncoder encoder([&session, &mapped_weights](const ggml_tensor *t, TensorLocation *location) {
-        if (locate_on_host(&session, t, location)) {
-            if (t->op == GGML_OP_NONE) tell_weights(t);  // before the compute that reads them
-            return true;
-        }
-        return mapped_weights.locate(t, location);
-    });
-    const int n_nodes = ggml_graph_n_nodes(graph);
-    for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));
-    if (encoder.failed()) {
-        log(GGML_LOG_LEVEL_ERROR, "%s: cannot compute the graph: %s", remote->device->name().c_str(),
-            encoder.error().c_str());
-        return GGML_STATUS_FAILED;
-    }
+    prepare_graph_weights(remote, graph);  // before the compute that reads them
+    std::vector<uint8_t> encoded;
+    std::vector<const ggml_tensor *> order;
+    if (!encode_graph(remote, graph, &encoded, &order)) return GGML_STATUS_FAILED;
     RemoteSession::GraphTicket ticket;
-    Status status = session.compute_graph(remote->handle, encoder.finish(), completion, &ticket);
+    Status status = session.compute_graph(remote->handle, encoded, completion, &ticket);
     if (status) {
-        remote->last_graph.record(graph, encoder.order(), ticket);
+        remote->last_graph.record(graph, order, ticket);
     } else {
-        remote->last_graph.valid = false;
+        remote->last_graph.forget();
     }
     return finish_compute(remote, status);
 }
@@ -172,8 +179,10 @@ void backend_get_tensor_async(ggml_backend_t backend, const ggml_tensor *tensor,
     auto *bytes = static_cast<uint8_t *>(data);
     for (size_t done = 0; done < size;) {
         const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
-        Status status = remote->device->session().call_later<GetTensor>(
-            {owner->range(tensor, offset + done, chunk)}, nullptr, bytes + done, chunk, "get_tensor_async");
+        Status status = remote->device->session()
+                            .call<GetTensor>({owner->range(tensor, offset + done, chunk)})
+                            .reply_tail_into(bytes + done, chunk)
+                            .run_later("get_tensor_async");
         if (!status) {
             report(remote, "get_tensor_async", status);
             std::memset(bytes + done, 0, size - done);
@@ -200,7 +209,7 @@ bool backend_cpy_tensor_async(ggml_backend_t backend_src, ggml_backend_t backend
         return true;
     }
     CopyTensor::Request request{from->range(src, 0, ggml_nbytes(src)), to->range(dst, 0, ggml_nbytes(dst))};
-    Status status = remote->device->session().call_later<CopyTensor>(request, nullptr, nullptr, 0, "cpy_tensor_async");
+    Status status = remote->device->session().call<CopyTensor>(request).run_later("cpy_tensor_async");
     if (!status) {
         report(remote, "cpy_tensor_async", status);
         return false;
@@ -237,7 +246,7 @@ void remote_event_synchronize(RemoteDevice *device, ggml_backend_event_t event) 
 
 ggml_backend_t create_remote_backend(RemoteDevice *device) {
     BackendInit::Reply reply{};
-    Status status = device->session().call<BackendInit>({device->remote_index()}, {}, &reply);
+    Status status = device->session().call<BackendInit>({device->remote_index()}).reply(&reply).run();
     if (!status) {
         log(GGML_LOG_LEVEL_ERROR, "%s: cannot start a backend: %s", device->name().c_str(), status.message().c_str());
         return nullptr;

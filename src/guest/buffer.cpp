@@ -64,13 +64,13 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
                        size_t size) {
     RemoteBuffer *remote = context_of(buffer);
     RemoteSession &session = remote->device->session();
-    const size_t min_bytes = weight_store_min_bytes();
+    const size_t min_bytes = session.options().store_min_bytes;
     if (!session.weight_store() || min_bytes == 0 || size < min_bytes || offset != 0 ||
         ggml_backend_buffer_get_usage(buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
         return false;
     }
     bool seen_before = false;
-    const ContentDigest digest = weight_digest(data, size, &seen_before);
+    const ContentDigest digest = weight_digest(data, size, session.options().cache_dir, &seen_before);
     if (!seen_before) {
         // A model this guest never loaded: the bytes go at once, with their digest
         // ahead of them so the server keeps them, and no round trip stalls the upload.
@@ -85,7 +85,7 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
     request.range = remote->range(tensor, 0, size);
     std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
     WeightLookup::Reply reply{};
-    Status status = session.call<WeightLookup>(request, {}, &reply);
+    Status status = session.call<WeightLookup>(request).reply(&reply).run();
     if (!status) {
         report(remote, "weight_lookup", status);
         return false;
@@ -117,8 +117,10 @@ void buffer_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *tensor, 
     auto *bytes = static_cast<uint8_t *>(data);
     for (size_t done = 0; done < size;) {
         const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
-        Status status = remote->device->session().call<GetTensor>({remote->range(tensor, offset + done, chunk)}, {},
-                                                                  nullptr, nullptr, bytes + done, chunk);
+        Status status = remote->device->session()
+                            .call<GetTensor>({remote->range(tensor, offset + done, chunk)})
+                            .reply_tail_into(bytes + done, chunk)
+                            .run();
         if (!status) {
             report(remote, "get_tensor", status);
             std::memset(bytes + done, 0, size - done);  // never hand back uninitialised memory
@@ -174,8 +176,8 @@ void buffer_get_tensor_2d(ggml_backend_buffer_t buffer, const ggml_tensor *tenso
         const size_t rows = std::min(rows_per_message, n_copies - first);
         packed.resize(rows * size);
         GetTensor2d::Request request{remote->range(tensor, offset + first * stride_tensor, size), rows, stride_tensor};
-        Status status = remote->device->session().call<GetTensor2d>(request, {}, nullptr, nullptr, packed.data(),
-                                                                    packed.size());
+        Status status =
+            remote->device->session().call<GetTensor2d>(request).reply_tail_into(packed.data(), packed.size()).run();
         if (!status) {
             report(remote, "get_tensor_2d", status);
             std::fill(packed.begin(), packed.end(), 0);
@@ -193,7 +195,7 @@ bool buffer_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *src, ggm
     if (source == nullptr || &source->device->session() != &remote->device->session()) return false;
     CopyTensor::Request request{source->range(src, 0, ggml_nbytes(src)), remote->range(dst, 0, ggml_nbytes(dst))};
     CopyTensor::Reply reply{};
-    Status status = remote->device->session().call<CopyTensor>(request, {}, &reply);
+    Status status = remote->device->session().call<CopyTensor>(request).reply(&reply).run();
     if (!status) {
         report(remote, "cpy_tensor", status);
         return false;
@@ -339,8 +341,11 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     RemoteDevice *device = RemoteDevice::from(buft);
     BufferAlloc::Reply reply{};
     UniqueFd memory_file;
-    Status status = device->session().call<BufferAlloc>({device->remote_index(), size}, {}, &reply, nullptr, nullptr, 0,
-                                                        -1, &memory_file);
+    Status status = device->session()
+                        .call<BufferAlloc>({device->remote_index(), size})
+                        .reply(&reply)
+                        .receive_fd(&memory_file)
+                        .run();
     if (!status) {
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_ERROR, "%s: cannot allocate %zu bytes: %s", device->name().c_str(), size,
@@ -403,8 +408,11 @@ ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *
     Status status = open_mapped_file(ptr, size, &file, &file_offset);
     if (status) {
         BufferFromFile::Reply reply{};
-        status = device->session().call<BufferFromFile>({device->remote_index(), file_offset, size, max_tensor_size},
-                                                        {}, &reply, nullptr, nullptr, 0, file.get());
+        status = device->session()
+                     .call<BufferFromFile>({device->remote_index(), file_offset, size, max_tensor_size})
+                     .send_fd(file.get())
+                     .reply(&reply)
+                     .run();
         remote->handle = reply.buffer;
         if (status) device->session().count_mapped_file(size);
     }

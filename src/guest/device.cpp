@@ -17,7 +17,7 @@ const char *device_get_description(ggml_backend_dev_t dev) { return RemoteDevice
 void device_get_memory(ggml_backend_dev_t dev, size_t *free, size_t *total) {
     RemoteDevice *device = RemoteDevice::from(dev);
     DeviceMemory::Reply reply{};
-    if (device->session().call<DeviceMemory>({device->remote_index()}, {}, &reply)) {
+    if (device->session().call<DeviceMemory>({device->remote_index()}).reply(&reply).run()) {
         *free = reply.memory_free;
         *total = reply.memory_total;
     } else {
@@ -66,7 +66,7 @@ bool device_supports_op(ggml_backend_dev_t dev, const ggml_tensor *op) {
 // the ops that MappedWeights lets it take (supports_op refuses the others).
 bool device_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
     return buft == RemoteDevice::from(dev)->buffer_type() ||
-           (MappedWeights::enabled() && MappedWeights::is_mapped_weights_type(buft));
+           (RemoteDevice::from(dev)->mapped_weights().enabled() && MappedWeights::is_mapped_weights_type(buft));
 }
 
 // Offloading an op whose weights live in guest memory would ship the weights on
@@ -119,8 +119,9 @@ std::string op_signature(const ggml_tensor *op) {
 Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t remote_index, const std::string &name,
                             ggml_backend_reg_t reg, std::unique_ptr<RemoteDevice> *out) {
     std::unique_ptr<RemoteDevice> device(new RemoteDevice());
+    device->mapped_weights_.set_enabled(session->options().mapped_weights);
     std::vector<uint8_t> strings;
-    Status status = session->call<DeviceInfo>({remote_index}, {}, &device->info_, &strings);
+    Status status = session->call<DeviceInfo>({remote_index}).reply(&device->info_).reply_tail(&strings).run();
     if (!status) return status;
     // name \0 description \0 buffer type name \0
     std::vector<std::string> parts;
@@ -180,7 +181,10 @@ bool RemoteDevice::supports_op(const ggml_tensor *op) {
         if (found != supports_op_cache_.end()) return found->second;
     }
     SupportsOp::Reply reply{};
-    Status status = session_->call<SupportsOp>({remote_index_}, ByteView(signature.data(), signature.size()), &reply);
+    Status status = session_->call<SupportsOp>({remote_index_})
+                        .tail(ByteView(signature.data(), signature.size()))
+                        .reply(&reply)
+                        .run();
     if (!status) {
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_WARN, "%s: supports_op(%s) failed: %s", name_.c_str(), ggml_op_desc(op),
@@ -202,7 +206,10 @@ size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
         if (found != alloc_size_cache_.end()) return found->second;
     }
     AllocSize::Reply reply{};
-    Status status = session_->call<AllocSize>({remote_index_}, ByteView(signature.data(), signature.size()), &reply);
+    Status status = session_->call<AllocSize>({remote_index_})
+                        .tail(ByteView(signature.data(), signature.size()))
+                        .reply(&reply)
+                        .run();
     if (!status) return ggml_nbytes(tensor);
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (alloc_size_cache_.size() >= kMaxCachedAnswers) alloc_size_cache_.clear();

@@ -3,7 +3,6 @@
 #include "guest/log.h"
 #include "guest/remote_device.h"
 
-#include <cstdlib>
 #include <cstring>
 
 namespace ggml_remote::guest {
@@ -27,14 +26,6 @@ bool in_mapped_weights(const ggml_tensor *tensor) {
 }
 
 }  // namespace
-
-bool MappedWeights::enabled() {
-    static const bool on = [] {
-        const char *text = std::getenv("GGML_REMOTE_MAPPED_WEIGHTS");
-        return text == nullptr || std::strcmp(text, "0") != 0;
-    }();
-    return on;
-}
 
 bool MappedWeights::is_mapped_weights_type(ggml_backend_buffer_type_t buft) {
     // ggml-cpu names the type of its buffer_from_host_ptr buffers so; no other
@@ -74,15 +65,27 @@ void MappedWeights::begin_graph() {
     for (HostCopy &copy : copies_) copy.checked = false;
 }
 
+bool MappedWeights::prepare(const ggml_tensor *tensor) {
+    if (!enabled() || !in_mapped_weights(tensor)) return true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    return copy_of(owner_of(tensor)) != nullptr;
+}
+
 bool MappedWeights::locate(const ggml_tensor *tensor, protocol::TensorLocation *location) {
     if (!enabled() || !in_mapped_weights(tensor)) return false;
-    const ggml_tensor *owner = owner_of(tensor);
     std::lock_guard<std::mutex> lock(mutex_);
-    HostCopy *copy = copy_of(owner);
+    const HostCopy *copy = prepared_copy_of(owner_of(tensor));
     if (copy == nullptr) return false;
     location->buffer = remote_buffer_of(copy->buffer)->handle;
     location->offset = static_cast<const uint8_t *>(tensor->data) - copy->begin;
     return true;
+}
+
+const MappedWeights::HostCopy *MappedWeights::prepared_copy_of(const ggml_tensor *weight) const {
+    for (const HostCopy &copy : copies_) {
+        if (copy.begin == weight->data && copy.size == ggml_nbytes(weight) && copy.checked) return &copy;
+    }
+    return nullptr;
 }
 
 MappedWeights::HostCopy *MappedWeights::copy_of(const ggml_tensor *weight) {

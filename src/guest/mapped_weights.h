@@ -29,8 +29,9 @@ class MappedWeights {
     MappedWeights(const MappedWeights &) = delete;
     MappedWeights &operator=(const MappedWeights &) = delete;
 
-    // GGML_REMOTE_MAPPED_WEIGHTS=0 keeps every op on CPU_Mapped weights on the CPU.
-    static bool enabled();
+    // Off (GuestOptions::mapped_weights), every op on CPU_Mapped weights stays on the CPU.
+    void set_enabled(bool enabled) { enabled_ = enabled; }
+    bool enabled() const { return enabled_; }
     // Whether `buft` is the CPU device's buffer type for memory-mapped weights.
     static bool is_mapped_weights_type(ggml_backend_buffer_type_t buft);
 
@@ -43,12 +44,16 @@ class MappedWeights {
     enum class Use { none, allowed, refused };
     Use classify(const ggml_tensor *op);
 
-    // Before each graph is encoded: the host's copies are checked against the
+    // Before each graph is prepared: the host's copies are checked against the
     // guest's mappings again before their first use (a model may have been freed
     // and another mapped at the same address).
     void begin_graph();
+    // Before a graph that reads `tensor` is encoded: when it lies in a CPU_Mapped
+    // buffer, the host's copy of its bytes is checked, or made on first use (this
+    // talks to the host). False when it should have a copy and cannot.
+    bool prepare(const ggml_tensor *tensor);
     // A TensorListEncoder locator for tensors in CPU_Mapped buffers: where the
-    // host's copy of the bytes is, made on first use.
+    // host's copy of the bytes is, as prepare() left it; never talks to the host.
     bool locate(const ggml_tensor *tensor, protocol::TensorLocation *location);
 
   private:
@@ -62,9 +67,11 @@ class MappedWeights {
     };
     bool readable_file(const ggml_tensor *weight);
     HostCopy *copy_of(const ggml_tensor *weight);
+    const HostCopy *prepared_copy_of(const ggml_tensor *weight) const;
     ggml_backend_buffer_t make_host_copy(const uint8_t *begin, size_t size);
 
     RemoteDevice *device_;
+    bool enabled_ = true;
     std::mutex mutex_;
     std::vector<HostCopy> copies_;
     std::unordered_map<const void *, bool> readable_;  // by data address: a read-only file mapping?

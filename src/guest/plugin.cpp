@@ -44,28 +44,21 @@ void *reg_get_proc_address(ggml_backend_reg_t, const char *name) {
     return nullptr;
 }
 
-int connect_timeout_ms() {
-    const char *text = std::getenv("GGML_REMOTE_CONNECT_TIMEOUT_MS");
-    const int value = text != nullptr ? std::atoi(text) : 0;
-    return value > 0 ? value : 5000;
-}
-
-void connect_servers(Registry *registry) {
-    const char *servers = std::getenv("GGML_REMOTE_SERVERS");
-    if (servers == nullptr || *servers == '\0') {
+void connect_servers(Registry *registry, const GuestOptions &options) {
+    if (options.servers.empty()) {
         log(GGML_LOG_LEVEL_WARN, "GGML_REMOTE_SERVERS is not set: no remote devices (e.g. "
                                  "GGML_REMOTE_SERVERS=unix:/run/ggml-remote.sock or tcp://host:50053)");
         return;
     }
     std::vector<Endpoint> endpoints;
-    Status status = parse_endpoint_list(servers, &endpoints);
+    Status status = parse_endpoint_list(options.servers, &endpoints);
     if (!status) {
         log(GGML_LOG_LEVEL_ERROR, "GGML_REMOTE_SERVERS: %s", status.message().c_str());
         return;
     }
     for (const Endpoint &endpoint : endpoints) {
         std::unique_ptr<RemoteSession> opened;
-        status = RemoteSession::open(endpoint, connect_timeout_ms(), &opened);
+        status = RemoteSession::open(endpoint, options, &opened);
         if (!status) {
             log(GGML_LOG_LEVEL_ERROR, "%s; no devices from this server", status.message().c_str());
             continue;
@@ -126,10 +119,10 @@ ggml_backend_reg_t remote_registry() {
         registry->reg.iface.get_device = reg_get_device;
         registry->reg.iface.get_proc_address = reg_get_proc_address;
         registry->reg.context = registry;
-        connect_servers(registry);
+        const GuestOptions options = read_guest_options();  // the one read of the environment
+        connect_servers(registry, options);
         g_registry = registry;
-        const char *stats = std::getenv("GGML_REMOTE_STATS");
-        if (stats != nullptr && *stats != '\0' && *stats != '0') std::atexit(print_stats);
+        if (options.print_stats) std::atexit(print_stats);
     });
     return registry != nullptr ? &registry->reg : nullptr;
 }

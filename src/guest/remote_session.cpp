@@ -1,7 +1,5 @@
 #include "guest/remote_session.h"
 
-#include "guest/weight_digests.h"
-
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -10,7 +8,6 @@
 #include "transport/socket.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 namespace ggml_remote::guest {
@@ -23,13 +20,6 @@ void set_io_timeout(int fd, int timeout_ms) {
     timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-// Small commands go through the shared ring on shm: sessions unless
-// GGML_REMOTE_SHARED_RING=0 (to compare with the socket).
-bool shared_ring_wanted() {
-    const char *setting = std::getenv("GGML_REMOTE_SHARED_RING");
-    return setting == nullptr || std::strcmp(setting, "0") != 0;
 }
 
 // A server's answer in the plain protocol to our TLS hello: the reason of its reply
@@ -87,46 +77,52 @@ Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &k
 
 }  // namespace
 
-Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *out) {
-    std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string()));
+Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *out) {
     const std::string name = endpoint.to_string();
     PreSharedKey key;
     if (endpoint.uses_tls()) {
-        Status status = tls_key_from_environment(&key);
+        Status status = tls_key_from_options(options, &key);
         if (!status) return error(status.code(), name + ": " + status.message());
     }
     UniqueFd fd;
-    Status status = connect_endpoint(endpoint, timeout_ms, &fd);
+    Status status = connect_endpoint(endpoint, options.connect_timeout_ms, &fd);
     if (!status) return status;
-    const int raw_fd = fd.get();
-    session->stream_ = FramedStream(std::move(fd), endpoint.to_string());
-    FramedStream &stream = session->stream_;
-
-    // The handshake is done by hand, with a time limit: a peer that accepts and
-    // never answers must not hang the application at start-up.
-    set_io_timeout(raw_fd, timeout_ms);
+    FramedStream stream(std::move(fd), name);
+    set_io_timeout(stream.fd(), options.connect_timeout_ms);
     if (endpoint.uses_tls()) {
-        status = start_tls(endpoint, timeout_ms, key, &stream);
+        status = start_tls(endpoint, options.connect_timeout_ms, key, &stream);
         ::explicit_bzero(key.key.data(), key.key.size());
         if (!status) return status;
     }
-    Hello::Request hello;
-    if (weight_store_min_bytes() != 0) hello.capabilities |= kSessionWeightStore;
-    if (endpoint.kind == Endpoint::Kind::shared_memory) {
-        hello.capabilities |= kSessionSharedMemory;
-        if (shared_ring_wanted()) hello.capabilities |= kSessionSharedRing;
-    }
+    std::unique_ptr<RemoteSession> session(new RemoteSession(name, options));
+    session->stream_ = std::move(stream);
+    status = session->handshake(endpoint.kind == Endpoint::Kind::shared_memory);
+    if (status) *out = std::move(session);
+    return status;
+}
+
+Status RemoteSession::start(FramedStream stream, const std::string &name, const GuestOptions &options,
+                            std::unique_ptr<RemoteSession> *out) {
+    std::unique_ptr<RemoteSession> session(new RemoteSession(name, options));
+    session->stream_ = std::move(stream);
+    Status status = session->handshake(false);
+    if (status) *out = std::move(session);
+    return status;
+}
+
+Status RemoteSession::exchange_hello(const Hello::Request &hello, Hello::Reply *reply) {
+    const std::string &name = endpoint_;
     FrameHeader header;
     header.command = static_cast<uint16_t>(CommandId::hello);
     // A server that turns us away writes its reason and closes, so our send may
     // fail while the reason is still there to read.
-    (void)stream.send(header, {ByteView(&hello, sizeof(hello))});
+    (void)stream_.send(header, {ByteView(&hello, sizeof(hello))});
     FrameHeader reply_header;
-    status = stream.receive_header(&reply_header, 65536);
+    Status status = stream_.receive_header(&reply_header, 65536);
     if (!status) {
         if (status.message().find("temporarily unavailable") != std::string::npos) {
             return error(Code::disconnected, "handshake with " + name + ": no reply within " +
-                                                 std::to_string(timeout_ms) +
+                                                 std::to_string(options_.connect_timeout_ms) +
                                                  " ms (is the server stopped or overloaded?)");
         }
         return error(status.code(), "handshake with " + name + " failed: " + status.message() +
@@ -137,34 +133,48 @@ Status RemoteSession::open(const Endpoint &endpoint, int timeout_ms, std::unique
                                       "protocol (is it a ggml-remote-server?)");
     }
     std::vector<uint8_t> payload(reply_header.payload_size);
-    status = stream.receive(payload.data(), payload.size());
+    status = stream_.receive(payload.data(), payload.size());
     if (!status) return error(status.code(), "handshake with " + name + " failed: " + status.message());
     if (reply_header.status != static_cast<int32_t>(Code::ok)) {
         return error(static_cast<Code>(reply_header.status),
                      name + " refused the session: " + std::string(payload.begin(), payload.end()));
     }
-    Hello::Reply reply{};
-    if (!read_pod(ByteView(payload), 0, &reply)) {
+    if (!read_pod(ByteView(payload), 0, reply)) {
         return error(Code::error, "handshake with " + name + " failed: short reply");
     }
-    set_io_timeout(raw_fd, 0);  // computes may take long; a dead server is noticed by the socket
+    return Status::success();
+}
+
+Status RemoteSession::handshake(bool shared_memory) {
+    // The handshake is done by hand, with a time limit: a peer that accepts and
+    // never answers must not hang the application at start-up.
+    set_io_timeout(stream_.fd(), options_.connect_timeout_ms);
+    Hello::Request hello;
+    if (options_.store_min_bytes != 0) hello.capabilities |= kSessionWeightStore;
+    if (shared_memory) {
+        hello.capabilities |= kSessionSharedMemory;
+        if (options_.shared_ring) hello.capabilities |= kSessionSharedRing;
+    }
+    Hello::Reply reply{};
+    Status status = exchange_hello(hello, &reply);
+    if (!status) return status;
+    set_io_timeout(stream_.fd(), 0);  // computes may take long; a dead server is noticed by the socket
+    stream_.set_wait_options(options_.waiting);
     if (reply.capabilities & kSessionSharedRing) {
         std::unique_ptr<RingChannel> ring;
-        status = stream.received_fds().empty()
+        status = stream_.received_fds().empty()
                      ? error(Code::error, "the server granted a shared ring but sent no memory file")
-                     : RingChannel::attach(stream.received_fds().front().get(), &ring);
-        if (!status) return error(status.code(), "handshake with " + name + " failed: " + status.message());
-        stream.attach_ring(std::move(ring));
+                     : RingChannel::attach(stream_.received_fds().front().get(), &ring);
+        if (!status) return error(status.code(), "handshake with " + endpoint_ + " failed: " + status.message());
+        stream_.attach_ring(std::move(ring));
     }
-    stream.received_fds().clear();
-
-    session->device_count_ = reply.device_count;
-    session->shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
-    session->weight_store_ = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
-    if ((hello.capabilities & kSessionSharedMemory) && !session->shared_memory_) {
-        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", name.c_str());
+    stream_.received_fds().clear();
+    device_count_ = reply.device_count;
+    shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
+    weight_store_ = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
+    if (shared_memory && !shared_memory_) {
+        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", endpoint_.c_str());
     }
-    *out = std::move(session);
     return Status::success();
 }
 

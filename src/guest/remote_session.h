@@ -3,6 +3,7 @@
 #pragma once
 
 #include "guest/graph_cache.h"
+#include "guest/guest_options.h"
 #include "protocol/commands.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
@@ -18,25 +19,26 @@ namespace ggml_remote::guest {
 
 class RemoteSession {
   public:
-    // Connects and performs the handshake.
-    static Status open(const Endpoint &endpoint, int timeout_ms, std::unique_ptr<RemoteSession> *session);
+    // Connects (within options.connect_timeout_ms) and performs the handshake.
+    static Status open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *session);
+    // Performs the handshake on a stream already connected to a server (plain
+    // protocol: no TLS); `name` names the server in messages.
+    static Status start(FramedStream stream, const std::string &name, const GuestOptions &options,
+                        std::unique_ptr<RemoteSession> *session);
 
     // The threads the host's compute now uses: whether waiting behind it may spin
     // (SpinPolicy::set_compute_threads).
     void set_compute_threads(int threads);
 
-    // A command with a reply. The reply's tail goes to `tail_into` when its size is
-    // exactly `tail_into_size` (no copy), else into `tail`. `send_fd` goes along with
-    // the request; a descriptor that comes with the reply lands in `received_fd`.
     template <class Cmd>
-    Status call(const typename Cmd::Request &request, protocol::ByteView request_tail = {},
-                typename Cmd::Reply *reply = nullptr, std::vector<uint8_t> *tail = nullptr, void *tail_into = nullptr,
-                size_t tail_into_size = 0, int send_fd = -1, UniqueFd *received_fd = nullptr) {
+    class Call;
+    // A command with a reply, described in words and then run:
+    //   session.call<BufferAlloc>(request).reply(&reply).receive_fd(&memory_file).run();
+    // Everything but the request is optional; the description lives on the stack.
+    template <class Cmd>
+    Call<Cmd> call(const typename Cmd::Request &request) {
         static_assert(!Cmd::one_way, "use post() for one-way commands");
-        constexpr size_t reply_size = std::is_empty<typename Cmd::Reply>::value ? 0 : sizeof(typename Cmd::Reply);
-        Exchange exchange{protocol::ByteView(&request, sizeof(request)), request_tail, send_fd, true, reply, reply_size,
-                          tail, tail_into, tail_into_size, received_fd};
-        return run(Cmd::id, exchange);
+        return Call<Cmd>(this, request);
     }
 
     // A one-way command: no reply; a failure is reported with the next reply.
@@ -44,22 +46,6 @@ class RemoteSession {
     Status post(const typename Cmd::Request &request, protocol::ByteView request_tail = {}) {
         static_assert(Cmd::one_way, "use call() for commands with a reply");
         Exchange exchange{protocol::ByteView(&request, sizeof(request)), request_tail};
-        return run(Cmd::id, exchange);
-    }
-
-    // A command whose reply is read later (by synchronize() or the next call), so
-    // the guest goes on while the host works: ggml's asynchronous get and copy. The
-    // reply's fixed part lands in `reply`, its tail in `tail_into` (exactly
-    // `tail_into_size` bytes); both must stay valid until then. A failure is logged
-    // then, naming `what`.
-    template <class Cmd>
-    Status call_later(const typename Cmd::Request &request, typename Cmd::Reply *reply, void *tail_into,
-                      size_t tail_into_size, const char *what) {
-        static_assert(!Cmd::one_way, "a one-way command has no reply to wait for");
-        constexpr size_t reply_size = std::is_empty<typename Cmd::Reply>::value ? 0 : sizeof(typename Cmd::Reply);
-        Exchange exchange{protocol::ByteView(&request, sizeof(request)), {}, -1, true, reply, reply_size, nullptr,
-                          tail_into, tail_into_size};
-        exchange.deferred = what;
         return run(Cmd::id, exchange);
     }
 
@@ -78,7 +64,7 @@ class RemoteSession {
     // (*replayed false otherwise: nothing was sent, encode it and compute_graph).
     Status compute_graph_again(uint64_t backend, const GraphTicket &ticket, Completion completion, bool *replayed);
     // Waits for the host to finish the computes sent so far and reads the replies
-    // of call_later(); a round trip only when one of those is outstanding.
+    // of run_later() calls; a round trip only when one of those is outstanding.
     Status synchronize(uint64_t backend);
     // Events: a mark is the position of the last command sent; the host works in
     // order, so everything up to a mark is done once any later reply has come.
@@ -104,6 +90,8 @@ class RemoteSession {
     }
 
     const std::string &endpoint() const { return endpoint_; }
+    // The plugin's settings, as the session was opened with them.
+    const GuestOptions &options() const { return options_; }
     uint32_t device_count() const { return device_count_; }
     // Whether the server granted shared-memory buffers (shm: endpoints).
     bool shared_memory() const { return shared_memory_; }
@@ -111,7 +99,12 @@ class RemoteSession {
     bool weight_store() const { return weight_store_; }
 
   private:
-    explicit RemoteSession(std::string endpoint) : endpoint_(std::move(endpoint)) {}
+    RemoteSession(std::string endpoint, const GuestOptions &options)
+        : endpoint_(std::move(endpoint)), options_(options) {}
+    // The hello exchange, within options_.connect_timeout_ms; `shared_memory`
+    // asks for shared buffers (shm: endpoints).
+    Status handshake(bool shared_memory);
+    Status exchange_hello(const protocol::Hello::Request &hello, protocol::Hello::Reply *reply);
     // One request and, unless one-way, its reply.
     struct Exchange {
         protocol::ByteView fixed;
@@ -125,9 +118,9 @@ class RemoteSession {
         size_t tail_into_size = 0;
         UniqueFd *received_fd = nullptr;
         bool send_now = false;  // a one-way command that should not wait in the queue
-        const char *deferred = nullptr;  // call_later(): what to name in a failure
+        const char *deferred = nullptr;  // run_later(): what to name in a failure
     };
-    // A reply not read yet (call_later), in the order the host sends them.
+    // A reply not read yet (run_later), in the order the host sends them.
     struct PendingReply {
         protocol::CommandId id;
         uint64_t sequence;
@@ -148,6 +141,7 @@ class RemoteSession {
     std::mutex mutex_;  // one call at a time: replies come back in order
     FramedStream stream_;
     std::string endpoint_;
+    GuestOptions options_;
     uint32_t device_count_ = 0;
     bool shared_memory_ = false;
     bool weight_store_ = false;
@@ -163,6 +157,62 @@ class RemoteSession {
     uint64_t finished_ = 0;
     uint64_t last_compute_ = 0;
     Counters counters_;
+};
+
+// One call<Cmd>() being described: a copy of the request and a few pointers, on
+// the caller's stack. Each step returns the description, and dropping it unrun
+// is a warning. Every place named must stay valid until the reply is read
+// (run_later: until synchronize() or the next call).
+template <class Cmd>
+class [[nodiscard]] RemoteSession::Call {
+  public:
+    using Reply = typename Cmd::Reply;
+
+    // Bytes that follow the request (tensor data, an op's signature).
+    [[nodiscard]] Call &tail(protocol::ByteView bytes) { return set(&Exchange::tail, bytes); }
+    // A descriptor that goes along with the request.
+    [[nodiscard]] Call &send_fd(int fd) { return set(&Exchange::send_fd, fd); }
+    // Where the reply's fixed part goes (else it is read and dropped).
+    [[nodiscard]] Call &reply(Reply *into) { return set(&Exchange::reply, static_cast<void *>(into)); }
+    // Where the reply's tail goes, whatever its size.
+    [[nodiscard]] Call &reply_tail(std::vector<uint8_t> *into) { return set(&Exchange::reply_tail, into); }
+    // Where the reply's tail goes, read in place when it is exactly `size` bytes;
+    // another size is a protocol error, unless reply_tail() takes it.
+    [[nodiscard]] Call &reply_tail_into(void *into, size_t size) {
+        exchange_.tail_into_size = size;
+        return set(&Exchange::tail_into, into);
+    }
+    // Where a descriptor that comes with the reply lands.
+    [[nodiscard]] Call &receive_fd(UniqueFd *into) { return set(&Exchange::received_fd, into); }
+
+    // Sends the call and waits for its reply.
+    Status run() {
+        exchange_.fixed = protocol::ByteView(&request_, sizeof(request_));
+        return session_->run(Cmd::id, exchange_);
+    }
+    // Sends the call; its reply is read later (by synchronize() or the next call),
+    // so the guest goes on while the host works: ggml's asynchronous get and copy.
+    // A failure is logged then, naming `what`.
+    Status run_later(const char *what) {
+        exchange_.deferred = what;
+        return run();
+    }
+
+  private:
+    friend class RemoteSession;
+    Call(RemoteSession *session, const typename Cmd::Request &request) : session_(session), request_(request) {
+        exchange_.expect_reply = true;
+        exchange_.reply_size = std::is_empty<Reply>::value ? 0 : sizeof(Reply);
+    }
+    template <class Field, class Value>
+    Call &set(Field Exchange::*field, Value value) {
+        exchange_.*field = value;
+        return *this;
+    }
+
+    RemoteSession *session_;
+    typename Cmd::Request request_;
+    Exchange exchange_;  // its `fixed` is set when run: the description may have been copied
 };
 
 }  // namespace ggml_remote::guest

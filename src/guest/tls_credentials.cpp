@@ -1,15 +1,14 @@
 #include "guest/tls_credentials.h"
 
-#include <cstdlib>
 #include <vector>
 
 namespace ggml_remote::guest {
 
-Status tls_key_from_environment(PreSharedKey *key) {
-    const char *file = std::getenv("GGML_REMOTE_TLS_PSK_FILE");
-    const char *text = std::getenv("GGML_REMOTE_TLS_PSK");
-    const bool have_file = file != nullptr && *file != '\0';
-    const bool have_text = text != nullptr && *text != '\0';
+Status tls_key_from_options(const GuestOptions &options, PreSharedKey *key) {
+    const std::string &file = options.tls_psk_file;
+    const std::string &text = options.tls_psk;
+    const bool have_file = !file.empty();
+    const bool have_text = !text.empty();
     if (have_file && have_text) {
         return error(Code::bad_request, "both GGML_REMOTE_TLS_PSK_FILE and GGML_REMOTE_TLS_PSK are set; set one");
     }

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -31,17 +30,6 @@ struct DigestRecord {
     uint8_t digest[16];
 };
 #pragma pack(pop)
-
-std::string cache_directory() {
-    if (const char *dir = std::getenv("GGML_REMOTE_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
-    if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
-        return std::string(xdg) + "/ggml-remote";
-    }
-    if (const char *home = std::getenv("HOME"); home != nullptr && *home == '/') {
-        return std::string(home) + "/.cache/ggml-remote";
-    }
-    return std::string();
-}
 
 unsigned hashing_threads() {
     const unsigned cores = std::thread::hardware_concurrency();
@@ -101,14 +89,14 @@ std::string identity_of(const MappedFile &mapped) {
 
 class DigestCache {
   public:
-    ContentDigest digest_of(const void *data, size_t size, bool *seen_before) {
+    ContentDigest digest_of(const void *data, size_t size, const std::string &directory, bool *seen_before) {
         MappedFile mapped;
         std::string identity;
         if (find_mapped_file(data, size, &mapped) && !mapped.writable) identity = identity_of(mapped);
         *seen_before = true;
         if (identity.empty()) return protocol::content_digest(data, size, hashing_threads());
         std::lock_guard<std::mutex> lock(mutex_);
-        FileDigests &file = file_for(identity);
+        FileDigests &file = file_for(identity, directory);
         ContentDigest digest;
         if (file.find(mapped.offset, size, &digest)) return digest;
         *seen_before = false;
@@ -118,11 +106,10 @@ class DigestCache {
     }
 
   private:
-    FileDigests &file_for(const std::string &identity) {
+    FileDigests &file_for(const std::string &identity, const std::string &directory) {
         auto it = files_.find(identity);
         if (it != files_.end()) return it->second;
         std::string path;
-        const std::string directory = cache_directory();
         if (!directory.empty()) {
             (void)::mkdir(directory.c_str(), 0700);
             (void)::mkdir((directory + "/digests").c_str(), 0700);
@@ -137,22 +124,9 @@ class DigestCache {
 
 }  // namespace
 
-ContentDigest weight_digest(const void *data, size_t size, bool *seen_before) {
+ContentDigest weight_digest(const void *data, size_t size, const std::string &cache_dir, bool *seen_before) {
     static DigestCache cache;
-    return cache.digest_of(data, size, seen_before);
-}
-
-size_t weight_store_min_bytes() {
-    static const size_t min_bytes = [] {
-        const char *enabled = std::getenv("GGML_REMOTE_WEIGHT_STORE");
-        if (enabled != nullptr && std::strcmp(enabled, "0") == 0) return size_t(0);
-        size_t bytes = size_t(1) << 20;
-        if (const char *text = std::getenv("GGML_REMOTE_STORE_MIN_BYTES"); text != nullptr && *text != '\0') {
-            bytes = static_cast<size_t>(std::strtoull(text, nullptr, 10));
-        }
-        return std::max<size_t>(bytes, protocol::kMinWeightLookupBytes);
-    }();
-    return min_bytes;
+    return cache.digest_of(data, size, cache_dir, seen_before);
 }
 
 }  // namespace ggml_remote::guest

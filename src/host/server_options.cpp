@@ -4,6 +4,8 @@
 
 #include <ggml-backend.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -39,6 +41,25 @@ void log_line(const std::string &text) {
     // the guard behind that, so that no entry can ever start a line of its own.
     std::fprintf(stderr, "%s ggml-remote-server: %s\n", stamp, one_line(text).c_str());
     std::fflush(stderr);
+}
+
+Status read_server_environment(ServerOptions *options) {
+    const char *record_dir = std::getenv("GGML_REMOTE_RECORD_DIR");
+    options->record_dir = record_dir != nullptr ? record_dir : "";
+    // GGML_REMOTE_FOLLOW_WORKER concerns guests only.
+    return parse_wait_options(std::getenv("GGML_REMOTE_RING_SPIN_US"), std::getenv("GGML_REMOTE_SPIN_SPARE"), nullptr,
+                              &options->waiting);
+}
+
+std::vector<InheritedSocket> inherited_listening_sockets() {
+    const char *pid = std::getenv("LISTEN_PID");
+    const char *count = std::getenv("LISTEN_FDS");
+    if (pid == nullptr || count == nullptr || std::atol(pid) != static_cast<long>(::getpid())) return {};
+    std::vector<InheritedSocket> sockets = adopt_listening_sockets(std::atoi(count));
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    return sockets;
 }
 
 void load_host_backends(bool verbose) {

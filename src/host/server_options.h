@@ -3,6 +3,8 @@
 
 #include "host/session.h"
 #include "host/weight_store.h"
+#include "transport/socket.h"
+#include "transport/wait_options.h"
 
 #include <string>
 #include <vector>
@@ -30,12 +32,25 @@ struct ServerOptions {
     std::string tls_psk_file;
     // --weight-store DIR and its limits (weight_store.h).
     WeightStoreOptions weight_store;
+    // From the environment (read_server_environment): how a worker waits for its
+    // guest (GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE), and where it keeps
+    // every frame of its session for the fuzzers' seeds (GGML_REMOTE_RECORD_DIR).
+    WaitOptions waiting;
+    std::string record_dir;
     // Worker only: the listener's status board and this session's slot in it.
     int status_fd = -1;
     int status_slot = -1;
     // Worker only (TLS): where it asks the listener for a session place after its handshake.
     int admission_fd = -1;
 };
+
+// Reads the server's environment variables into `options`, once at start-up; a
+// malformed value keeps its default and is named in the error.
+Status read_server_environment(ServerOptions *options);
+
+// The listening sockets systemd handed to this process (LISTEN_FDS, when
+// LISTEN_PID names it); empty otherwise. The variables are then unset.
+std::vector<InheritedSocket> inherited_listening_sockets();
 
 // The host devices a session may use, in the order guests see them.
 Status select_devices(const ServerOptions &options, std::vector<ggml_backend_dev_t> *devices);

@@ -238,9 +238,8 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
     }
     // GGML_REMOTE_RECORD_DIR: keep every frame of the session, for the fuzzers' seeds.
     FrameRecorder recorder;
-    const char *record_dir = std::getenv("GGML_REMOTE_RECORD_DIR");
-    if (record_dir != nullptr && *record_dir != '\0') {
-        Status recording = FrameRecorder::open(record_dir, &recorder);
+    if (!options.record_dir.empty()) {
+        Status recording = FrameRecorder::open(options.record_dir, &recorder);
         if (recording) {
             session.record_frames(&recorder);
         } else {
@@ -305,6 +304,7 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     const int refused = confine_worker(label, client_fd, options, needs_tls, &keys);
     if (refused != 0) return refused;
     FramedStream stream(UniqueFd(client_fd), peer);
+    stream.set_wait_options(options.waiting);
     StatusBoard board;
     SessionSlot *slot = attach_status_slot(options, &board);
     if (needs_tls && !authenticate(label, options, &keys, &stream, slot)) return 2;

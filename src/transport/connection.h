@@ -57,8 +57,18 @@ class FramedStream {
 
     // From now on frames travel through shared memory; the socket carries only
     // descriptors (announced by kFrameCarriesFds) and tells when the peer is gone.
-    void attach_ring(std::unique_ptr<RingChannel> ring) { ring_ = std::move(ring); }
+    void attach_ring(std::unique_ptr<RingChannel> ring) {
+        ring_ = std::move(ring);
+        if (ring_ != nullptr) ring_->set_options(wait_options_);
+    }
     bool uses_ring() const { return ring_ != nullptr; }
+    // How this side waits for its peer: its process's options (a ring attached
+    // later gets them too).
+    void set_wait_options(const WaitOptions &options) {
+        wait_options_ = options;
+        socket_spin_.set_options(options);
+        if (ring_ != nullptr) ring_->set_options(options);
+    }
     // See SpinPolicy::set_peer_busy.
     void set_peer_busy(bool busy) {
         socket_spin_.set_peer_busy(busy);
@@ -114,6 +124,7 @@ class FramedStream {
     std::string peer_;
     std::vector<UniqueFd> received_fds_;
     std::unique_ptr<RingChannel> ring_;
+    WaitOptions wait_options_;
     SpinPolicy socket_spin_;
     int reads_ahead_ = -1;         // unknown until the first read
     std::vector<uint8_t> inbox_;   // bytes read ahead of the frame being read

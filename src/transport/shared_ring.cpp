@@ -55,15 +55,6 @@ Status corrupt(const char *what) {
     return error(Code::bad_request, std::string("shared ring: the peer's ") + what + " count is impossible");
 }
 
-// Whether the guest follows the worker's CPU (GGML_REMOTE_FOLLOW_WORKER=0: no).
-bool follow_worker_wanted() {
-    static const bool wanted = [] {
-        const char *setting = std::getenv("GGML_REMOTE_FOLLOW_WORKER");
-        return setting == nullptr || std::strcmp(setting, "0") != 0;
-    }();
-    return wanted;
-}
-
 }  // namespace
 
 RingChannel::RingChannel(Side side, Mapping mapping, size_t capacity)
@@ -125,7 +116,7 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
 // so the application's mask is kept), at most every 100 ms.
 void RingChannel::follow_worker() {
     constexpr uint64_t kMinIntervalNs = 100 * 1000 * 1000;
-    if (side_ != Side::guest || !follow_worker_wanted()) return;
+    if (side_ != Side::guest || !follow_worker_) return;
     const auto *header = static_cast<const RegionHeader *>(mapping_.data());
     const int worker = header->worker_cpu.load(std::memory_order_relaxed);
     const int here = ::sched_getcpu();

@@ -56,6 +56,11 @@ class RingChannel {
     // Guest, about to sleep behind a compute (wait() calls it): moves this thread to
     // the CPU the worker last ran on, when it is elsewhere (see the .cpp).
     void follow_worker();
+    // The process's options (how to wait, whether to follow the worker).
+    void set_options(const WaitOptions &options) {
+        spin_.set_options(options);
+        follow_worker_ = options.follow_worker;
+    }
     // See SpinPolicy::set_peer_busy.
     void set_peer_busy(bool busy) { spin_.set_peer_busy(busy); }
     // See SpinPolicy::set_compute_threads.
@@ -101,6 +106,7 @@ class RingChannel {
     size_t capacity_;
     Direction out_, in_;
     SpinPolicy spin_;
+    bool follow_worker_ = true;
     uint64_t last_follow_ns_ = 0;  // guest: when follow_worker() last moved this thread
 };
 

@@ -92,14 +92,10 @@ Status connect_tcp(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
 
 }  // namespace
 
-std::vector<InheritedSocket> inherited_listening_sockets() {
+std::vector<InheritedSocket> adopt_listening_sockets(int count) {
     std::vector<InheritedSocket> sockets;
-    const char *pid = std::getenv("LISTEN_PID");
-    const char *count = std::getenv("LISTEN_FDS");
-    if (pid == nullptr || count == nullptr || std::atol(pid) != static_cast<long>(::getpid())) return sockets;
     constexpr int kFirstFd = 3;  // systemd's SD_LISTEN_FDS_START
-    const int n = std::atoi(count);
-    for (int fd = kFirstFd; fd < kFirstFd + n; ++fd) {
+    for (int fd = kFirstFd; fd < kFirstFd + count; ++fd) {
         ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // workers must not inherit them
         sockaddr_storage address{};
         socklen_t length = sizeof(address);
@@ -121,9 +117,6 @@ std::vector<InheritedSocket> inherited_listening_sockets() {
         socket.fd.reset(fd);
         sockets.push_back(std::move(socket));
     }
-    unsetenv("LISTEN_PID");
-    unsetenv("LISTEN_FDS");
-    unsetenv("LISTEN_FDNAMES");
     return sockets;
 }
 

@@ -20,13 +20,15 @@ Status listen_endpoint(Endpoint *endpoint, UniqueFd *fd);
 // Accepts one connection; `peer` describes the other side for log lines.
 Status accept_connection(int listen_fd, const Endpoint &endpoint, UniqueFd *fd, std::string *peer);
 
-// Listening sockets handed over by systemd socket activation (LISTEN_FDS, for
-// this process per LISTEN_PID), with the endpoints they listen on. Empty otherwise.
+// A listening socket handed over by systemd socket activation, with the endpoint
+// it listens on.
 struct InheritedSocket {
     Endpoint endpoint;
     UniqueFd fd;
 };
-std::vector<InheritedSocket> inherited_listening_sockets();
+// Takes the `count` listening sockets systemd passed from descriptor 3 on (the
+// server reads LISTEN_FDS and checks LISTEN_PID), made close-on-exec.
+std::vector<InheritedSocket> adopt_listening_sockets(int count);
 
 // Per-connection socket options: no Nagle delay, keep-alive probes on TCP.
 void tune_stream_socket(int fd);

@@ -2,7 +2,7 @@
 //
 // A sleeping side costs its peer a wake-up: microseconds on an idle machine, but up
 // to ~100 us in a VM whose idle vCPU the hypervisor has descheduled. So a wait that
-// has lately been short (up to GGML_REMOTE_RING_SPIN_US, default 200 us) is spun
+// has lately been short (up to WaitOptions::max_spin_ns, default 200 us) is spun
 // through, for a quarter longer than the last one. The estimate is the whole wait,
 // sleep included: sized only from the spins that succeeded, both sides' spins
 // would shrink below each other's wake-up time and stay there, each side always
@@ -17,12 +17,15 @@
 // has threads, the waiting side spins there too, as for any other wait. On a
 // 16-core VM with llama-bench -t 4, a sleeping side's wake-up landed on an idle
 // vCPU every time (tens of microseconds: tiny model's generation at 0.61x of local).
-// GGML_REMOTE_SPIN_SPARE=0 turns that off (then a busy peer's wait never spins).
+// WaitOptions::spin_on_spare_cores false turns that off (then a busy peer's wait
+// never spins).
 //
 // No wait spins while the host's cores are contended: when other sessions compute
 // on them too and no core is left for a spinning side (host/core_schedule.h). A
 // spin there would take a core from another session's compute.
 #pragma once
+
+#include "transport/wait_options.h"
 
 #include <cstdint>
 
@@ -30,6 +33,8 @@ namespace ggml_remote {
 
 class SpinPolicy {
   public:
+    // The process's options; before the first set_compute_threads().
+    void set_options(const WaitOptions &options) { options_ = options; }
     // How long the next wait may spin, in nanoseconds.
     uint64_t spin_ns() const { return cores_contended_ || (peer_busy_ && !spare_cores_) ? 0 : spin_ns_; }
     // Sizes the next spin from how long this wait took, spin and sleep together.
@@ -52,6 +57,7 @@ class SpinPolicy {
   private:
     // Just enough for an answer already on its way.
     static constexpr uint64_t kShortSpinNs = 2000;
+    WaitOptions options_;
     uint64_t spin_ns_ = kShortSpinNs;
     bool peer_busy_ = false;
     bool spare_cores_ = false;

@@ -1,18 +1,43 @@
-// Helpers shared by the unit tests: ggml contexts that own no data, a stand-in for
-// a guest buffer that places tensors at known offsets, and access to the tensors
-// inside an encoded tensor list.
+// Helpers shared by the unit tests: the host's CPU device, ggml contexts that own
+// no data, a stand-in for a guest buffer that places tensors at known offsets,
+// access to the tensors inside an encoded tensor list, and float bytes.
 #pragma once
 
 #include "protocol/tensor_codec.h"
 
+#include <ggml-backend.h>
 #include <ggml.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace ggml_remote::test_support {
+
+// The host's CPU device, loaded as the server loads it.
+inline ggml_backend_dev_t host_cpu_device() {
+    static std::once_flag loaded;
+    std::call_once(loaded, [] {
+        unsetenv("GGML_BACKEND_PATH");  // never load the remote plugin itself as a host backend
+        ggml_backend_load_all();
+    });
+    return ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+}
+
+inline std::vector<uint8_t> bytes_of(const std::vector<float> &values) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+}
+
+inline std::vector<float> floats_of(const std::vector<uint8_t> &bytes) {
+    std::vector<float> values(bytes.size() / sizeof(float));
+    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+    return values;
+}
 
 struct GgmlContextDeleter {
     void operator()(ggml_context *ctx) const { ggml_free(ctx); }

@@ -34,21 +34,14 @@ namespace {
 using namespace protocol;
 using ::testing::Each;
 using ::testing::ElementsAre;
+using test_support::bytes_of;
+using test_support::floats_of;
 using test_support::GgmlContext;
+using test_support::host_cpu_device;
 using ::testing::HasSubstr;
 using test_support::metadata_context;
 using test_support::PlacementArena;
 using ::testing::StartsWith;
-
-ggml_backend_dev_t host_cpu_device() {
-    static std::once_flag loaded;
-    std::call_once(loaded, [] {
-        // Like the server: never load the remote plugin itself as a host backend.
-        unsetenv("GGML_BACKEND_PATH");
-        ggml_backend_load_all();
-    });
-    return ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-}
 
 // What one handle() call gave back; the tail is copied because it may be a view
 // of buffer memory.
@@ -66,18 +59,6 @@ struct Outcome {
         return value;
     }
 };
-
-std::vector<uint8_t> bytes_of(const std::vector<float> &values) {
-    std::vector<uint8_t> bytes(values.size() * sizeof(float));
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    return bytes;
-}
-
-std::vector<float> floats_of(const std::vector<uint8_t> &bytes) {
-    std::vector<float> values(bytes.size() / sizeof(float));
-    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-    return values;
-}
 
 GraphCompute::Request graph_request(uint64_t backend, GraphMode mode = kGraphRunOnce, uint32_t slot = 0) {
     GraphCompute::Request request{};

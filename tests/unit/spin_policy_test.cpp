@@ -57,5 +57,27 @@ TEST(SpinPolicy, ContendedCoresStopEvenASpinOnSpareCores) {
     EXPECT_EQ(policy.spin_ns(), 0u);
 }
 
+TEST(SpinPolicy, WaitsLongerThanTheOptionsLimitAreNotSpunThrough) {
+    SpinPolicy policy;
+    WaitOptions options;
+    options.max_spin_ns = 30000;
+    policy.set_options(options);
+    policy.note_wait(20000);
+    EXPECT_GE(policy.spin_ns(), 20000u) << "within the limit: spun through next time";
+    policy.note_wait(40000);
+    EXPECT_LT(policy.spin_ns(), 20000u) << "past the limit: back to a short spin";
+}
+
+TEST(SpinPolicy, OptionsCanForbidSpinningOnSpareCores) {
+    if (SpinPolicy::usable_cpus() < 3) GTEST_SKIP() << "needs 3 CPUs: a compute thread and two to spare";
+    SpinPolicy policy;
+    WaitOptions options;
+    options.spin_on_spare_cores = false;
+    policy.set_options(options);
+    policy.set_compute_threads(1);
+    policy.set_peer_busy(true);
+    EXPECT_EQ(policy.spin_ns(), 0u) << "whatever the cores to spare";
+}
+
 }  // namespace
 }  // namespace ggml_remote

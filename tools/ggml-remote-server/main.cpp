@@ -326,7 +326,10 @@ int main(int argc, char **argv) {
         for (int j = first; j <= i; ++j) worker_command.push_back(argv[j]);
     }
 
+    // Read once, here; the listener names a malformed value, its workers keep quiet.
+    const Status environment = host::read_server_environment(&options);
     if (worker_fd >= 0) return host::run_worker(worker_fd, session_id, peer, options);
+    if (!environment) host::log_line("warning: " + environment.message());
 
     // Under systemd socket activation the sockets come from systemd (LISTEN_FDS).
     if (options.listen.empty() && std::getenv("LISTEN_FDS") == nullptr) options.listen.push_back(kDefaultEndpoint);

@@ -68,10 +68,12 @@ int run_status_command(int argc, char **argv) {
     Endpoint endpoint;
     Status status = parse_endpoint(endpoint_text, &endpoint);
     std::unique_ptr<guest::RemoteSession> session;
-    if (status) status = guest::RemoteSession::open(endpoint, 5000, &session);
+    guest::GuestOptions options = guest::read_guest_options();
+    options.connect_timeout_ms = 5000;
+    if (status) status = guest::RemoteSession::open(endpoint, options, &session);
     ServerStatus::Reply reply{};
     std::vector<uint8_t> tail;
-    if (status) status = session->call<ServerStatus>({0}, {}, &reply, &tail);
+    if (status) status = session->call<ServerStatus>({0}).reply(&reply).reply_tail(&tail).run();
     if (!status) {
         std::fprintf(stderr, "ggml-remote-server status: %s\n", status.message().c_str());
         return 1;

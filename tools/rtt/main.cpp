@@ -44,11 +44,13 @@ int main(int argc, char **argv) {
     Status status = parse_endpoint(argv[1], &endpoint);
     if (!status) fail(status.message());
     std::unique_ptr<guest::RemoteSession> session;
-    status = guest::RemoteSession::open(endpoint, 5000, &session);
+    guest::GuestOptions options = guest::read_guest_options();
+    options.connect_timeout_ms = 5000;
+    status = guest::RemoteSession::open(endpoint, options, &session);
     if (!status) fail(status.message());
 
     BackendInit::Reply backend{};
-    status = session->call<BackendInit>({0}, {}, &backend);
+    status = session->call<BackendInit>({0}).reply(&backend).run();
     if (!status) fail(status.message());
 
     // Empty command: Synchronize on an idle backend.
@@ -56,7 +58,7 @@ int main(int argc, char **argv) {
     samples.reserve(round_trips);
     for (int i = 0; i < round_trips + 1000; ++i) {
         const auto start = Clock::now();
-        status = session->call<Synchronize>({backend.backend});
+        status = session->call<Synchronize>({backend.backend}).run();
         const auto end = Clock::now();
         if (!status) fail(status.message());
         if (i >= 1000) samples.push_back(std::chrono::duration<double, std::micro>(end - start).count());
@@ -71,7 +73,7 @@ int main(int argc, char **argv) {
     const size_t size = 16u << 20;
     BufferAlloc::Reply buffer{};
     UniqueFd shared_fd;
-    status = session->call<BufferAlloc>({0, size}, {}, &buffer, nullptr, nullptr, 0, -1, &shared_fd);
+    status = session->call<BufferAlloc>({0, size}).reply(&buffer).receive_fd(&shared_fd).run();
     if (!status) fail(status.message());
     if (buffer.shared) {
         Mapping mapping;
@@ -107,9 +109,9 @@ int main(int argc, char **argv) {
             const auto start = Clock::now();
             if (what[0] == 's') {
                 (void)session->post<SetTensor>({{buffer.buffer, 0, size}}, ByteView(data));
-                status = session->call<Synchronize>({backend.backend});
+                status = session->call<Synchronize>({backend.backend}).run();
             } else {
-                status = session->call<GetTensor>({{buffer.buffer, 0, size}}, {}, nullptr, nullptr, data.data(), size);
+                status = session->call<GetTensor>({{buffer.buffer, 0, size}}).reply_tail_into(data.data(), size).run();
             }
             const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
             if (!status) fail(status.message());

@@ -1,0 +1,47 @@
+// GuestOptions: the plugin's settings, read from its environment once, at
+// start-up; the rest of the guest is given these values. README.md lists the
+// variables for users.
+#pragma once
+
+#include "transport/wait_options.h"
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace ggml_remote::guest {
+
+struct GuestOptions {
+    // GGML_REMOTE_SERVERS: comma-separated endpoints (unix:, shm:, tcp://, tls://).
+    std::string servers;
+    // GGML_REMOTE_CONNECT_TIMEOUT_MS: the limit for connecting and the handshakes.
+    int connect_timeout_ms = 5000;
+    // GGML_REMOTE_TLS_PSK_FILE / GGML_REMOTE_TLS_PSK: the key for tls:// (a file, or the key itself).
+    std::string tls_psk_file;
+    std::string tls_psk;
+    // GGML_REMOTE_STATS=1: one line of traffic counters per server at exit.
+    bool print_stats = false;
+    // GGML_REMOTE_SHARED_RING=0: on shm:, commands stay on the socket.
+    bool shared_ring = true;
+    // GGML_REMOTE_MAPPED_WEIGHTS=0: ops on weights in CPU_Mapped buffers stay on the guest's CPU.
+    bool mapped_weights = true;
+    // GGML_REMOTE_WEIGHT_STORE=0 (0 here) or GGML_REMOTE_STORE_MIN_BYTES: the
+    // smallest weight tensor named by digest (never below the protocol's minimum).
+    size_t store_min_bytes = size_t(1) << 20;
+    // GGML_REMOTE_CACHE_DIR, else $XDG_CACHE_HOME/ggml-remote, else ~/.cache/ggml-remote:
+    // where digests of model files are kept (empty: nowhere).
+    std::string cache_dir;
+    // GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE, GGML_REMOTE_FOLLOW_WORKER.
+    WaitOptions waiting;
+};
+
+// A variable's value, or null when it is not set (std::getenv in the plugin).
+using Environment = std::function<const char *(const char *name)>;
+
+// Reads every variable above; a malformed value is logged, naming the variable,
+// and its default kept.
+GuestOptions read_guest_options(const Environment &environment);
+// The process's own environment.
+GuestOptions read_guest_options();
+
+}  // namespace ggml_remote::guest

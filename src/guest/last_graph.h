@@ -1,0 +1,41 @@
+// LastGraph: the last graph a backend encoded, to tell whether the next one is
+// the same.
+//
+// llama.cpp hands over the same decode graph for every token (the same tensors,
+// changed only in their data), so a graph whose nodes and tensors are byte for
+// byte what they were is named by its slot again without being encoded and
+// hashed: encoding a small model's graph costs more than a fifth of its token.
+#pragma once
+
+#include "guest/remote_session.h"
+
+#include <ggml.h>
+
+#include <vector>
+
+namespace ggml_remote::guest {
+
+class LastGraph {
+  public:
+    // Whether `graph` is the graph recorded. Safe against tensors freed since:
+    // nodes are compared by address first (they are the live graph's), and the
+    // other tensors from users to sources, so each is read only after a user of
+    // it, unchanged, showed that it is still referenced.
+    bool same_as(ggml_cgraph *graph) const;
+    // Records `graph`, whose encoding read the tensors `order` (sources first),
+    // as sent under `ticket`.
+    void record(ggml_cgraph *graph, const std::vector<const ggml_tensor *> &order,
+                const RemoteSession::GraphTicket &ticket);
+    // Nothing recorded: the next graph is encoded.
+    void forget() { valid_ = false; }
+    const RemoteSession::GraphTicket &ticket() const { return ticket_; }
+
+  private:
+    bool valid_ = false;
+    std::vector<const ggml_tensor *> nodes_;
+    std::vector<const ggml_tensor *> tensors_;  // every tensor the encoding read, sources first
+    std::vector<ggml_tensor> contents_;         // what they held then
+    RemoteSession::GraphTicket ticket_;
+};
+
+}  // namespace ggml_remote::guest

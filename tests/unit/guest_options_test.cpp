@@ -1,0 +1,121 @@
+// GuestOptions: the plugin's environment, read once (guest/guest_options.h).
+#include "guest/guest_options.h"
+
+#include <ggml.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ggml_remote::guest {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// An environment of the given variables only, and the guest's log lines while it is read.
+class GuestOptionsTest : public ::testing::Test {
+  protected:
+    static void keep_line(ggml_log_level, const char *text, void *lines) {
+        static_cast<std::vector<std::string> *>(lines)->push_back(text);
+    }
+    void SetUp() override { ggml_log_set(keep_line, &log_lines); }
+    void TearDown() override { ggml_log_set(nullptr, nullptr); }
+
+    GuestOptions read(std::map<std::string, std::string> variables) {
+        environment = std::move(variables);
+        return read_guest_options([this](const char *name) -> const char * {
+            auto found = environment.find(name);
+            return found != environment.end() ? found->second.c_str() : nullptr;
+        });
+    }
+
+    std::map<std::string, std::string> environment;
+    std::vector<std::string> log_lines;
+};
+
+TEST_F(GuestOptionsTest, AnEmptyEnvironmentGivesTheDocumentedDefaults) {
+    const GuestOptions options = read({});
+    EXPECT_EQ(options.servers, "");
+    EXPECT_EQ(options.connect_timeout_ms, 5000);
+    EXPECT_EQ(options.tls_psk_file, "");
+    EXPECT_EQ(options.tls_psk, "");
+    EXPECT_FALSE(options.print_stats);
+    EXPECT_TRUE(options.shared_ring);
+    EXPECT_TRUE(options.mapped_weights);
+    EXPECT_EQ(options.store_min_bytes, size_t(1) << 20);
+    EXPECT_EQ(options.cache_dir, "") << "no HOME, no XDG_CACHE_HOME: digests are not kept";
+    EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
+    EXPECT_TRUE(options.waiting.spin_on_spare_cores);
+    EXPECT_TRUE(options.waiting.follow_worker);
+    EXPECT_THAT(log_lines, IsEmpty());
+}
+
+TEST_F(GuestOptionsTest, EachVariableSetsItsOption) {
+    const GuestOptions options = read({{"GGML_REMOTE_SERVERS", "unix:/a.sock,tcp://b:1"},
+                                       {"GGML_REMOTE_CONNECT_TIMEOUT_MS", "250"},
+                                       {"GGML_REMOTE_TLS_PSK_FILE", "/k.psk"},
+                                       {"GGML_REMOTE_TLS_PSK", "vm:00ff"},
+                                       {"GGML_REMOTE_STATS", "1"},
+                                       {"GGML_REMOTE_SHARED_RING", "0"},
+                                       {"GGML_REMOTE_MAPPED_WEIGHTS", "0"},
+                                       {"GGML_REMOTE_STORE_MIN_BYTES", "4194304"},
+                                       {"GGML_REMOTE_CACHE_DIR", "/tmp/digests"},
+                                       {"GGML_REMOTE_RING_SPIN_US", "0"},
+                                       {"GGML_REMOTE_SPIN_SPARE", "0"},
+                                       {"GGML_REMOTE_FOLLOW_WORKER", "0"}});
+    EXPECT_EQ(options.servers, "unix:/a.sock,tcp://b:1");
+    EXPECT_EQ(options.connect_timeout_ms, 250);
+    EXPECT_EQ(options.tls_psk_file, "/k.psk");
+    EXPECT_EQ(options.tls_psk, "vm:00ff");
+    EXPECT_TRUE(options.print_stats);
+    EXPECT_FALSE(options.shared_ring);
+    EXPECT_FALSE(options.mapped_weights);
+    EXPECT_EQ(options.store_min_bytes, 4194304u);
+    EXPECT_EQ(options.cache_dir, "/tmp/digests");
+    EXPECT_EQ(options.waiting.max_spin_ns, 0u);
+    EXPECT_FALSE(options.waiting.spin_on_spare_cores);
+    EXPECT_FALSE(options.waiting.follow_worker);
+    EXPECT_THAT(log_lines, IsEmpty());
+}
+
+TEST_F(GuestOptionsTest, WeightStoreZeroTurnsDigestsOffWhateverTheMinimum) {
+    EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "0"}, {"GGML_REMOTE_STORE_MIN_BYTES", "4194304"}}).store_min_bytes,
+              0u);
+    EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "1"}}).store_min_bytes, size_t(1) << 20);
+}
+
+TEST_F(GuestOptionsTest, StoreMinimumNeverGoesBelowTheProtocolsMinimum) {
+    EXPECT_EQ(read({{"GGML_REMOTE_STORE_MIN_BYTES", "1"}}).store_min_bytes, 65536u);
+}
+
+TEST_F(GuestOptionsTest, CacheDirectoryFallsBackToXdgThenHome) {
+    EXPECT_EQ(read({{"XDG_CACHE_HOME", "/xdg"}, {"HOME", "/home/u"}}).cache_dir, "/xdg/ggml-remote");
+    EXPECT_EQ(read({{"HOME", "/home/u"}}).cache_dir, "/home/u/.cache/ggml-remote");
+    EXPECT_EQ(read({{"XDG_CACHE_HOME", "relative"}, {"HOME", "/home/u"}}).cache_dir, "/home/u/.cache/ggml-remote")
+        << "a relative XDG_CACHE_HOME is ignored, as the XDG specification asks";
+}
+
+TEST_F(GuestOptionsTest, MalformedNumberIsLoggedByNameAndKeepsItsDefault) {
+    const GuestOptions options = read({{"GGML_REMOTE_CONNECT_TIMEOUT_MS", "5s"},
+                                       {"GGML_REMOTE_RING_SPIN_US", "200000"},
+                                       {"GGML_REMOTE_STORE_MIN_BYTES", "-1"}});
+    EXPECT_EQ(options.connect_timeout_ms, 5000);
+    EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
+    EXPECT_EQ(options.store_min_bytes, size_t(1) << 20);
+    ASSERT_EQ(log_lines.size(), 3u);
+    EXPECT_THAT(log_lines[0], HasSubstr("GGML_REMOTE_CONNECT_TIMEOUT_MS=5s is not a number from 1 to"));
+    EXPECT_THAT(log_lines[1], HasSubstr("GGML_REMOTE_STORE_MIN_BYTES=-1"));
+    EXPECT_THAT(log_lines[2], HasSubstr("GGML_REMOTE_RING_SPIN_US=200000 is not a number from 0 to 100000"));
+}
+
+TEST_F(GuestOptionsTest, ZeroTimeoutIsMalformedNotAnEndlessWait) {
+    EXPECT_EQ(read({{"GGML_REMOTE_CONNECT_TIMEOUT_MS", "0"}}).connect_timeout_ms, 5000);
+    EXPECT_EQ(log_lines.size(), 1u);
+}
+
+}  // namespace
+}  // namespace ggml_remote::guest

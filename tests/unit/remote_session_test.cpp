@@ -1,0 +1,325 @@
+// RemoteSession, the guest's side of a connection (guest/remote_session.h):
+// against an in-process host Session on the CPU device over a socketpair, and
+// against a scripted peer where the test needs to see the bytes or cut the line.
+#include "ggml_test_support.h"
+#include "guest/remote_session.h"
+#include "host/session.h"
+#include "protocol/commands.h"
+#include "protocol/tensor_codec.h"
+
+#include <ggml-backend.h>
+#include <ggml.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ggml_remote::guest {
+namespace {
+
+using namespace protocol;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using test_support::bytes_of;
+using test_support::floats_of;
+using test_support::GgmlContext;
+using test_support::host_cpu_device;
+using test_support::metadata_context;
+using test_support::PlacementArena;
+
+// Runs `work` on a thread of its own and gives its status, or a timeout error
+// when it has not returned within `seconds` (the thread is then left behind).
+Status within(double seconds, std::function<Status()> work) {
+    auto promise = std::make_shared<std::promise<Status>>();
+    std::future<Status> result = promise->get_future();
+    std::thread([promise, work] { promise->set_value(work()); }).detach();
+    if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+        return error(Code::error, "still waiting after " + std::to_string(seconds) + " s");
+    }
+    return result.get();
+}
+
+// A RemoteSession served by a host Session on a thread, as a worker serves one.
+class ServedRemoteSession : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        ggml_backend_dev_t cpu = host_cpu_device();
+        ASSERT_NE(cpu, nullptr) << "ggml has no CPU device";
+        host_session = std::make_unique<host::Session>(std::vector{cpu}, host::SessionLimits{});
+        int fds[2] = {-1, -1};
+        ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+        host_stream = FramedStream(UniqueFd(fds[1]), "guest");
+        server = std::thread([this] { served = host_session->serve(host_stream); });
+        Status status =
+            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "test host", GuestOptions{}, &session);
+        ASSERT_TRUE(status.ok()) << status.message();
+        ASSERT_EQ(session->device_count(), 1u);
+    }
+
+    void TearDown() override {
+        session.reset();  // hangs up: serve() returns
+        if (server.joinable()) server.join();
+    }
+
+    uint64_t alloc(uint64_t size) {
+        BufferAlloc::Reply reply{};
+        Status status = session->call<BufferAlloc>({0, size}).reply(&reply).run();
+        EXPECT_TRUE(status.ok()) << status.message();
+        return reply.buffer;
+    }
+
+    uint64_t backend() {
+        BackendInit::Reply reply{};
+        Status status = session->call<BackendInit>({0}).reply(&reply).run();
+        EXPECT_TRUE(status.ok()) << status.message();
+        return reply.backend;
+    }
+
+    void set(uint64_t buffer, uint64_t offset, const std::vector<uint8_t> &bytes) {
+        ASSERT_TRUE(session->post<SetTensor>({{buffer, offset, bytes.size()}}, ByteView(bytes)).ok());
+    }
+
+    std::vector<uint8_t> get(uint64_t buffer, uint64_t offset, size_t size) {
+        std::vector<uint8_t> bytes(size);
+        Status status = session->call<GetTensor>({{buffer, offset, size}}).reply_tail_into(bytes.data(), size).run();
+        EXPECT_TRUE(status.ok()) << status.message();
+        return bytes;
+    }
+
+    std::unique_ptr<host::Session> host_session;
+    FramedStream host_stream;
+    std::thread server;
+    Status served = error(Code::error, "serve() did not return");
+    std::unique_ptr<RemoteSession> session;
+};
+
+TEST_F(ServedRemoteSession, HostErrorOfAOneWayCommandComesWithTheNextReply) {
+    const std::vector<uint8_t> data = {1, 2, 3};
+    EXPECT_TRUE(session->post<SetTensor>({{42, 0, 3}}, ByteView(data)).ok()) << "queued: nothing to report yet";
+    DeviceMemory::Reply memory{};
+    Status status = session->call<DeviceMemory>({0}).reply(&memory).run();
+    EXPECT_EQ(status.code(), Code::not_found);
+    EXPECT_THAT(status.message(), HasSubstr("set_tensor"));
+    EXPECT_THAT(status.message(), HasSubstr("buffer handle 42"));
+    status = session->call<DeviceMemory>({0}).reply(&memory).run();
+    EXPECT_TRUE(status.ok()) << "reported once: " << status.message();
+    EXPECT_GT(memory.memory_total, 0u);
+}
+
+TEST_F(ServedRemoteSession, DeferredReplyIsReadAtSynchronize) {
+    const uint64_t buffer = alloc(64);
+    const uint64_t compute = backend();
+    const std::vector<uint8_t> data = {1, 2, 3, 4, 5, 6, 7, 8};
+    set(buffer, 8, data);
+    std::vector<uint8_t> read_back(8, 0);
+    ASSERT_TRUE(session->call<GetTensor>({{buffer, 8, 8}}).reply_tail_into(read_back.data(), 8).run_later("read").ok());
+    const RemoteSession::Counters before = session->counters();
+    EXPECT_THAT(read_back, ElementsAre(0, 0, 0, 0, 0, 0, 0, 0)) << "the reply waits until it is asked for";
+
+    ASSERT_TRUE(session->synchronize(compute).ok());
+    EXPECT_EQ(read_back, data);
+    const RemoteSession::Counters after = session->counters();
+    EXPECT_EQ(after.round_trips, before.round_trips + 1) << "one wait, for the deferred reply";
+    EXPECT_EQ(after.commands, before.commands) << "no compute outstanding: no synchronize command";
+
+    ASSERT_TRUE(session->synchronize(compute).ok());
+    EXPECT_EQ(session->counters().round_trips, after.round_trips) << "nothing outstanding: no trip at all";
+}
+
+TEST_F(ServedRemoteSession, MarkIsReachedBySynchronizingOnlyWhenNoLaterReplyCame) {
+    const uint64_t buffer = alloc(64);
+    const uint64_t compute = backend();
+    set(buffer, 0, {9, 9, 9, 9});
+    const uint64_t after_write = session->mark();
+    const uint64_t trips = session->counters().round_trips;
+    ASSERT_TRUE(session->wait_for_mark(after_write, compute).ok());
+    EXPECT_EQ(session->counters().round_trips, trips + 1) << "the write had no reply: one synchronize";
+    EXPECT_THAT(get(buffer, 0, 4), ElementsAre(9, 9, 9, 9));
+
+    const uint64_t before_read = session->mark();
+    const uint64_t trips_after_read = session->counters().round_trips;
+    ASSERT_TRUE(session->wait_for_mark(before_read, compute).ok());
+    ASSERT_TRUE(session->wait_for_mark(after_write, compute).ok());
+    EXPECT_EQ(session->counters().round_trips, trips_after_read) << "the read's reply already passed both marks";
+}
+
+// c = a + b in one buffer: a at 0, b at 32, c at 64 (8 floats each).
+class ServedRemoteGraph : public ServedRemoteSession {
+  protected:
+    void SetUp() override {
+        ServedRemoteSession::SetUp();
+        if (HasFatalFailure()) return;
+        buffer = alloc(128);
+        compute = backend();
+        arena = std::make_unique<PlacementArena>(buffer, 128);
+        ggml_tensor *a = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 8);
+        ggml_tensor *b = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 8);
+        ggml_tensor *c = ggml_add(ctx.get(), a, b);
+        arena->place(a, 0);
+        arena->place(b, 32);
+        arena->place(c, 64);
+        ggml_cgraph *graph = ggml_new_graph(ctx.get());
+        ggml_build_forward_expand(graph, c);
+        TensorListEncoder encoder(arena->locator());
+        for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) encoder.add_node(ggml_graph_node(graph, i));
+        ASSERT_FALSE(encoder.failed()) << encoder.error();
+        encoded = encoder.finish();
+        set(buffer, 0, bytes_of({1, 2, 3, 4, 5, 6, 7, 8}));
+        set(buffer, 32, bytes_of({10, 20, 30, 40, 50, 60, 70, 80}));
+    }
+
+    std::vector<float> sum() { return floats_of(get(buffer, 64, 32)); }
+
+    GgmlContext ctx = metadata_context(16, 1);
+    std::unique_ptr<PlacementArena> arena;
+    uint64_t buffer = 0, compute = 0;
+    std::vector<uint8_t> encoded;
+};
+
+TEST_F(ServedRemoteGraph, GraphIsSentOnceThenReplayedByItsSlot) {
+    RemoteSession::GraphTicket ticket;
+    ASSERT_TRUE(session->compute_graph(compute, encoded, RemoteSession::Completion::waits, &ticket).ok());
+    EXPECT_THAT(sum(), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+
+    set(buffer, 0, bytes_of({2, 2, 2, 2, 2, 2, 2, 2}));
+    bool replayed = false;
+    ASSERT_TRUE(session->compute_graph_again(compute, ticket, RemoteSession::Completion::waits, &replayed).ok());
+    EXPECT_TRUE(replayed);
+    EXPECT_THAT(sum(), ElementsAre(12, 22, 32, 42, 52, 62, 72, 82)) << "the replay computed with the new inputs";
+    const RemoteSession::Counters counters = session->counters();
+    EXPECT_EQ(counters.graphs_sent, 1u);
+    EXPECT_EQ(counters.graphs_replayed, 1u);
+}
+
+TEST_F(ServedRemoteGraph, GraphTheHostForgotIsNotReplayedButSentAgain) {
+    RemoteSession::GraphTicket ticket;
+    ASSERT_TRUE(session->compute_graph(compute, encoded, RemoteSession::Completion::returns_at_once, &ticket).ok());
+    const uint64_t other = alloc(64);
+    ASSERT_TRUE(session->free_buffer(other).ok());  // the host forgets its kept graphs
+    const RemoteSession::Counters before = session->counters();
+
+    bool replayed = true;
+    ASSERT_TRUE(session->compute_graph_again(compute, ticket, RemoteSession::Completion::waits, &replayed).ok());
+    EXPECT_FALSE(replayed);
+    EXPECT_EQ(session->counters().commands, before.commands) << "nothing was sent";
+
+    ASSERT_TRUE(session->compute_graph(compute, encoded, RemoteSession::Completion::waits, &ticket).ok());
+    EXPECT_EQ(session->counters().graphs_sent, 2u);
+    EXPECT_EQ(session->counters().graphs_replayed, 0u);
+    EXPECT_THAT(sum(), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+}
+
+TEST_F(ServedRemoteGraph, ComputeThatFailsOnTheHostFailsTheNextCall) {
+    PlacementArena elsewhere(buffer + 100, 128);  // a buffer the host never gave out
+    ggml_tensor *x = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 8);
+    elsewhere.place(x, 0);
+    ggml_tensor *doubled = ggml_add(ctx.get(), x, x);
+    elsewhere.place(doubled, 32);
+    TensorListEncoder encoder(elsewhere.locator());
+    encoder.add_node(doubled);
+    ASSERT_TRUE(session->compute_graph(compute, encoder.finish(), RemoteSession::Completion::returns_at_once).ok())
+        << "returns at once: the host's verdict comes later";
+    Status status = session->synchronize(compute);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("graph_compute"));
+    EXPECT_TRUE(session->synchronize(compute).ok()) << "reported once";
+}
+
+// A peer played by the test: it sees every byte the guest sends, and answers
+// what the test writes for it.
+class ScriptedPeer : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        int fds[2] = {-1, -1};
+        ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+        peer = FramedStream(UniqueFd(fds[1]), "guest");
+        Hello::Reply hello{kProtocolVersion, 1, 0};
+        answer(CommandId::hello, ByteView(&hello, sizeof(hello)));  // waits in the socket for the handshake
+        Status status =
+            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "scripted host", GuestOptions{}, &session);
+        ASSERT_TRUE(status.ok()) << status.message();
+        EXPECT_EQ(next_command(), CommandId::hello);
+    }
+
+    void answer(CommandId command, ByteView payload) {
+        FrameHeader header;
+        header.command = static_cast<uint16_t>(command);
+        header.flags = kFrameReply;
+        ASSERT_TRUE(peer.send(header, {payload}).ok());
+    }
+
+    // The command of the next frame the guest sent (its payload is skipped), or
+    // CommandId::hello (a failure) when none comes within a few seconds.
+    CommandId next_command() {
+        pollfd watch{peer.fd(), POLLIN, 0};
+        if (::poll(&watch, 1, 5000) != 1) {
+            ADD_FAILURE() << "the guest sent nothing";
+            return CommandId::hello;
+        }
+        FrameHeader header;
+        Status status = peer.receive_header(&header, 1 << 20);
+        EXPECT_TRUE(status.ok()) << status.message();
+        EXPECT_TRUE(peer.discard(header.payload_size).ok());
+        return static_cast<CommandId>(header.command);
+    }
+
+    bool guest_bytes_waiting() {
+        pollfd watch{peer.fd(), POLLIN, 0};
+        return ::poll(&watch, 1, 0) > 0;
+    }
+
+    FramedStream peer;
+    std::unique_ptr<RemoteSession> session;
+};
+
+TEST_F(ScriptedPeer, OneWayCommandsWaitAndLeaveWithTheNextCall) {
+    const RemoteSession::Counters before = session->counters();
+    ASSERT_TRUE(session->post<BufferClear>({7, 0}).ok());
+    ASSERT_TRUE(session->post<BufferReset>({7}).ok());
+    EXPECT_FALSE(guest_bytes_waiting()) << "one-way commands wait for a call";
+
+    DeviceMemory::Reply memory{1, 2};
+    answer(CommandId::device_memory, ByteView(&memory, sizeof(memory)));
+    DeviceMemory::Reply reply{};
+    ASSERT_TRUE(session->call<DeviceMemory>({0}).reply(&reply).run().ok());
+    EXPECT_EQ(reply.memory_free, 1u);
+    EXPECT_EQ(reply.memory_total, 2u);
+    EXPECT_EQ(next_command(), CommandId::buffer_clear);
+    EXPECT_EQ(next_command(), CommandId::buffer_reset);
+    EXPECT_EQ(next_command(), CommandId::device_memory);
+    const RemoteSession::Counters after = session->counters();
+    EXPECT_EQ(after.commands, before.commands + 3);
+    EXPECT_EQ(after.round_trips, before.round_trips + 1);
+}
+
+TEST_F(ScriptedPeer, PeerThatHangsUpMidCallFailsItAndEveryLaterCallAtOnce) {
+    std::thread hang_up([this] {
+        (void)next_command();  // the call arrived; no reply comes
+        peer.close();
+    });
+    Status status = within(10, [this] { return session->call<DeviceMemory>({0}).run(); });
+    hang_up.join();
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), ::testing::Not(HasSubstr("still waiting"))) << "the call hung";
+
+    status = within(2, [this] { return session->call<DeviceMemory>({0}).run(); });
+    EXPECT_EQ(status.code(), Code::disconnected) << status.message();
+    EXPECT_THAT(status.message(), HasSubstr("no connection to scripted host"));
+    EXPECT_EQ(session->post<BufferReset>({7}).code(), Code::disconnected);
+    EXPECT_EQ(session->synchronize(1).code(), Code::disconnected);
+}
+
+}  // namespace
+}  // namespace ggml_remote::guest

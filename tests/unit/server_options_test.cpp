@@ -1,0 +1,55 @@
+// The server's settings from its environment (host/server_options.h).
+#include "host/server_options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace ggml_remote::host {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Each test starts without the variables (ctest runs it in a process of its own).
+class ServerEnvironment : public ::testing::Test {
+  protected:
+    void SetUp() override { clear(); }
+    void TearDown() override { clear(); }
+    static void clear() {
+        for (const char *name : {"GGML_REMOTE_RING_SPIN_US", "GGML_REMOTE_SPIN_SPARE", "GGML_REMOTE_RECORD_DIR"}) {
+            unsetenv(name);
+        }
+    }
+};
+
+TEST_F(ServerEnvironment, NoVariablesKeepTheDefaults) {
+    ServerOptions options;
+    ASSERT_TRUE(read_server_environment(&options).ok());
+    EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
+    EXPECT_TRUE(options.waiting.spin_on_spare_cores);
+    EXPECT_EQ(options.record_dir, "");
+}
+
+TEST_F(ServerEnvironment, WaitSettingsAndRecordDirectoryAreRead) {
+    setenv("GGML_REMOTE_RING_SPIN_US", "50", 1);
+    setenv("GGML_REMOTE_SPIN_SPARE", "0", 1);
+    setenv("GGML_REMOTE_RECORD_DIR", "/tmp/frames", 1);
+    ServerOptions options;
+    ASSERT_TRUE(read_server_environment(&options).ok());
+    EXPECT_EQ(options.waiting.max_spin_ns, 50000u);
+    EXPECT_FALSE(options.waiting.spin_on_spare_cores);
+    EXPECT_EQ(options.record_dir, "/tmp/frames");
+}
+
+TEST_F(ServerEnvironment, MalformedSpinLimitIsNamedAndKeepsItsDefault) {
+    setenv("GGML_REMOTE_RING_SPIN_US", "fast", 1);
+    ServerOptions options;
+    const Status status = read_server_environment(&options);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("GGML_REMOTE_RING_SPIN_US=fast"));
+    EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
+}
+
+}  // namespace
+}  // namespace ggml_remote::host
