@@ -36,10 +36,7 @@ class Dispatcher {
     void on(Handler handler) {
         handlers_[static_cast<size_t>(Cmd::id)] = [handler](protocol::ByteView payload, ReplyFrame *reply) -> Status {
             typename Cmd::Request request;
-            if (!protocol::read_pod(payload, 0, &request)) {
-                return error(Code::bad_request, std::string(protocol::command_name(Cmd::id)) + ": request of " +
-                                                    std::to_string(payload.size) + " bytes is too short");
-            }
+            if (Status s = decode_request<Cmd>(payload, &request); !s) return s;
             typename Cmd::Reply fixed{};
             Status status = handler(request, payload.subview(sizeof(request)), &fixed, &reply->tail);
             if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) protocol::append_pod(reply->fixed, fixed);
@@ -56,6 +53,19 @@ class Dispatcher {
     bool one_way(uint16_t command) const { return command < one_way_.size() && one_way_[command]; }
 
   private:
+    // The request's fixed part; refused when short, or longer than it for a
+    // command that takes no tail.
+    template <class Cmd>
+    static Status decode_request(protocol::ByteView payload, typename Cmd::Request *request) {
+        constexpr size_t size = sizeof(typename Cmd::Request);
+        const bool whole = protocol::read_pod(payload, 0, request);
+        if (whole && (payload.size == size || protocol::takes_tail(Cmd::id))) return Status::success();
+        return error(Code::bad_request, std::string(protocol::command_name(Cmd::id)) + ": request of " +
+                                            std::to_string(payload.size) + " bytes is " +
+                                            (whole ? "longer than its " : "too short for its ") +
+                                            std::to_string(size) + (whole ? " (this command takes no tail)" : ""));
+    }
+
     static constexpr size_t kCount = static_cast<size_t>(protocol::CommandId::count_);
     std::array<RawHandler, kCount> handlers_{};
     std::array<bool, kCount> one_way_{};

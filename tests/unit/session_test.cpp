@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +37,7 @@ using ::testing::Each;
 using ::testing::ElementsAre;
 using test_support::GgmlContext;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test_support::metadata_context;
 using test_support::PlacementArena;
 using ::testing::StartsWith;
@@ -211,6 +213,56 @@ TEST_F(CpuSession, UnknownCommandIdsAreBadRequests) {
         EXPECT_EQ(outcome.status.code(), Code::bad_request) << command;
         EXPECT_THAT(outcome.status.message(), HasSubstr("unknown command " + std::to_string(command)));
     }
+}
+
+// Calls f(Cmd{}) for every command of the protocol's list.
+template <class F>
+void for_each_command(F f) {
+    std::apply([&f](auto... command) { (f(command), ...); }, AllCommands{});
+}
+
+TEST_F(CpuSession, EveryCommandHasAHandler) {
+    hello();
+    for_each_command([this](auto command) {
+        using Cmd = decltype(command);
+        Outcome outcome = call<Cmd>(typename Cmd::Request{});
+        EXPECT_THAT(outcome.status.message(), Not(HasSubstr("unknown command"))) << command_name(Cmd::id);
+    });
+}
+
+TEST_F(CpuSession, EveryCommandWithoutATailRefusesOneByteMore) {
+    hello();
+    const std::vector<uint8_t> one_more = {0};
+    size_t without_tail = 0;
+    for_each_command([&](auto command) {
+        using Cmd = decltype(command);
+        if (takes_tail(Cmd::id)) return;
+        ++without_tail;
+        Outcome outcome = call<Cmd>(typename Cmd::Request{}, ByteView(one_more));
+        EXPECT_EQ(outcome.status.code(), Code::bad_request) << command_name(Cmd::id);
+        EXPECT_THAT(outcome.status.message(), HasSubstr("takes no tail")) << command_name(Cmd::id);
+    });
+    EXPECT_GT(without_tail, 0u);
+}
+
+TEST_F(CpuSession, AValidRequestWithOneByteMoreIsRefusedAndNotCarriedOut) {
+    hello();
+    const uint64_t buffer = alloc(16);
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 0}).status.ok());
+    const std::vector<uint8_t> one_more = {0};
+    Outcome outcome = call<BufferClear>(BufferClear::Request{buffer, 0x5a}, ByteView(one_more));
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("buffer_clear: request of " +
+                                                    std::to_string(sizeof(BufferClear::Request) + 1) + " bytes"));
+    EXPECT_THAT(get(buffer, 0, 16), Each(0));
+}
+
+TEST_F(CpuSession, AHelloLongerThanOursStillNamesBothVersions) {
+    Hello::Request request;
+    request.protocol_version = kProtocolVersion + 1;
+    const std::vector<uint8_t> newer_fields(8, 0);
+    Outcome outcome = call<Hello>(request, ByteView(newer_fields));
+    EXPECT_EQ(outcome.status.code(), Code::version_mismatch);
 }
 
 // Devices.
