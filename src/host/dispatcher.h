@@ -27,19 +27,30 @@ struct ReplyFrame {
     ReplyTail tail;
 };
 
+// One command being handled: what came with its Request, and what goes back.
+template <class Cmd>
+struct Call {
+    protocol::ByteView tail;      // the bytes after the Request (commands that take a tail)
+    std::vector<UniqueFd> &fds;   // descriptors that came with it; a handler moves out those it keeps
+    typename Cmd::Reply reply{};  // the fixed reply, sent when the handler succeeds
+    ReplyTail &reply_tail;        // what follows it
+};
+
 class Dispatcher {
   public:
-    using RawHandler = std::function<Status(protocol::ByteView payload, ReplyFrame *reply)>;
+    using RawHandler = std::function<Status(protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply)>;
 
-    // handler(const Cmd::Request &, ByteView tail, Cmd::Reply *, ReplyTail *) -> Status
-    template <class Cmd, class Handler>
-    void on(Handler handler) {
-        handlers_[static_cast<size_t>(Cmd::id)] = [handler](protocol::ByteView payload, ReplyFrame *reply) -> Status {
+    // Cmd's requests go to (owner->*handler)(request, call).
+    template <class Cmd, class Owner>
+    void on(Owner *owner, Status (Owner::*handler)(const typename Cmd::Request &, Call<Cmd> &)) {
+        handlers_[static_cast<size_t>(Cmd::id)] = [owner, handler](protocol::ByteView payload,
+                                                                   std::vector<UniqueFd> &fds,
+                                                                   ReplyFrame *reply) -> Status {
             typename Cmd::Request request;
             if (Status s = decode_request<Cmd>(payload, &request); !s) return s;
-            typename Cmd::Reply fixed{};
-            Status status = handler(request, payload.subview(sizeof(request)), &fixed, &reply->tail);
-            if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) protocol::append_pod(reply->fixed, fixed);
+            Call<Cmd> call{payload.subview(sizeof(request)), fds, {}, reply->tail};
+            Status status = (owner->*handler)(request, call);
+            if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) protocol::append_pod(reply->fixed, call.reply);
             return status;
         };
         one_way_[static_cast<size_t>(Cmd::id)] = Cmd::one_way;

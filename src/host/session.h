@@ -197,15 +197,38 @@ class Session {
         int compute_threads = 0;
     };
 
+    // The handler of each command (protocol/commands.h), by subject in
+    // session_devices.cpp, session_buffers.cpp, session_tensors.cpp and
+    // session_compute.cpp. Each checks everything in its request.
+#define GGML_REMOTE_SESSION_HANDLER(number, name, Cmd, size) \
+    Status handle(const protocol::Cmd::Request &request, Call<protocol::Cmd> &call);
+    GGML_REMOTE_COMMANDS(GGML_REMOTE_SESSION_HANDLER)
+#undef GGML_REMOTE_SESSION_HANDLER
+    // Hands every command to its handler above.
     void register_handlers();
+
+    // serve()'s loop (session_serve.cpp), and its state between frames.
+    struct ServeLoop;
     // serve() without the last publication of the session's figures.
     Status serve_frames(FramedStream &stream);
+    // Waits for the next frame into loop.payload; *ended when the guest hung up.
+    Status receive_frame(ServeLoop &loop, protocol::FrameHeader *header, bool *ended);
+    // Arms the watchdog for the wait before a frame (the handshake's, or idleness).
+    void arm_wait_for_frame(ServeLoop &loop);
+    // Handles a frame, unless an earlier one-way command failed: a command with a
+    // reply is then answered with that failure instead.
+    Status carry_out(ServeLoop &loop, const protocol::FrameHeader &header, bool one_way, ReplyFrame *reply);
+    // Sends the reply to a command (or its failure); *ended when the guest is gone.
+    Status answer(ServeLoop &loop, const protocol::FrameHeader &header, const Status &status, const ReplyFrame &reply,
+                  bool *ended);
     // handle() without the refusal count: finds the command's handler and runs it.
-    Status run_handler(uint16_t command, protocol::ByteView payload, ReplyFrame *reply);
+    Status run_handler(uint16_t command, protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply);
     // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
     // where its backend has an abort callback (ggml-cpu has one).
     void abort_compute_when_guest_gone(ggml_backend_t backend);
     static bool guest_gone(void *session);
+    // "this session already has 16 backends (--max-backends)": the refusal of a capped object.
+    static Status over_cap(size_t count, const char *what, const char *flag);
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
     Status buffer_at(uint64_t handle, SessionBuffer **buffer);
     Status backend_at(uint64_t handle, SessionBackend **backend);
@@ -253,7 +276,6 @@ class Session {
     bool handshaken_ = false;
     bool shared_memory_allowed_ = false;
     bool shared_memory_ = false;  // granted in the handshake
-    std::vector<UniqueFd> *fds_ = nullptr;  // descriptors of the frame being handled
     std::unique_ptr<RingChannel> pending_ring_;  // granted in the handshake, used after its reply
     const StatusBoard *status_board_ = nullptr;
     SessionSlot *status_slot_ = nullptr;
