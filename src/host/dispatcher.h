@@ -43,14 +43,15 @@ class Dispatcher {
     // Cmd's requests go to (owner->*handler)(request, call).
     template <class Cmd, class Owner>
     void on(Owner *owner, Status (Owner::*handler)(const typename Cmd::Request &, Call<Cmd> &)) {
-        handlers_[static_cast<size_t>(Cmd::id)] = [owner, handler](protocol::ByteView payload,
-                                                                   std::vector<UniqueFd> &fds,
-                                                                   ReplyFrame *reply) -> Status {
+        handlers_[static_cast<size_t>(Cmd::id)] =
+            [owner, handler](protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply) -> Status {
             typename Cmd::Request request;
             if (Status s = decode_request<Cmd>(payload, &request); !s) return s;
             Call<Cmd> call{payload.subview(sizeof(request)), fds, {}, reply->tail};
             Status status = (owner->*handler)(request, call);
-            if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) protocol::append_pod(reply->fixed, call.reply);
+            if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) {
+                protocol::append_pod(reply->fixed, call.reply);
+            }
             return status;
         };
         one_way_[static_cast<size_t>(Cmd::id)] = Cmd::one_way;

@@ -232,8 +232,19 @@ class Session {
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
     Status buffer_at(uint64_t handle, SessionBuffer **buffer);
     Status backend_at(uint64_t handle, SessionBackend **backend);
-    // Checks a byte range against its buffer and returns a 1-D tensor over it.
-    Status range_tensor(const protocol::BufferRange &range, bool write, ggml_tensor *tensor);
+    // Every command that reads or writes bytes of a buffer comes through these.
+    // The buffer that holds all of `range`; for writing, a writable one.
+    enum class Access { read, write };
+    Status buffer_range(const protocol::BufferRange &range, Access access, SessionBuffer **buffer);
+    // A 1-D byte tensor over a checked range.
+    static void byte_tensor(const SessionBuffer &buffer, const protocol::BufferRange &range, ggml_tensor *bytes);
+    // A 1-D byte tensor over `range`, once checked for reading.
+    Status read_range(const protocol::BufferRange &range, ggml_tensor *bytes);
+    // Checks `range` for writing, has `write(ggml_tensor *bytes)` change its bytes
+    // through a byte tensor over it, and only once that succeeded tells the copies
+    // made from them (bytes_written). `write` refuses before it changes anything.
+    template <class Write>
+    Status write_range(const protocol::BufferRange &range, Write write);
     // Whether `size` more bytes stay within the session's memory quota.
     bool fits_quota(uint64_t size) const;
     // Points the graph's matrix products at repacked copies of their weights.
@@ -245,12 +256,13 @@ class Session {
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
     Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
     Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
-    // Bytes [offset, +size) of a buffer changed (or are about to): the copies made
-    // from them (repacked weights, store entries on their way) are out of date.
+    // Bytes [offset, +size) of a buffer changed: the copies made from them
+    // (repacked weights, store entries on their way) are out of date.
     void bytes_written(uint64_t buffer, uint64_t offset, uint64_t size);
-    // Checks a WeightLookup's or WeightOffer's range and says where its bytes go.
-    Status store_target(const protocol::BufferRange &range, const char *command, ggml_tensor *tensor,
-                        StoreFill::Target *target);
+    // Checks what a WeightLookup or WeightOffer asks of the store, but its range
+    // (write_range's); *memory: the buffer's own mapping, where the store's pages
+    // may go (StoreFill::Target).
+    Status check_store_request(const protocol::BufferRange &range, const char *command, Mapping **memory);
     // The guest wants `n_threads` for this backend's computes (capped by --max-threads).
     void set_threads(SessionBackend *backend, int n_threads);
     // The threads this backend's next compute uses, at most those the guest wants.
@@ -294,5 +306,16 @@ class Session {
     // Last: its store's thread finishes its commits before anything else goes.
     StoreFill store_fill_;
 };
+
+template <class Write>
+Status Session::write_range(const protocol::BufferRange &range, Write write) {
+    SessionBuffer *buffer = nullptr;
+    if (Status s = buffer_range(range, Access::write, &buffer); !s) return s;
+    ggml_tensor bytes;
+    byte_tensor(*buffer, range, &bytes);
+    Status status = write(&bytes);
+    if (status) bytes_written(range.buffer, range.offset, range.size);
+    return status;
+}
 
 }  // namespace ggml_remote::host

@@ -20,8 +20,7 @@ ContentDigest digest_of(const uint8_t (&bytes)[16]) {
 
 Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &call) {
     ggml_backend_dev_t device = nullptr;
-    Status status = device_at(request.device, &device);
-    if (!status) return status;
+    if (Status s = device_at(request.device, &device); !s) return s;
     if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
     if (!fits_quota(request.size)) {
         return error(Code::limit_exceeded, "allocating " + std::to_string(request.size) +
@@ -35,13 +34,11 @@ Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &c
     }
     SessionBuffer record;
     if (shared_memory_ && device_shares_memory(device)) {
-        status = allocate_shared(device, request.size, &record, &call.reply_tail.fd);
-        if (!status) return status;
+        if (Status s = allocate_shared(device, request.size, &record, &call.reply_tail.fd); !s) return s;
         record.shared_with_guest = true;
         call.reply.shared = 1;
     } else if (device_shares_memory(device)) {
-        status = allocate_private(device, request.size, &record);
-        if (!status) return status;
+        if (Status s = allocate_private(device, request.size, &record); !s) return s;
         record.private_memory = true;
     } else {
         ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
@@ -62,8 +59,7 @@ Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &c
 
 Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFile> &call) {
     ggml_backend_dev_t device = nullptr;
-    Status status = device_at(request.device, &device);
-    if (!status) return status;
+    if (Status s = device_at(request.device, &device); !s) return s;
     if (!shared_memory_ || !device_shares_memory(device)) {
         return error(Code::unsupported, "buffer_from_file needs a shared-memory session on a host-memory device");
     }
@@ -81,8 +77,9 @@ Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFi
     call.fds.clear();
     SessionBuffer record;
     // Read-only and shared: the host reads the very pages of the guest's file.
-    status = Mapping::map(file.get(), request.file_offset, request.size, false, &record.mapping);
-    if (!status) return error(status.code(), "cannot map the guest's file: " + status.message());
+    if (Status s = Mapping::map(file.get(), request.file_offset, request.size, false, &record.mapping); !s) {
+        return error(s.code(), "cannot map the guest's file: " + s.message());
+    }
     const size_t alignment = ggml_backend_buft_get_alignment(ggml_backend_dev_buffer_type(device));
     if (reinterpret_cast<uintptr_t>(record.mapping.data()) % alignment != 0) {
         return error(Code::bad_request, "file offset " + std::to_string(request.file_offset) +
@@ -105,8 +102,7 @@ Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFi
 
 Status Session::handle(const BufferFree::Request &request, Call<BufferFree> &) {
     SessionBuffer *buffer = nullptr;
-    Status status = buffer_at(request.buffer, &buffer);
-    if (!status) return status;
+    if (Status s = buffer_at(request.buffer, &buffer); !s) return s;
     memory_in_use_ -= buffer->charged;
     mapped_file_bytes_ -= buffer->mapped;
     // Kept graphs may point into the buffer (or its repacked weights); the guest forgets them too.
@@ -119,26 +115,23 @@ Status Session::handle(const BufferFree::Request &request, Call<BufferFree> &) {
 
 Status Session::handle(const BufferClear::Request &request, Call<BufferClear> &) {
     SessionBuffer *buffer = nullptr;
-    Status status = buffer_at(request.buffer, &buffer);
-    if (!status) return status;
-    if (!buffer->writable) return error(Code::bad_request, "cannot clear a read-only buffer");
-    bytes_written(request.buffer, 0, buffer->size);
-    ggml_backend_buffer_clear(buffer->buffer.get(), request.value);
-    return Status::success();
+    if (Status s = buffer_at(request.buffer, &buffer); !s) return s;
+    return write_range({request.buffer, 0, buffer->size}, [&](ggml_tensor *bytes) {
+        ggml_backend_buffer_clear(bytes->buffer, request.value);
+        return Status::success();
+    });
 }
 
 Status Session::handle(const BufferReset::Request &request, Call<BufferReset> &) {
     SessionBuffer *buffer = nullptr;
-    Status status = buffer_at(request.buffer, &buffer);
-    if (!status) return status;
+    if (Status s = buffer_at(request.buffer, &buffer); !s) return s;
     ggml_backend_buffer_reset(buffer->buffer.get());
     return Status::success();
 }
 
 Status Session::handle(const BufferSetUsage::Request &request, Call<BufferSetUsage> &) {
     SessionBuffer *buffer = nullptr;
-    Status status = buffer_at(request.buffer, &buffer);
-    if (!status) return status;
+    if (Status s = buffer_at(request.buffer, &buffer); !s) return s;
     if (request.usage > GGML_BACKEND_BUFFER_USAGE_COMPUTE) {
         return error(Code::bad_request, "unknown buffer usage " + std::to_string(request.usage));
     }
@@ -149,44 +142,41 @@ Status Session::handle(const BufferSetUsage::Request &request, Call<BufferSetUsa
 }
 
 Status Session::handle(const BufferWritten::Request &request, Call<BufferWritten> &) {
+    // The guest wrote the bytes itself: the host only checks where they are.
+    const BufferRange range{request.buffer, request.offset, request.size};
     SessionBuffer *buffer = nullptr;
-    Status status = buffer_at(request.buffer, &buffer);
-    if (!status) return status;
-    uint64_t end = 0;
-    if (__builtin_add_overflow(request.offset, request.size, &end) || end > buffer->size) {
-        return error(Code::bad_request, "buffer_written: range [" + std::to_string(request.offset) + ", +" +
-                                            std::to_string(request.size) + ") lies outside the buffer of " +
-                                            std::to_string(buffer->size) + " bytes");
-    }
+    if (Status s = buffer_range(range, Access::read, &buffer); !s) return s;
     bytes_written(request.buffer, request.offset, request.size);
     return Status::success();
 }
 
 Status Session::handle(const WeightLookup::Request &request, Call<WeightLookup> &call) {
-    ggml_tensor tensor;
-    StoreFill::Target target;
-    Status status = store_target(request.range, "weight_lookup", &tensor, &target);
-    if (!status) return status;
-    bool found = false;
-    status = store_fill_.lookup(target, digest_of(request.digest), &found);
-    call.reply.found = found ? 1 : 0;
-    return status;
+    Mapping *memory = nullptr;
+    if (Status s = check_store_request(request.range, "weight_lookup", &memory); !s) return s;
+    // A hit fills the range from the store.
+    return write_range(request.range, [&](ggml_tensor *bytes) {
+        bool found = false;
+        Status status = store_fill_.lookup({bytes, memory, request.range.buffer}, digest_of(request.digest), &found);
+        call.reply.found = found ? 1 : 0;
+        return status;
+    });
 }
 
 Status Session::handle(const WeightOffer::Request &request, Call<WeightOffer> &) {
-    ggml_tensor tensor;
-    StoreFill::Target target;
-    Status status = store_target(request.range, "weight_offer", &tensor, &target);
-    if (!status) return status;
-    return store_fill_.offer(target, digest_of(request.digest));
+    Mapping *memory = nullptr;
+    if (Status s = check_store_request(request.range, "weight_offer", &memory); !s) return s;
+    // The guest's bytes for the range come next (SetTensor).
+    return write_range(request.range, [&](ggml_tensor *bytes) {
+        return store_fill_.offer({bytes, memory, request.range.buffer}, digest_of(request.digest));
+    });
 }
 
-Status Session::store_target(const BufferRange &range, const char *command, ggml_tensor *tensor,
-                             StoreFill::Target *target) {
-    if (!weight_store_granted_) return error(Code::unsupported, std::string(command) + ": this session has no weight store");
+Status Session::check_store_request(const BufferRange &range, const char *command, Mapping **memory) {
+    if (!weight_store_granted_) {
+        return error(Code::unsupported, std::string(command) + ": this session has no weight store");
+    }
     SessionBuffer *buffer = nullptr;
-    Status status = buffer_at(range.buffer, &buffer);
-    if (!status) return status;
+    if (Status s = buffer_at(range.buffer, &buffer); !s) return s;
     if (buffer->shared_with_guest) {
         return error(Code::bad_request, std::string(command) + ": buffer " + std::to_string(range.buffer) +
                                             " is shared memory, which the guest writes itself");
@@ -196,9 +186,7 @@ Status Session::store_target(const BufferRange &range, const char *command, ggml
                                             " bytes is below the store's minimum of " +
                                             std::to_string(kMinWeightLookupBytes));
     }
-    status = range_tensor(range, true, tensor);
-    if (!status) return status;
-    *target = {tensor, buffer->private_memory ? &buffer->mapping : nullptr, range.buffer};
+    *memory = buffer->private_memory ? &buffer->mapping : nullptr;
     return Status::success();
 }
 
@@ -213,10 +201,8 @@ bool Session::device_shares_memory(ggml_backend_dev_t device) const {
 }
 
 Status Session::allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd) {
-    Status status = create_shared_memory(size, "ggml-remote-buffer", fd);
-    if (!status) return status;
-    status = Mapping::map(fd->get(), 0, size, true, &record->mapping);
-    if (!status) return status;
+    if (Status s = create_shared_memory(size, "ggml-remote-buffer", fd); !s) return s;
+    if (Status s = Mapping::map(fd->get(), 0, size, true, &record->mapping); !s) return s;
     // The device computes in place in the shared pages.
     ggml_backend_buffer_t buffer =
         ggml_backend_dev_buffer_from_host_ptr(device, record->mapping.data(), record->mapping.size(), size);
@@ -226,8 +212,7 @@ Status Session::allocate_shared(ggml_backend_dev_t device, uint64_t size, Sessio
 }
 
 Status Session::allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record) {
-    Status status = Mapping::anonymous(size, &record->mapping);
-    if (!status) return status;
+    if (Status s = Mapping::anonymous(size, &record->mapping); !s) return s;
     ggml_backend_buffer_t buffer =
         ggml_backend_dev_buffer_from_host_ptr(device, record->mapping.data(), record->mapping.size(), size);
     if (buffer == nullptr) {

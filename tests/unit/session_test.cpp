@@ -1337,6 +1337,35 @@ TEST_F(RepackedWeights, SharedWeightsAreRepackedAndAReportedWriteIsRepackedAgain
     expect_near_reference(second, reference(negated));
 }
 
+// A write the host refuses changes no bytes, so the copies made from them stay as
+// they are. The guest's unreported write into shared memory shows it: a copy marked
+// out of date would be repacked from those bytes before the next compute.
+TEST_F(RepackedWeights, RefusedWritesLeaveTheRepackedCopyAsItIs) {
+    Outcome allocated = call<BufferAlloc>(BufferAlloc::Request{0, quantized.size()});
+    ASSERT_TRUE(allocated.status.ok()) << allocated.status.message();
+    const uint64_t weights = allocated.reply<BufferAlloc::Reply>().buffer;
+    Mapping guest_view;
+    ASSERT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, &guest_view).ok());
+    std::memcpy(guest_view.data(), quantized.data(), quantized.size());
+    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    const std::vector<float> first = product(weights);
+    ASSERT_EQ(session->counters().weights_repacked, 1u);
+    const std::vector<uint8_t> negated = negated_weights();
+    std::memcpy(guest_view.data(), negated.data(), negated.size());  // not reported
+
+    const std::vector<uint8_t> four = {1, 2, 3, 4};
+    EXPECT_EQ(call<SetTensor>(SetTensor::Request{{weights, 0, 8}}, ByteView(four)).status.code(), Code::bad_request)
+        << "4 data bytes for a range of 8";
+    EXPECT_EQ(call<CopyTensor>(CopyTensor::Request{{weights, 0, 8}, {weights, 4, 8}}).status.code(), Code::bad_request)
+        << "overlapping ranges";
+    EXPECT_EQ(call<SetTensor2d>(SetTensor2d::Request{{weights, 0, 2}, 2, quantized.size()}, ByteView(four))
+                  .status.code(),
+              Code::bad_request)
+        << "a second row past the end";
+    EXPECT_EQ(std::memcmp(guest_view.data(), negated.data(), negated.size()), 0) << "no row was written";
+    expect_close(product(weights), first);
+}
+
 TEST_F(CpuSession, BufferWrittenNamesARangeOfAKnownBuffer) {
     hello();
     const uint64_t buffer = alloc(64);
