@@ -83,8 +83,7 @@ void Session::bytes_written(uint64_t buffer, uint64_t offset, uint64_t size) {
 
 Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
     TensorList list;
-    Status status = decode_tensor_list(bytes, limits_.tensor_list, &list);
-    if (!status) return status;
+    if (Status s = decode_tensor_list(bytes, limits_.tensor_list, &list); !s) return s;
     BufferLookup lookup = [this](uint64_t handle, BufferView *view) -> Status {
         SessionBuffer *buffer = nullptr;
         Status found = buffer_at(handle, &buffer);

@@ -247,6 +247,13 @@ class Session {
     Status write_range(const protocol::BufferRange &range, Write write);
     // Whether `size` more bytes stay within the session's memory quota.
     bool fits_quota(uint64_t size) const;
+    // The graph a GraphCompute names: built from `tail` (and kept, for kGraphStore:
+    // then *graph is the slot's, else `once`), or kept in a slot.
+    Status graph_to_compute(const protocol::GraphCompute::Request &request, protocol::ByteView tail,
+                            SessionBackend *backend, BuiltTensors *once, BuiltTensors **graph);
+    // Whether `backend` (handle `handle`) may compute `graph`: its buffers, and its
+    // data-dependent indexes.
+    Status check_graph_on_backend(uint64_t handle, const SessionBackend &backend, BuiltTensors *graph);
     // Points the graph's matrix products at repacked copies of their weights.
     void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Whether buffers of this device can live in shared memory.
@@ -263,6 +270,10 @@ class Session {
     // (write_range's); *memory: the buffer's own mapping, where the store's pages
     // may go (StoreFill::Target).
     Status check_store_request(const protocol::BufferRange &range, const char *command, Mapping **memory);
+    // The device and the built tensor list of an op query (supports_op, alloc_size),
+    // whose last tensor is the one asked about.
+    Status op_query(uint32_t device_index, protocol::ByteView list, const char *command, ggml_backend_dev_t *device,
+                    BuiltTensors *built);
     // The guest wants `n_threads` for this backend's computes (capped by --max-threads).
     void set_threads(SessionBackend *backend, int n_threads);
     // The threads this backend's next compute uses, at most those the guest wants.

@@ -28,8 +28,7 @@ Function proc_address(ggml_backend_reg_t reg, const char *name) {
 
 Status Session::handle(const BackendInit::Request &request, Call<BackendInit> &call) {
     ggml_backend_dev_t device = nullptr;
-    Status status = device_at(request.device, &device);
-    if (!status) return status;
+    if (Status s = device_at(request.device, &device); !s) return s;
     if (backends_.size() >= limits_.max_backends) {
         return over_cap(backends_.size(), "backends", "--max-backends");
     }
@@ -58,61 +57,19 @@ Status Session::handle(const BackendFree::Request &request, Call<BackendFree> &)
 
 Status Session::handle(const SetNThreads::Request &request, Call<SetNThreads> &) {
     SessionBackend *backend = nullptr;
-    Status status = backend_at(request.backend, &backend);
-    if (!status) return status;
+    if (Status s = backend_at(request.backend, &backend); !s) return s;
     set_threads(backend, request.n_threads);
     return Status::success();
 }
 
 Status Session::handle(const GraphCompute::Request &request, Call<GraphCompute> &call) {
     SessionBackend *backend = nullptr;
-    Status status = backend_at(request.backend, &backend);
-    if (!status) return status;
-    if (request.mode != kGraphRunOnce && request.slot >= kGraphSlots) {
-        return error(Code::bad_request, "graph slot " + std::to_string(request.slot) + " does not exist");
-    }
+    if (Status s = backend_at(request.backend, &backend); !s) return s;
     BuiltTensors once;
-    BuiltTensors *graph = &once;
-    switch (request.mode) {
-        case kGraphRunOnce:
-        case kGraphStore:
-            // A store that fails leaves the slot empty, never holding an older graph.
-            if (request.mode == kGraphStore) graph_slots_[request.slot].reset();
-            status = build(call.tail, DataPolicy::required, &once);
-            if (!status) return status;
-            if (limits_.repack_weights) repack_weights(backend, &once);
-            if (request.mode == kGraphStore) {
-                graph_slots_[request.slot] = std::make_unique<BuiltTensors>(std::move(once));
-                graph = graph_slots_[request.slot].get();
-            }
-            break;
-        case kGraphReplay:
-            graph = graph_slots_[request.slot].get();
-            if (graph == nullptr) {
-                return error(Code::bad_request, "graph slot " + std::to_string(request.slot) + " is empty");
-            }
-            break;
-        default:
-            return error(Code::bad_request, "unknown graph mode " + std::to_string(request.mode));
-    }
+    BuiltTensors *graph = nullptr;
+    if (Status s = graph_to_compute(request, call.tail, backend, &once, &graph); !s) return s;
     if (graph->graph == nullptr) return Status::success();  // an empty graph computes nothing
-    // Whether this backend can compute on every tensor's buffer: once per graph
-    // and backend (handles are never reused, and freeing a buffer drops every
-    // kept graph), not for every token.
-    if (graph->checked_for_backend != request.backend) {
-        for (ggml_tensor *tensor : graph->tensors) {
-            if (!ggml_backend_supports_buft(backend->backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
-                return error(Code::bad_request, "tensor '" + printable(tensor->name) +
-                                                    "' is in a buffer this backend cannot compute with");
-            }
-        }
-        graph->checked_for_backend = request.backend;
-    }
-    // Not a walk over every node for every token: the graph knows whether it has any.
-    if (graph->reads_unchecked_indexes) {
-        Status indexes = check_data_indexes(graph->graph);
-        if (!indexes) return indexes;
-    }
+    if (Status s = check_graph_on_backend(request.backend, *backend, graph); !s) return s;
     if (compute_gate_for_testing_ && !compute_gate_for_testing_(graph->graph)) return Status::success();
     weight_repack_.refresh();
     // A guest that hangs up now is not waited for (its compute is aborted).
@@ -127,10 +84,56 @@ Status Session::handle(const GraphCompute::Request &request, Call<GraphCompute> 
     return Status::success();
 }
 
+Status Session::graph_to_compute(const GraphCompute::Request &request, ByteView tail, SessionBackend *backend,
+                                 BuiltTensors *once, BuiltTensors **graph) {
+    if (request.mode != kGraphRunOnce && request.slot >= kGraphSlots) {
+        return error(Code::bad_request, "graph slot " + std::to_string(request.slot) + " does not exist");
+    }
+    switch (request.mode) {
+        case kGraphRunOnce:
+        case kGraphStore:
+            // A store that fails leaves the slot empty, never holding an older graph.
+            if (request.mode == kGraphStore) graph_slots_[request.slot].reset();
+            if (Status s = build(tail, DataPolicy::required, once); !s) return s;
+            if (limits_.repack_weights) repack_weights(backend, once);
+            *graph = once;
+            if (request.mode == kGraphStore) {
+                graph_slots_[request.slot] = std::make_unique<BuiltTensors>(std::move(*once));
+                *graph = graph_slots_[request.slot].get();
+            }
+            return Status::success();
+        case kGraphReplay:
+            *graph = graph_slots_[request.slot].get();
+            if (*graph == nullptr) {
+                return error(Code::bad_request, "graph slot " + std::to_string(request.slot) + " is empty");
+            }
+            return Status::success();
+        default:
+            return error(Code::bad_request, "unknown graph mode " + std::to_string(request.mode));
+    }
+}
+
+Status Session::check_graph_on_backend(uint64_t handle, const SessionBackend &backend, BuiltTensors *graph) {
+    // Whether this backend can compute on every tensor's buffer: once per graph
+    // and backend (handles are never reused, and freeing a buffer drops every
+    // kept graph), not for every token.
+    if (graph->checked_for_backend != handle) {
+        for (ggml_tensor *tensor : graph->tensors) {
+            if (!ggml_backend_supports_buft(backend.backend.get(), ggml_backend_buffer_get_type(tensor->buffer))) {
+                return error(Code::bad_request, "tensor '" + printable(tensor->name) +
+                                                    "' is in a buffer this backend cannot compute with");
+            }
+        }
+        graph->checked_for_backend = handle;
+    }
+    // Not a walk over every node for every token: the graph knows whether it has any.
+    if (graph->reads_unchecked_indexes) return check_data_indexes(graph->graph);
+    return Status::success();
+}
+
 Status Session::handle(const Synchronize::Request &request, Call<Synchronize> &) {
     SessionBackend *backend = nullptr;
-    Status status = backend_at(request.backend, &backend);
-    if (!status) return status;
+    if (Status s = backend_at(request.backend, &backend); !s) return s;
     ggml_backend_synchronize(backend->backend.get());
     return Status::success();
 }

@@ -30,6 +30,41 @@ void describe_buffer_hooks(ggml_backend_buffer_type_t buft, DeviceInfo::Reply *r
     }
 }
 
+StatusDevice status_of_device(ggml_backend_dev_t device) {
+    StatusDevice entry{};
+    std::snprintf(entry.name, sizeof(entry.name), "%s", ggml_backend_dev_name(device));
+    std::snprintf(entry.description, sizeof(entry.description), "%s", ggml_backend_dev_description(device));
+    size_t free = 0, total = 0;
+    ggml_backend_dev_memory(device, &free, &total);
+    entry.memory_free = free;
+    entry.memory_total = total;
+    return entry;
+}
+
+StatusSession status_of_session(const SessionSlot &slot) {
+    StatusSession entry{};
+    entry.id = slot.id;
+    entry.pid = slot.pid;
+    std::memcpy(entry.peer, slot.peer, sizeof(entry.peer));
+    entry.peer[sizeof(entry.peer) - 1] = '\0';
+    entry.started_unix = slot.started_unix;
+    entry.commands = slot.commands.load(std::memory_order_relaxed);
+    entry.bytes_received = slot.bytes_received.load(std::memory_order_relaxed);
+    entry.bytes_sent = slot.bytes_sent.load(std::memory_order_relaxed);
+    entry.graph_computes = slot.graph_computes.load(std::memory_order_relaxed);
+    entry.memory_in_use = slot.memory_in_use.load(std::memory_order_relaxed);
+    entry.buffers = slot.buffers.load(std::memory_order_relaxed);
+    entry.backends = slot.backends.load(std::memory_order_relaxed);
+    entry.mapped_file_bytes = slot.mapped_file_bytes.load(std::memory_order_relaxed);
+    entry.memory_quota = slot.memory_quota.load(std::memory_order_relaxed);
+    entry.max_buffers = slot.max_buffers.load(std::memory_order_relaxed);
+    entry.max_backends = slot.max_backends.load(std::memory_order_relaxed);
+    entry.mapped_file_quota = slot.mapped_file_quota.load(std::memory_order_relaxed);
+    entry.cores_threads = slot.cores_threads.load(std::memory_order_relaxed);
+    entry.cores_shared_computes = slot.cores_shared_computes.load(std::memory_order_relaxed);
+    return entry;
+}
+
 }  // namespace
 
 Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
@@ -55,8 +90,7 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
     if (weight_store_granted_) call.reply.capabilities |= kSessionWeightStore;
     if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {
         // serve() switches to the ring once this reply, which carries it, is out.
-        Status status = RingChannel::create(kRingCapacity, &call.reply_tail.fd, &pending_ring_);
-        if (!status) return status;
+        if (Status s = RingChannel::create(kRingCapacity, &call.reply_tail.fd, &pending_ring_); !s) return s;
         call.reply.capabilities |= kSessionSharedRing;
     }
     return Status::success();
@@ -64,8 +98,7 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
 
 Status Session::handle(const DeviceInfo::Request &request, Call<DeviceInfo> &call) {
     ggml_backend_dev_t device = nullptr;
-    Status status = device_at(request.device, &device);
-    if (!status) return status;
+    if (Status s = device_at(request.device, &device); !s) return s;
     ggml_backend_dev_props props{};
     ggml_backend_dev_get_props(device, &props);
     ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(device);
@@ -94,8 +127,7 @@ Status Session::handle(const DeviceInfo::Request &request, Call<DeviceInfo> &cal
 
 Status Session::handle(const DeviceMemory::Request &request, Call<DeviceMemory> &call) {
     ggml_backend_dev_t device = nullptr;
-    Status status = device_at(request.device, &device);
-    if (!status) return status;
+    if (Status s = device_at(request.device, &device); !s) return s;
     size_t free = 0, total = 0;
     ggml_backend_dev_memory(device, &free, &total);
     call.reply.memory_free = free;
@@ -103,28 +135,27 @@ Status Session::handle(const DeviceMemory::Request &request, Call<DeviceMemory> 
     return Status::success();
 }
 
+Status Session::op_query(uint32_t device_index, ByteView list, const char *command, ggml_backend_dev_t *device,
+                         BuiltTensors *built) {
+    if (Status s = device_at(device_index, device); !s) return s;
+    if (Status s = build(list, DataPolicy::none, built); !s) return s;
+    if (built->tensors.empty()) return error(Code::bad_request, std::string(command) + ": no tensor");
+    return Status::success();
+}
+
 Status Session::handle(const SupportsOp::Request &request, Call<SupportsOp> &call) {
     ggml_backend_dev_t device = nullptr;
-    Status status = device_at(request.device, &device);
-    if (!status) return status;
     BuiltTensors built;
-    status = build(call.tail, DataPolicy::none, &built);
-    if (!status) return status;
-    if (built.tensors.empty()) return error(Code::bad_request, "supports_op: no tensor");
+    if (Status s = op_query(request.device, call.tail, "supports_op", &device, &built); !s) return s;
     call.reply.supported = ggml_backend_dev_supports_op(device, built.tensors.back()) ? 1 : 0;
     return Status::success();
 }
 
 Status Session::handle(const AllocSize::Request &request, Call<AllocSize> &call) {
     ggml_backend_dev_t device = nullptr;
-    Status status = device_at(request.device, &device);
-    if (!status) return status;
     BuiltTensors built;
-    status = build(call.tail, DataPolicy::none, &built);
-    if (!status) return status;
-    if (built.tensors.empty()) return error(Code::bad_request, "alloc_size: no tensor");
-    call.reply.size = ggml_backend_buft_get_alloc_size(ggml_backend_dev_buffer_type(device),
-                                                   built.tensors.back());
+    if (Status s = op_query(request.device, call.tail, "alloc_size", &device, &built); !s) return s;
+    call.reply.size = ggml_backend_buft_get_alloc_size(ggml_backend_dev_buffer_type(device), built.tensors.back());
     return Status::success();
 }
 
@@ -136,41 +167,12 @@ Status Session::handle(const ServerStatus::Request &, Call<ServerStatus> &call) 
     call.reply.server_pid = static_cast<uint32_t>(getppid());
     call.reply.max_sessions = max_sessions_;
     call.reply.n_devices = static_cast<uint32_t>(devices_.size());
-    for (ggml_backend_dev_t device : devices_) {
-        StatusDevice entry{};
-        std::snprintf(entry.name, sizeof(entry.name), "%s", ggml_backend_dev_name(device));
-        std::snprintf(entry.description, sizeof(entry.description), "%s", ggml_backend_dev_description(device));
-        size_t free = 0, total = 0;
-        ggml_backend_dev_memory(device, &free, &total);
-        entry.memory_free = free;
-        entry.memory_total = total;
-        append_pod(call.reply_tail.owned, entry);
-    }
+    for (ggml_backend_dev_t device : devices_) append_pod(call.reply_tail.owned, status_of_device(device));
     call.reply.n_sessions = 0;
     for (uint32_t i = 0; i < status_board_->slots(); ++i) {
         const SessionSlot *slot = status_board_->slot(i);
         if (slot->live.load() == 0 || slot == status_slot_) continue;  // not the query itself
-        StatusSession entry{};
-        entry.id = slot->id;
-        entry.pid = slot->pid;
-        std::memcpy(entry.peer, slot->peer, sizeof(entry.peer));
-        entry.peer[sizeof(entry.peer) - 1] = '\0';
-        entry.started_unix = slot->started_unix;
-        entry.commands = slot->commands.load(std::memory_order_relaxed);
-        entry.bytes_received = slot->bytes_received.load(std::memory_order_relaxed);
-        entry.bytes_sent = slot->bytes_sent.load(std::memory_order_relaxed);
-        entry.graph_computes = slot->graph_computes.load(std::memory_order_relaxed);
-        entry.memory_in_use = slot->memory_in_use.load(std::memory_order_relaxed);
-        entry.buffers = slot->buffers.load(std::memory_order_relaxed);
-        entry.backends = slot->backends.load(std::memory_order_relaxed);
-        entry.mapped_file_bytes = slot->mapped_file_bytes.load(std::memory_order_relaxed);
-        entry.memory_quota = slot->memory_quota.load(std::memory_order_relaxed);
-        entry.max_buffers = slot->max_buffers.load(std::memory_order_relaxed);
-        entry.max_backends = slot->max_backends.load(std::memory_order_relaxed);
-        entry.mapped_file_quota = slot->mapped_file_quota.load(std::memory_order_relaxed);
-        entry.cores_threads = slot->cores_threads.load(std::memory_order_relaxed);
-        entry.cores_shared_computes = slot->cores_shared_computes.load(std::memory_order_relaxed);
-        append_pod(call.reply_tail.owned, entry);
+        append_pod(call.reply_tail.owned, status_of_session(*slot));
         ++call.reply.n_sessions;
     }
     return Status::success();
