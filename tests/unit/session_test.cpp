@@ -1203,6 +1203,22 @@ class RepackedWeights : public SharedMemorySession {
         return buffer;
     }
 
+    // A buffer in shared memory named as weights, into which the guest wrote them
+    // itself through `guest_view` (llama.cpp --no-mmap on shared memory).
+    uint64_t shared_weights(Mapping *guest_view) {
+        Outcome allocated = call<BufferAlloc>(BufferAlloc::Request{0, quantized.size()});
+        EXPECT_TRUE(allocated.status.ok()) << allocated.status.message();
+        if (!allocated.status.ok()) return 0;
+        EXPECT_EQ(allocated.reply<BufferAlloc::Reply>().shared, 1u);
+        const uint64_t weights = allocated.reply<BufferAlloc::Reply>().buffer;
+        EXPECT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, guest_view).ok());
+        if (guest_view->data() == nullptr) return 0;
+        std::memcpy(guest_view->data(), quantized.data(), quantized.size());
+        EXPECT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS})
+                        .status.ok());
+        return weights;
+    }
+
     // The weights with every sign flipped, quantized: a later write to the same place.
     std::vector<uint8_t> negated_weights() const {
         std::vector<float> values(kInputs * kOutputs);
@@ -1315,14 +1331,9 @@ TEST_F(RepackedWeights, CopiesBeyondTheCapAreNotMadeAndTheProductStaysRight) {
 // its weights into the memory file itself, and reports each write once it has
 // named the buffer as weights.
 TEST_F(RepackedWeights, SharedWeightsAreRepackedAndAReportedWriteIsRepackedAgain) {
-    Outcome allocated = call<BufferAlloc>(BufferAlloc::Request{0, quantized.size()});
-    ASSERT_TRUE(allocated.status.ok()) << allocated.status.message();
-    ASSERT_EQ(allocated.reply<BufferAlloc::Reply>().shared, 1u);
-    const uint64_t weights = allocated.reply<BufferAlloc::Reply>().buffer;
     Mapping guest_view;
-    ASSERT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, &guest_view).ok());
-    std::memcpy(guest_view.data(), quantized.data(), quantized.size());
-    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    const uint64_t weights = shared_weights(&guest_view);
+    ASSERT_NE(guest_view.data(), nullptr);
     const std::vector<float> first = product(weights);
     EXPECT_EQ(session->counters().weights_repacked, 1u);
     expect_near_reference(first, reference(quantized));
@@ -1341,13 +1352,9 @@ TEST_F(RepackedWeights, SharedWeightsAreRepackedAndAReportedWriteIsRepackedAgain
 // they are. The guest's unreported write into shared memory shows it: a copy marked
 // out of date would be repacked from those bytes before the next compute.
 TEST_F(RepackedWeights, RefusedWritesLeaveTheRepackedCopyAsItIs) {
-    Outcome allocated = call<BufferAlloc>(BufferAlloc::Request{0, quantized.size()});
-    ASSERT_TRUE(allocated.status.ok()) << allocated.status.message();
-    const uint64_t weights = allocated.reply<BufferAlloc::Reply>().buffer;
     Mapping guest_view;
-    ASSERT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, &guest_view).ok());
-    std::memcpy(guest_view.data(), quantized.data(), quantized.size());
-    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    const uint64_t weights = shared_weights(&guest_view);
+    ASSERT_NE(guest_view.data(), nullptr);
     const std::vector<float> first = product(weights);
     ASSERT_EQ(session->counters().weights_repacked, 1u);
     const std::vector<uint8_t> negated = negated_weights();
