@@ -27,22 +27,31 @@ struct ReplyFrame {
     ReplyTail tail;
 };
 
+// One command being handled: what came with its Request, and what goes back.
+template <class Cmd>
+struct Call {
+    protocol::ByteView tail;      // the bytes after the Request (commands that take a tail)
+    std::vector<UniqueFd> &fds;   // descriptors that came with it; a handler moves out those it keeps
+    typename Cmd::Reply reply{};  // the fixed reply, sent when the handler succeeds
+    ReplyTail &reply_tail;        // what follows it
+};
+
 class Dispatcher {
   public:
-    using RawHandler = std::function<Status(protocol::ByteView payload, ReplyFrame *reply)>;
+    using RawHandler = std::function<Status(protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply)>;
 
-    // handler(const Cmd::Request &, ByteView tail, Cmd::Reply *, ReplyTail *) -> Status
-    template <class Cmd, class Handler>
-    void on(Handler handler) {
-        handlers_[static_cast<size_t>(Cmd::id)] = [handler](protocol::ByteView payload, ReplyFrame *reply) -> Status {
+    // Cmd's requests go to (owner->*handler)(request, call).
+    template <class Cmd, class Owner>
+    void on(Owner *owner, Status (Owner::*handler)(const typename Cmd::Request &, Call<Cmd> &)) {
+        handlers_[static_cast<size_t>(Cmd::id)] =
+            [owner, handler](protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply) -> Status {
             typename Cmd::Request request;
-            if (!protocol::read_pod(payload, 0, &request)) {
-                return error(Code::bad_request, std::string(protocol::command_name(Cmd::id)) + ": request of " +
-                                                    std::to_string(payload.size) + " bytes is too short");
+            if (Status s = decode_request<Cmd>(payload, &request); !s) return s;
+            Call<Cmd> call{payload.subview(sizeof(request)), fds, {}, reply->tail};
+            Status status = (owner->*handler)(request, call);
+            if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) {
+                protocol::append_pod(reply->fixed, call.reply);
             }
-            typename Cmd::Reply fixed{};
-            Status status = handler(request, payload.subview(sizeof(request)), &fixed, &reply->tail);
-            if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) protocol::append_pod(reply->fixed, fixed);
             return status;
         };
         one_way_[static_cast<size_t>(Cmd::id)] = Cmd::one_way;
@@ -56,6 +65,19 @@ class Dispatcher {
     bool one_way(uint16_t command) const { return command < one_way_.size() && one_way_[command]; }
 
   private:
+    // The request's fixed part; refused when short, or longer than it for a
+    // command that takes no tail.
+    template <class Cmd>
+    static Status decode_request(protocol::ByteView payload, typename Cmd::Request *request) {
+        constexpr size_t size = sizeof(typename Cmd::Request);
+        const bool whole = protocol::read_pod(payload, 0, request);
+        if (whole && (payload.size == size || protocol::takes_tail(Cmd::id))) return Status::success();
+        return error(Code::bad_request, std::string(protocol::command_name(Cmd::id)) + ": request of " +
+                                            std::to_string(payload.size) + " bytes is " +
+                                            (whole ? "longer than its " : "too short for its ") +
+                                            std::to_string(size) + (whole ? " (this command takes no tail)" : ""));
+    }
+
     static constexpr size_t kCount = static_cast<size_t>(protocol::CommandId::count_);
     std::array<RawHandler, kCount> handlers_{};
     std::array<bool, kCount> one_way_{};

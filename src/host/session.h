@@ -197,45 +197,101 @@ class Session {
         int compute_threads = 0;
     };
 
+    // The handler of each command (protocol/commands.h), by subject in
+    // session_devices.cpp, session_buffers.cpp, session_tensors.cpp and
+    // session_compute.cpp. Each checks everything in its request.
+#define GGML_REMOTE_SESSION_HANDLER(number, name, Cmd, size) \
+    Status handle(const protocol::Cmd::Request &request, Call<protocol::Cmd> &call);
+    GGML_REMOTE_COMMANDS(GGML_REMOTE_SESSION_HANDLER)
+#undef GGML_REMOTE_SESSION_HANDLER
+
+    // session.cpp: dispatch and lookups.
+    // Hands every command to its handler above.
     void register_handlers();
-    // serve() without the last publication of the session's figures.
-    Status serve_frames(FramedStream &stream);
     // handle() without the refusal count: finds the command's handler and runs it.
-    Status run_handler(uint16_t command, protocol::ByteView payload, ReplyFrame *reply);
-    // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
-    // where its backend has an abort callback (ggml-cpu has one).
-    void abort_compute_when_guest_gone(ggml_backend_t backend);
-    static bool guest_gone(void *session);
+    Status run_handler(uint16_t command, protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply);
+    // "this session already has 16 backends (--max-backends)": the refusal of a capped object.
+    static Status over_cap(size_t count, const char *what, const char *flag);
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
     Status buffer_at(uint64_t handle, SessionBuffer **buffer);
     Status backend_at(uint64_t handle, SessionBackend **backend);
-    // Checks a byte range against its buffer and returns a 1-D tensor over it.
-    Status range_tensor(const protocol::BufferRange &range, bool write, ggml_tensor *tensor);
+    Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
+    // Bytes [offset, +size) of a buffer changed: the copies made from them
+    // (repacked weights, store entries on their way) are out of date.
+    void bytes_written(uint64_t buffer, uint64_t offset, uint64_t size);
+
+    // session_serve.cpp: serve()'s loop, and its state between frames.
+    struct ServeLoop;
+    // serve() without the last publication of the session's figures.
+    Status serve_frames(FramedStream &stream);
+    // Waits for the next frame into loop.payload; *ended when the guest hung up.
+    Status receive_frame(ServeLoop &loop, protocol::FrameHeader *header, bool *ended);
+    // Arms the watchdog for the wait before a frame (the handshake's, or idleness).
+    void arm_wait_for_frame(ServeLoop &loop);
+    // Handles a frame, unless an earlier one-way command failed: a command with a
+    // reply is then answered with that failure instead.
+    Status carry_out(ServeLoop &loop, const protocol::FrameHeader &header, bool one_way, ReplyFrame *reply);
+    // Sends the reply to a command (or its failure); *ended when the guest is gone.
+    Status answer(ServeLoop &loop, const protocol::FrameHeader &header, const Status &status, const ReplyFrame &reply,
+                  bool *ended);
+    // A reply's flags: whether a guest on this machine must not spin for the next.
+    uint16_t reply_flags();
+
+    // session_devices.cpp.
+    // The device and the built tensor list of an op query (supports_op, alloc_size),
+    // whose last tensor is the one asked about.
+    Status op_query(uint32_t device_index, protocol::ByteView list, const char *command, ggml_backend_dev_t *device,
+                    BuiltTensors *built);
+
+    // session_buffers.cpp.
     // Whether `size` more bytes stay within the session's memory quota.
     bool fits_quota(uint64_t size) const;
-    // Points the graph's matrix products at repacked copies of their weights.
-    void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Whether buffers of this device can live in shared memory.
     bool device_shares_memory(ggml_backend_dev_t device) const;
     Status allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd);
     // A host-memory device's buffer that only the host sees: our own mapping, so
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
     Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
-    Status build(protocol::ByteView bytes, DataPolicy policy, BuiltTensors *built);
-    // Bytes [offset, +size) of a buffer changed (or are about to): the copies made
-    // from them (repacked weights, store entries on their way) are out of date.
-    void bytes_written(uint64_t buffer, uint64_t offset, uint64_t size);
-    // Checks a WeightLookup's or WeightOffer's range and says where its bytes go.
-    Status store_target(const protocol::BufferRange &range, const char *command, ggml_tensor *tensor,
-                        StoreFill::Target *target);
+    // Checks what a WeightLookup or WeightOffer asks of the store, but its range
+    // (write_range's); *memory: the buffer's own mapping, where the store's pages
+    // may go (StoreFill::Target).
+    Status check_store_request(const protocol::BufferRange &range, const char *command, Mapping **memory);
+
+    // session_tensors.cpp: every command that reads or writes bytes of a buffer
+    // comes through these.
+    // The buffer that holds all of `range`; for writing, a writable one.
+    enum class Access { read, write };
+    Status buffer_range(const protocol::BufferRange &range, Access access, SessionBuffer **buffer);
+    // A 1-D byte tensor over a checked range.
+    static void byte_tensor(const SessionBuffer &buffer, const protocol::BufferRange &range, ggml_tensor *bytes);
+    // A 1-D byte tensor over `range`, once checked for reading.
+    Status read_range(const protocol::BufferRange &range, ggml_tensor *bytes);
+    // Checks `range` for writing, has `write(ggml_tensor *bytes)` change its bytes
+    // through a byte tensor over it, and only once that succeeded tells the copies
+    // made from them (bytes_written). `write` refuses before it changes anything.
+    template <class Write>
+    Status write_range(const protocol::BufferRange &range, Write write);
+
+    // session_compute.cpp.
+    // The graph a GraphCompute names: built from `tail` (and kept, for kGraphStore:
+    // then *graph is the slot's, else `once`), or kept in a slot.
+    Status graph_to_compute(const protocol::GraphCompute::Request &request, protocol::ByteView tail,
+                            SessionBackend *backend, BuiltTensors *once, BuiltTensors **graph);
+    // Whether `backend` (handle `handle`) may compute `graph`: its buffers, and its
+    // data-dependent indexes.
+    Status check_graph_on_backend(uint64_t handle, const SessionBackend &backend, BuiltTensors *graph);
+    // Points the graph's matrix products at repacked copies of their weights.
+    void repack_weights(SessionBackend *backend, BuiltTensors *graph);
+    // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
+    // where its backend has an abort callback (ggml-cpu has one).
+    void abort_compute_when_guest_gone(ggml_backend_t backend);
+    static bool guest_gone(void *session);
     // The guest wants `n_threads` for this backend's computes (capped by --max-threads).
     void set_threads(SessionBackend *backend, int n_threads);
     // The threads this backend's next compute uses, at most those the guest wants.
     void use_threads(SessionBackend *backend, int n_threads);
     // A thread pool of `n_threads` for a CPU backend, kept across its computes.
     void attach_pool(SessionBackend *backend, int n_threads);
-    // A reply's flags: whether a guest on this machine must not spin for the next.
-    uint16_t reply_flags();
     // Computes on the backend; a CPU backend with its share of the host's cores.
     ggml_status compute_on_shared_cores(SessionBackend *backend, ggml_cgraph *graph);
 
@@ -253,7 +309,6 @@ class Session {
     bool handshaken_ = false;
     bool shared_memory_allowed_ = false;
     bool shared_memory_ = false;  // granted in the handshake
-    std::vector<UniqueFd> *fds_ = nullptr;  // descriptors of the frame being handled
     std::unique_ptr<RingChannel> pending_ring_;  // granted in the handshake, used after its reply
     const StatusBoard *status_board_ = nullptr;
     SessionSlot *status_slot_ = nullptr;
@@ -272,5 +327,16 @@ class Session {
     // Last: its store's thread finishes its commits before anything else goes.
     StoreFill store_fill_;
 };
+
+template <class Write>
+Status Session::write_range(const protocol::BufferRange &range, Write write) {
+    SessionBuffer *buffer = nullptr;
+    if (Status s = buffer_range(range, Access::write, &buffer); !s) return s;
+    ggml_tensor bytes;
+    byte_tensor(*buffer, range, &bytes);
+    Status status = write(&bytes);
+    if (status) bytes_written(range.buffer, range.offset, range.size);
+    return status;
+}
 
 }  // namespace ggml_remote::host

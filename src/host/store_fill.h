@@ -33,7 +33,7 @@ struct StoreFillCounters {
 class StoreFill {
   public:
     // Where a lookup's bytes go: `range` is a byte tensor over them (the session's
-    // range_tensor); `memory` the buffer's own mapping when the store's pages may be
+    // write_range); `memory` the buffer's own mapping when the store's pages may be
     // put into it (the worker's private memory), else null.
     struct Target {
         ggml_tensor *range = nullptr;

@@ -1,51 +1,73 @@
 // The command table: every call the guest can make, described once.
 //
-// Each command is a struct with its id, whether the host replies (one-way
-// commands report a failure with the next reply instead), its fixed Request and
-// Reply layouts, and a comment on the variable tail that follows them. The guest
-// calls `session.call<Cmd>(request, tail)`; the host registers
-// `dispatcher.on<Cmd>(handler)`. No host pointer ever crosses the wire: devices,
-// buffers and backends are handles into per-session tables, and tensors are
-// described by buffer handle + offset (see tensor_codec.h).
+// GGML_REMOTE_COMMANDS below is the one list of commands: each line gives a
+// command's wire id, its name, its struct, and whether its request takes a tail.
+// From it come the CommandId enum, command_name(), AllCommands (for code that
+// handles each command: the fuzzers, the tests), the host's handler table and its
+// size checks (host/dispatcher.h, host/session.h).
+//
+// Each struct holds its id, whether the host replies (one-way commands report a
+// failure with the next reply instead), its fixed Request and Reply layouts, and a
+// comment on the variable tail that follows them. The guest calls
+// `session.call<Cmd>(request, tail)`; the host handles it in
+// `Session::handle(const Cmd::Request &, Call<Cmd> &)`. No host pointer ever
+// crosses the wire: devices, buffers and backends are handles into per-session
+// tables, and tensors are described by buffer handle + offset (see tensor_codec.h).
+//
+// Adding a command: a line here (the next id), its struct below, its handler on
+// the host (declared for you; the build fails to link until it is written).
 #pragma once
 
 #include "protocol/wire.h"
 
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 namespace ggml_remote::protocol {
 
+// Whether a request is exactly its Request struct (the host refuses any other
+// size), or the struct followed by a variable tail.
+enum class RequestSize : uint8_t { exact, with_tail };
+
+// X(id, name, struct, request size). The ids are the wire's: never renumber.
+#define GGML_REMOTE_COMMANDS(X)                              \
+    X(1, hello, Hello, with_tail)                            \
+    X(2, device_info, DeviceInfo, exact)                     \
+    X(3, device_memory, DeviceMemory, exact)                 \
+    X(4, supports_op, SupportsOp, with_tail)                 \
+    X(5, alloc_size, AllocSize, with_tail)                   \
+    X(6, buffer_alloc, BufferAlloc, exact)                   \
+    X(7, buffer_free, BufferFree, exact)                     \
+    X(8, buffer_clear, BufferClear, exact)                   \
+    X(9, buffer_reset, BufferReset, exact)                   \
+    X(10, init_tensor, InitTensor, with_tail)                \
+    X(11, set_tensor, SetTensor, with_tail)                  \
+    X(12, set_tensor_2d, SetTensor2d, with_tail)             \
+    X(13, get_tensor, GetTensor, exact)                      \
+    X(14, get_tensor_2d, GetTensor2d, exact)                 \
+    X(15, memset_tensor, MemsetTensor, exact)                \
+    X(16, copy_tensor, CopyTensor, exact)                    \
+    X(17, backend_init, BackendInit, exact)                  \
+    X(18, backend_free, BackendFree, exact)                  \
+    X(19, set_n_threads, SetNThreads, exact)                 \
+    X(20, graph_compute, GraphCompute, with_tail)            \
+    X(21, buffer_from_file, BufferFromFile, exact)           \
+    X(22, synchronize, Synchronize, exact)                   \
+    X(23, server_status, ServerStatus, exact)                \
+    X(24, buffer_set_usage, BufferSetUsage, exact)           \
+    X(25, buffer_written, BufferWritten, exact)              \
+    X(26, weight_lookup, WeightLookup, exact)                \
+    X(27, weight_offer, WeightOffer, exact)
+
+#define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {
-    hello = 1,
-    device_info,
-    device_memory,
-    supports_op,
-    alloc_size,
-    buffer_alloc,
-    buffer_free,
-    buffer_clear,
-    buffer_reset,
-    init_tensor,
-    set_tensor,
-    set_tensor_2d,
-    get_tensor,
-    get_tensor_2d,
-    memset_tensor,
-    copy_tensor,
-    backend_init,
-    backend_free,
-    set_n_threads,
-    graph_compute,
-    buffer_from_file,
-    synchronize,
-    server_status,
-    buffer_set_usage,
-    buffer_written,
-    weight_lookup,
-    weight_offer,
+    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_ID)
     count_,  // not a command: one past the last id
 };
+#undef GGML_REMOTE_COMMAND_ID
 
+// "set_tensor"; "unknown" for an id that names no command.
 const char *command_name(CommandId id);
 
 // Device capability bits (DeviceInfo::Reply::caps).
@@ -74,7 +96,8 @@ enum SessionCaps : uint64_t {
 
 struct Empty {};
 
-// Handshake. The first message of every session.
+// Handshake. The first message of every session. It takes a tail so that another
+// version's longer Hello is still read far enough to be told which version we speak.
 struct Hello {
     static constexpr CommandId id = CommandId::hello;
     static constexpr bool one_way = false;
@@ -473,5 +496,30 @@ struct StatusSession {
 };
 
 #pragma pack(pop)
+
+// Whether the command's request may be longer than its Request struct.
+constexpr bool takes_tail(CommandId id) {
+#define GGML_REMOTE_COMMAND_TAKES_TAIL(number, name, Cmd, size) \
+    if (id == CommandId::name) return RequestSize::size == RequestSize::with_tail;
+    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_TAKES_TAIL)
+#undef GGML_REMOTE_COMMAND_TAKES_TAIL
+    return false;
+}
+
+// Every command's struct, in the order of their ids.
+#define GGML_REMOTE_COMMAND_TYPE(number, name, Cmd, size) , std::tuple<Cmd>()
+using AllCommands = decltype(std::tuple_cat(std::tuple<>() GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_TYPE)));
+#undef GGML_REMOTE_COMMAND_TYPE
+
+// Each struct names its own line of the list, and the ids run 1, 2, 3... with no
+// gap (the host's handler table is indexed by them).
+#define GGML_REMOTE_COMMAND_CHECK(number, name, Cmd, size)                                  \
+    static_assert(Cmd::id == CommandId::name, #Cmd "::id is not the id of its line");   \
+    static_assert(std::tuple_element_t<number - 1, AllCommands>::id == CommandId::name, \
+                  #Cmd " is not where its id says in GGML_REMOTE_COMMANDS");
+GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_CHECK)
+#undef GGML_REMOTE_COMMAND_CHECK
+static_assert(std::tuple_size<AllCommands>::value == static_cast<size_t>(CommandId::count_) - 1,
+              "command ids run from 1 with no gap");
 
 }  // namespace ggml_remote::protocol

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,7 @@ using test_support::floats_of;
 using test_support::GgmlContext;
 using test_support::host_cpu_device;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test_support::metadata_context;
 using test_support::PlacementArena;
 using ::testing::StartsWith;
@@ -192,6 +194,56 @@ TEST_F(CpuSession, UnknownCommandIdsAreBadRequests) {
         EXPECT_EQ(outcome.status.code(), Code::bad_request) << command;
         EXPECT_THAT(outcome.status.message(), HasSubstr("unknown command " + std::to_string(command)));
     }
+}
+
+// Calls f(Cmd{}) for every command of the protocol's list.
+template <class F>
+void for_each_command(F f) {
+    std::apply([&f](auto... command) { (f(command), ...); }, AllCommands{});
+}
+
+TEST_F(CpuSession, EveryCommandHasAHandler) {
+    hello();
+    for_each_command([this](auto command) {
+        using Cmd = decltype(command);
+        Outcome outcome = call<Cmd>(typename Cmd::Request{});
+        EXPECT_THAT(outcome.status.message(), Not(HasSubstr("unknown command"))) << command_name(Cmd::id);
+    });
+}
+
+TEST_F(CpuSession, EveryCommandWithoutATailRefusesOneByteMore) {
+    hello();
+    const std::vector<uint8_t> one_more = {0};
+    size_t without_tail = 0;
+    for_each_command([&](auto command) {
+        using Cmd = decltype(command);
+        if (takes_tail(Cmd::id)) return;
+        ++without_tail;
+        Outcome outcome = call<Cmd>(typename Cmd::Request{}, ByteView(one_more));
+        EXPECT_EQ(outcome.status.code(), Code::bad_request) << command_name(Cmd::id);
+        EXPECT_THAT(outcome.status.message(), HasSubstr("takes no tail")) << command_name(Cmd::id);
+    });
+    EXPECT_GT(without_tail, 0u);
+}
+
+TEST_F(CpuSession, AValidRequestWithOneByteMoreIsRefusedAndNotCarriedOut) {
+    hello();
+    const uint64_t buffer = alloc(16);
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 0}).status.ok());
+    const std::vector<uint8_t> one_more = {0};
+    Outcome outcome = call<BufferClear>(BufferClear::Request{buffer, 0x5a}, ByteView(one_more));
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("buffer_clear: request of " +
+                                                    std::to_string(sizeof(BufferClear::Request) + 1) + " bytes"));
+    EXPECT_THAT(get(buffer, 0, 16), Each(0));
+}
+
+TEST_F(CpuSession, AHelloLongerThanOursStillNamesBothVersions) {
+    Hello::Request request;
+    request.protocol_version = kProtocolVersion + 1;
+    const std::vector<uint8_t> newer_fields(8, 0);
+    Outcome outcome = call<Hello>(request, ByteView(newer_fields));
+    EXPECT_EQ(outcome.status.code(), Code::version_mismatch);
 }
 
 // Devices.
@@ -1132,6 +1184,22 @@ class RepackedWeights : public SharedMemorySession {
         return buffer;
     }
 
+    // A buffer in shared memory named as weights, into which the guest wrote them
+    // itself through `guest_view` (llama.cpp --no-mmap on shared memory).
+    uint64_t shared_weights(Mapping *guest_view) {
+        Outcome allocated = call<BufferAlloc>(BufferAlloc::Request{0, quantized.size()});
+        EXPECT_TRUE(allocated.status.ok()) << allocated.status.message();
+        if (!allocated.status.ok()) return 0;
+        EXPECT_EQ(allocated.reply<BufferAlloc::Reply>().shared, 1u);
+        const uint64_t weights = allocated.reply<BufferAlloc::Reply>().buffer;
+        EXPECT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, guest_view).ok());
+        if (guest_view->data() == nullptr) return 0;
+        std::memcpy(guest_view->data(), quantized.data(), quantized.size());
+        EXPECT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS})
+                        .status.ok());
+        return weights;
+    }
+
     // The weights with every sign flipped, quantized: a later write to the same place.
     std::vector<uint8_t> negated_weights() const {
         std::vector<float> values(kInputs * kOutputs);
@@ -1244,14 +1312,9 @@ TEST_F(RepackedWeights, CopiesBeyondTheCapAreNotMadeAndTheProductStaysRight) {
 // its weights into the memory file itself, and reports each write once it has
 // named the buffer as weights.
 TEST_F(RepackedWeights, SharedWeightsAreRepackedAndAReportedWriteIsRepackedAgain) {
-    Outcome allocated = call<BufferAlloc>(BufferAlloc::Request{0, quantized.size()});
-    ASSERT_TRUE(allocated.status.ok()) << allocated.status.message();
-    ASSERT_EQ(allocated.reply<BufferAlloc::Reply>().shared, 1u);
-    const uint64_t weights = allocated.reply<BufferAlloc::Reply>().buffer;
     Mapping guest_view;
-    ASSERT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, &guest_view).ok());
-    std::memcpy(guest_view.data(), quantized.data(), quantized.size());
-    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    const uint64_t weights = shared_weights(&guest_view);
+    ASSERT_NE(guest_view.data(), nullptr);
     const std::vector<float> first = product(weights);
     EXPECT_EQ(session->counters().weights_repacked, 1u);
     expect_near_reference(first, reference(quantized));
@@ -1264,6 +1327,31 @@ TEST_F(RepackedWeights, SharedWeightsAreRepackedAndAReportedWriteIsRepackedAgain
     const std::vector<float> second = product(weights);
     EXPECT_EQ(session->counters().weights_repacked, 1u) << "the same copy, repacked again";
     expect_near_reference(second, reference(negated));
+}
+
+// A write the host refuses changes no bytes, so the copies made from them stay as
+// they are. The guest's unreported write into shared memory shows it: a copy marked
+// out of date would be repacked from those bytes before the next compute.
+TEST_F(RepackedWeights, RefusedWritesLeaveTheRepackedCopyAsItIs) {
+    Mapping guest_view;
+    const uint64_t weights = shared_weights(&guest_view);
+    ASSERT_NE(guest_view.data(), nullptr);
+    const std::vector<float> first = product(weights);
+    ASSERT_EQ(session->counters().weights_repacked, 1u);
+    const std::vector<uint8_t> negated = negated_weights();
+    std::memcpy(guest_view.data(), negated.data(), negated.size());  // not reported
+
+    const std::vector<uint8_t> four = {1, 2, 3, 4};
+    EXPECT_EQ(call<SetTensor>(SetTensor::Request{{weights, 0, 8}}, ByteView(four)).status.code(), Code::bad_request)
+        << "4 data bytes for a range of 8";
+    EXPECT_EQ(call<CopyTensor>(CopyTensor::Request{{weights, 0, 8}, {weights, 4, 8}}).status.code(), Code::bad_request)
+        << "overlapping ranges";
+    EXPECT_EQ(call<SetTensor2d>(SetTensor2d::Request{{weights, 0, 2}, 2, quantized.size()}, ByteView(four))
+                  .status.code(),
+              Code::bad_request)
+        << "a second row past the end";
+    EXPECT_EQ(std::memcmp(guest_view.data(), negated.data(), negated.size()), 0) << "no row was written";
+    expect_close(product(weights), first);
 }
 
 TEST_F(CpuSession, BufferWrittenNamesARangeOfAKnownBuffer) {
