@@ -281,7 +281,7 @@ ggml_backend_buffer_i buffer_interface(RemoteBuffer::Kind kind, bool needs_init_
             iface.clear = buffer_clear;
             break;
         case RemoteBuffer::Kind::shared:
-            // ggml copies between host buffers itself, so no cpy_tensor or 2-D hooks.
+            // ggml copies between buffers in CPU memory itself, so no cpy_tensor or 2-D hooks.
             iface.memset_tensor = shared_memset_tensor;
             iface.set_tensor = shared_set_tensor;
             iface.get_tensor = shared_get_tensor;
@@ -418,7 +418,7 @@ ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *
     }
     if (!status) {
         // Not a file the host can map (or it refused): give the host a copy instead.
-        log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of host memory (%s)", device->name().c_str(), size,
+        log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of CPU memory (%s)", device->name().c_str(), size,
             status.message().c_str());
         ggml_backend_buffer_t staging = allocate_remote_buffer(device->buffer_type(), size);
         if (staging == nullptr) return nullptr;

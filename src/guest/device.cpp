@@ -100,7 +100,8 @@ size_t buft_get_alloc_size(ggml_backend_buffer_type_t buft, const ggml_tensor *t
     return RemoteDevice::from(buft)->alloc_size(tensor);
 }
 
-// Shared-memory buffers are host memory here too: ggml reads and writes them in place.
+// Shared-memory buffers are CPU memory here too (ggml's is_host): ggml reads and
+// writes them in place.
 bool buft_is_host(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->shares_memory(); }
 
 // Enough for every op shape of a model's graphs; a bound for workloads whose shapes
