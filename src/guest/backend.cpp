@@ -3,7 +3,6 @@
 #include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
-#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -176,20 +175,8 @@ void backend_get_tensor_async(ggml_backend_t backend, const ggml_tensor *tensor,
         ggml_backend_tensor_get(tensor, data, offset, size);
         return;
     }
-    auto *bytes = static_cast<uint8_t *>(data);
-    for (size_t done = 0; done < size;) {
-        const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
-        Status status = remote->device->session()
-                            .call<GetTensor>({owner->range(tensor, offset + done, chunk)})
-                            .reply_tail_into(bytes + done, chunk)
-                            .run_later("get_tensor_async");
-        if (!status) {
-            report(remote, "get_tensor_async", status);
-            std::memset(bytes + done, 0, size - done);
-            return;
-        }
-        done += chunk;
-    }
+    Status status = owner->read_tensor(tensor, offset, data, size, "get_tensor_async");
+    if (!status) report(remote, "get_tensor_async", status);
 }
 
 // A copy between two tensors of this session stays on the host, in line; any

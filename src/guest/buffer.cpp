@@ -114,20 +114,8 @@ void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
 void buffer_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *tensor, void *data, size_t offset,
                        size_t size) {
     RemoteBuffer *remote = context_of(buffer);
-    auto *bytes = static_cast<uint8_t *>(data);
-    for (size_t done = 0; done < size;) {
-        const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
-        Status status = remote->device->session()
-                            .call<GetTensor>({remote->range(tensor, offset + done, chunk)})
-                            .reply_tail_into(bytes + done, chunk)
-                            .run();
-        if (!status) {
-            report(remote, "get_tensor", status);
-            std::memset(bytes + done, 0, size - done);  // never hand back uninitialised memory
-            return;
-        }
-        done += chunk;
-    }
+    Status status = remote->read_tensor(tensor, offset, data, size, nullptr);
+    if (!status) report(remote, "get_tensor", status);
 }
 
 void buffer_set_tensor_2d(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
@@ -281,7 +269,7 @@ ggml_backend_buffer_i buffer_interface(RemoteBuffer::Kind kind, bool needs_init_
             iface.clear = buffer_clear;
             break;
         case RemoteBuffer::Kind::shared:
-            // ggml copies between host buffers itself, so no cpy_tensor or 2-D hooks.
+            // ggml copies between buffers in CPU memory itself, so no cpy_tensor or 2-D hooks.
             iface.memset_tensor = shared_memset_tensor;
             iface.set_tensor = shared_set_tensor;
             iface.get_tensor = shared_get_tensor;
@@ -307,6 +295,24 @@ BufferRange RemoteBuffer::range(const ggml_tensor *tensor, size_t offset, size_t
                    offset;
     range.size = size;
     return range;
+}
+
+Status RemoteBuffer::read_tensor(const ggml_tensor *tensor, size_t offset, void *data, size_t size,
+                                 const char *deferred) {
+    auto *bytes = static_cast<uint8_t *>(data);
+    for (size_t done = 0; done < size;) {
+        const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
+        auto call = device->session()
+                        .call<GetTensor>({range(tensor, offset + done, chunk)})
+                        .reply_tail_into(bytes + done, chunk);
+        Status status = deferred != nullptr ? call.run_later(deferred) : call.run();
+        if (!status) {
+            std::memset(bytes + done, 0, size - done);
+            return status;
+        }
+        done += chunk;
+    }
+    return Status::success();
 }
 
 RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer) {
@@ -418,7 +424,7 @@ ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *
     }
     if (!status) {
         // Not a file the host can map (or it refused): give the host a copy instead.
-        log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of host memory (%s)", device->name().c_str(), size,
+        log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of CPU memory (%s)", device->name().c_str(), size,
             status.message().c_str());
         ggml_backend_buffer_t staging = allocate_remote_buffer(device->buffer_type(), size);
         if (staging == nullptr) return nullptr;

@@ -100,7 +100,8 @@ size_t buft_get_alloc_size(ggml_backend_buffer_type_t buft, const ggml_tensor *t
     return RemoteDevice::from(buft)->alloc_size(tensor);
 }
 
-// Shared-memory buffers are host memory here too: ggml reads and writes them in place.
+// Shared-memory buffers are CPU memory here too (ggml's is_host): ggml reads and
+// writes them in place.
 bool buft_is_host(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->shares_memory(); }
 
 // Enough for every op shape of a model's graphs; a bound for workloads whose shapes
@@ -172,48 +173,39 @@ Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t rem
     return Status::success();
 }
 
-bool RemoteDevice::supports_op(const ggml_tensor *op) {
-    if (mapped_weights_.classify(op) == MappedWeights::Use::refused) return false;
-    const std::string signature = op_signature(op);
+template <class Cmd>
+Status RemoteDevice::ask_once(AnswerCache<Cmd> &cache, const std::string &signature, typename Cmd::Reply *reply) {
     {
         std::lock_guard<std::mutex> lock(cache_mutex_);
-        auto found = supports_op_cache_.find(signature);
-        if (found != supports_op_cache_.end()) return found->second;
-    }
-    SupportsOp::Reply reply{};
-    Status status = session_->call<SupportsOp>({remote_index_})
-                        .tail(ByteView(signature.data(), signature.size()))
-                        .reply(&reply)
-                        .run();
-    if (!status) {
-        if (status.code() != Code::disconnected) {
-            log(GGML_LOG_LEVEL_WARN, "%s: supports_op(%s) failed: %s", name_.c_str(), ggml_op_desc(op),
-                status.message().c_str());
+        auto found = cache.find(signature);
+        if (found != cache.end()) {
+            *reply = found->second;
+            return Status::success();
         }
-        return false;  // not cached: a later call may succeed
     }
+    Status status =
+        session_->call<Cmd>({remote_index_}).tail(ByteView(signature.data(), signature.size())).reply(reply).run();
+    if (!status) return status;  // not cached: a later ask may succeed
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (supports_op_cache_.size() >= kMaxCachedAnswers) supports_op_cache_.clear();  // shapes that keep changing
-    supports_op_cache_[signature] = reply.supported != 0;
-    return reply.supported != 0;
+    if (cache.size() >= kMaxCachedAnswers) cache.clear();  // shapes that keep changing
+    cache[signature] = *reply;
+    return status;
+}
+
+bool RemoteDevice::supports_op(const ggml_tensor *op) {
+    if (mapped_weights_.classify(op) == MappedWeights::Use::refused) return false;
+    SupportsOp::Reply reply{};
+    Status status = ask_once<SupportsOp>(supports_op_cache_, op_signature(op), &reply);
+    if (!status && status.code() != Code::disconnected) {
+        log(GGML_LOG_LEVEL_WARN, "%s: supports_op(%s) failed: %s", name_.c_str(), ggml_op_desc(op),
+            status.message().c_str());
+    }
+    return status && reply.supported != 0;
 }
 
 size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
-    const std::string signature = op_signature(tensor);
-    {
-        std::lock_guard<std::mutex> lock(cache_mutex_);
-        auto found = alloc_size_cache_.find(signature);
-        if (found != alloc_size_cache_.end()) return found->second;
-    }
     AllocSize::Reply reply{};
-    Status status = session_->call<AllocSize>({remote_index_})
-                        .tail(ByteView(signature.data(), signature.size()))
-                        .reply(&reply)
-                        .run();
-    if (!status) return ggml_nbytes(tensor);
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (alloc_size_cache_.size() >= kMaxCachedAnswers) alloc_size_cache_.clear();
-    alloc_size_cache_[signature] = reply.size;
+    if (!ask_once<AllocSize>(alloc_size_cache_, op_signature(tensor), &reply)) return ggml_nbytes(tensor);
     return reply.size;
 }
 

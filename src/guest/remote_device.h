@@ -41,7 +41,13 @@ class RemoteDevice {
     static RemoteDevice *from(ggml_backend_buffer_type_t buft) { return static_cast<RemoteDevice *>(buft->context); }
 
   private:
+    template <class Cmd>
+    using AnswerCache = std::unordered_map<std::string, typename Cmd::Reply>;
+
     RemoteDevice() = default;
+    // The host's reply to `Cmd` about an op signature: asked once, then cached.
+    template <class Cmd>
+    Status ask_once(AnswerCache<Cmd> &cache, const std::string &signature, typename Cmd::Reply *reply);
 
     std::shared_ptr<RemoteSession> session_;
     uint32_t remote_index_ = 0;
@@ -53,8 +59,8 @@ class RemoteDevice {
     MappedWeights mapped_weights_{this};
 
     std::mutex cache_mutex_;
-    std::unordered_map<std::string, bool> supports_op_cache_;
-    std::unordered_map<std::string, size_t> alloc_size_cache_;
+    AnswerCache<protocol::SupportsOp> supports_op_cache_;
+    AnswerCache<protocol::AllocSize> alloc_size_cache_;
 };
 
 // A buffer on a remote device, in one of three forms:
@@ -79,6 +85,11 @@ struct RemoteBuffer {
 
     // The handle and offset of a tensor's data (plus `offset`) in this buffer.
     protocol::BufferRange range(const ggml_tensor *tensor, size_t offset, size_t size) const;
+    // Reads bytes of a tensor in this (remote) buffer, in chunks within the
+    // server's message limit. `deferred`: the name of a read whose replies wait in
+    // line (run_later); null to wait for each. On failure the rest of `data` is
+    // zeroed, never left uninitialised.
+    Status read_tensor(const ggml_tensor *tensor, size_t offset, void *data, size_t size, const char *deferred);
 };
 
 // Whether a ggml buffer is one of ours (and then its RemoteBuffer).

@@ -12,7 +12,7 @@
 namespace ggml_remote::host {
 
 // What a handler hands back besides its fixed Reply: owned bytes, or a view of
-// memory that stays valid until the reply is sent (a host buffer's contents).
+// memory that stays valid until the reply is sent (the contents of a buffer in CPU memory).
 struct ReplyTail {
     std::vector<uint8_t> owned;
     protocol::ByteView view;

@@ -862,7 +862,7 @@ Status check_data_indexes(const ggml_cgraph *graph) {
         const std::string name = "SSM_SCAN node '" + printable(node->name) + "': ";
         if (ids->buffer == nullptr || !ggml_backend_buffer_is_host(ids->buffer) || !ggml_is_contiguous(ids) ||
             written_before(graph, i, ids)) {
-            return error(Code::bad_request, name + "its sequence ids must be the guest's own data in host memory");
+            return error(Code::bad_request, name + "its sequence ids must be the guest's own data in CPU memory");
         }
         const auto *values = static_cast<const int32_t *>(ids->data);
         for (int64_t k = 0; k < ggml_nelements(ids); ++k) {

@@ -249,7 +249,7 @@ class Session {
     // Whether buffers of this device can live in shared memory.
     bool device_shares_memory(ggml_backend_dev_t device) const;
     Status allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd);
-    // A host-memory device's buffer that only the host sees: our own mapping, so
+    // A CPU-memory device's buffer that only the host sees: our own mapping, so
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
     Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
     // Checks what a WeightLookup or WeightOffer asks of the store, but its range

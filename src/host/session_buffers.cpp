@@ -61,7 +61,7 @@ Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFi
     ggml_backend_dev_t device = nullptr;
     if (Status s = device_at(request.device, &device); !s) return s;
     if (!shared_memory_ || !device_shares_memory(device)) {
-        return error(Code::unsupported, "buffer_from_file needs a shared-memory session on a host-memory device");
+        return error(Code::unsupported, "buffer_from_file needs a shared-memory session on a CPU-memory device");
     }
     if (call.fds.size() != 1) {
         return error(Code::bad_request, "buffer_from_file needs exactly one file descriptor");

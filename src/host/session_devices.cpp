@@ -105,8 +105,8 @@ Status Session::handle(const DeviceInfo::Request &request, Call<DeviceInfo> &cal
     call.reply.type = props.type;
     uint32_t caps = 0;
     if (props.caps.async) caps |= kCapAsync;
-    if (props.caps.host_buffer) caps |= kCapHostBuffer;
-    if (props.caps.buffer_from_host_ptr) caps |= kCapBufferFromHostPtr;
+    if (props.caps.host_buffer) caps |= kCapCpuMemoryBufferType;
+    if (props.caps.buffer_from_host_ptr) caps |= kCapBufferFromCpuMemory;
     if (props.caps.events) caps |= kCapEvents;
     if (props.caps.mmap_support) caps |= kCapMmap;
     call.reply.caps = caps;
@@ -114,7 +114,7 @@ Status Session::handle(const DeviceInfo::Request &request, Call<DeviceInfo> &cal
     call.reply.memory_total = props.memory_total;
     call.reply.buffer_alignment = ggml_backend_buft_get_alignment(buft);
     call.reply.buffer_max_size = ggml_backend_buft_get_max_size(buft);
-    call.reply.buffer_is_host = ggml_backend_buft_is_host(buft) ? 1 : 0;
+    call.reply.buffer_in_cpu_memory = ggml_backend_buft_is_host(buft) ? 1 : 0;
     describe_buffer_hooks(buft, &call.reply);
     call.reply.shared_buffers = shared_memory_ && device_shares_memory(device) ? 1 : 0;
     for (const char *text : {props.name, props.description, ggml_backend_buft_name(buft)}) {

@@ -43,7 +43,7 @@ Status Session::buffer_range(const BufferRange &range, Access access, SessionBuf
 
 void Session::byte_tensor(const SessionBuffer &buffer, const BufferRange &range, ggml_tensor *bytes) {
     // A plain byte tensor over the range lets ggml's own set/get/memset/copy pick
-    // the right path for host and device memory alike.
+    // the right path for CPU and device memory alike.
     std::memset(bytes, 0, sizeof(*bytes));
     bytes->type = GGML_TYPE_I8;
     bytes->ne[0] = static_cast<int64_t>(range.size);

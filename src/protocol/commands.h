@@ -70,18 +70,23 @@ enum class CommandId : uint16_t {
 // "set_tensor"; "unknown" for an id that names no command.
 const char *command_name(CommandId id);
 
-// Device capability bits (DeviceInfo::Reply::caps).
+// Device capability bits (DeviceInfo::Reply::caps), from ggml's dev_props caps.
+// "CPU memory" is what ggml calls host memory: memory the CPU addresses directly.
 enum DeviceCaps : uint32_t {
     kCapAsync = 1 << 0,
-    kCapHostBuffer = 1 << 1,
-    kCapBufferFromHostPtr = 1 << 2,
+    // The device offers a second buffer type in (pinned) CPU memory for staging
+    // copies (ggml's caps.host_buffer, get_host_buffer_type).
+    kCapCpuMemoryBufferType = 1 << 1,
+    // The device can wrap CPU memory it is given as a buffer (ggml's
+    // caps.buffer_from_host_ptr).
+    kCapBufferFromCpuMemory = 1 << 2,
     kCapEvents = 1 << 3,
     kCapMmap = 1 << 4,
 };
 
 // Session capability bits (Hello): asked for by the guest, granted by the host.
 enum SessionCaps : uint64_t {
-    // Buffers in host memory are memory files mapped by both sides, and model
+    // Buffers in CPU memory are memory files mapped by both sides, and model
     // files are mapped instead of copied (unix sockets only).
     kSessionSharedMemory = 1 << 0,
     // With shared memory: after the handshake, frames go through two rings in a
@@ -127,7 +132,7 @@ struct DeviceInfo {
         uint64_t memory_total;
         uint64_t buffer_alignment;
         uint64_t buffer_max_size;
-        uint8_t buffer_is_host;
+        uint8_t buffer_in_cpu_memory;  // ggml_backend_buft_is_host
         // Whether the host's buffers implement init_tensor, and its buffer type a
         // get_alloc_size of its own; when not, the guest skips those round trips.
         uint8_t buffer_needs_init_tensor;

@@ -86,6 +86,20 @@ Mapping::~Mapping() {
     if (base_ != nullptr) ::munmap(base_, length_);
 }
 
+Status Mapping::map_guarded(size_t length, size_t phase, int prot, int flags, int fd, uint64_t file_offset) {
+    GuardedRange range;
+    if (Status s = reserve_guarded(length, kHugePageBytes, phase, &range); !s) return s;
+    if (::mmap(range.inner, length, prot, flags | MAP_FIXED, fd, static_cast<off_t>(file_offset)) == MAP_FAILED) {
+        const int saved = errno;
+        ::munmap(range.base, range.length);
+        return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(saved));
+    }
+    base_ = range.base;
+    length_ = range.length;
+    data_ = range.inner;
+    return Status::success();
+}
+
 Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping *out) {
     if (size == 0) return error(Code::bad_request, "cannot map an empty range");
     struct stat st {};
@@ -99,20 +113,11 @@ Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t aligned = offset / page * page;
     const size_t length = static_cast<size_t>(end - aligned);
-    GuardedRange range;
-    Status status = reserve_guarded(length, kHugePageBytes, aligned % kHugePageBytes, &range);
-    if (!status) return status;
-    void *base = ::mmap(range.inner, length, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_FIXED,
-                        fd, static_cast<off_t>(aligned));
-    if (base == MAP_FAILED) {
-        const int saved = errno;
-        ::munmap(range.base, range.length);
-        return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(saved));
-    }
     Mapping mapping;
-    mapping.base_ = range.base;
-    mapping.length_ = range.length;
-    mapping.data_ = static_cast<uint8_t *>(base) + (offset - aligned);
+    Status status = mapping.map_guarded(length, aligned % kHugePageBytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                                        MAP_SHARED, fd, aligned);
+    if (!status) return status;
+    mapping.data_ = static_cast<uint8_t *>(mapping.data_) + (offset - aligned);
     mapping.size_ = size;
     *out = std::move(mapping);
     return Status::success();
@@ -139,24 +144,13 @@ Status Mapping::overlay_file(size_t offset, size_t length, int fd, uint64_t file
 
 Status Mapping::anonymous(size_t size, Mapping *out) {
     if (size == 0) return error(Code::bad_request, "cannot map an empty range");
-    constexpr size_t kHugePage = 2u << 20;
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     if (size > SIZE_MAX / 2) return error(Code::bad_request, "mapping too large");
     const size_t used = (size + page - 1) / page * page;
-    GuardedRange range;
-    Status status = reserve_guarded(used, kHugePage, 0, &range);
-    if (!status) return status;
-    void *base = ::mmap(range.inner, used, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (base == MAP_FAILED) {
-        const int saved = errno;
-        ::munmap(range.base, range.length);
-        return error(Code::out_of_memory, std::string("mmap: ") + std::strerror(saved));
-    }
-    if (used >= kHugePage) (void)::madvise(base, used, MADV_HUGEPAGE);  // a hint: "never" mode ignores it
     Mapping mapping;
-    mapping.base_ = range.base;
-    mapping.length_ = range.length;
-    mapping.data_ = base;
+    Status status = mapping.map_guarded(used, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!status) return status;
+    if (used >= kHugePageBytes) (void)::madvise(mapping.data_, used, MADV_HUGEPAGE);  // a hint: "never" mode ignores it
     mapping.size_ = size;
     *out = std::move(mapping);
     return Status::success();

@@ -43,6 +43,11 @@ class Mapping {
     size_t size() const { return size_; }
 
   private:
+    // Reserves guarded address space whose inner start is `phase` past a 2 MiB
+    // boundary and maps `length` bytes there (mmap's prot, flags, fd and offset);
+    // data() is then that start. Nothing stays reserved when it fails.
+    Status map_guarded(size_t length, size_t phase, int prot, int flags, int fd, uint64_t file_offset);
+
     void *base_ = nullptr;  // page-aligned start of the reservation, guards included
     size_t length_ = 0;     // its length
     void *data_ = nullptr;  // the requested offset inside it

@@ -224,7 +224,7 @@ Verdict expect_error_then_close(Guest &guest, const Outcome &outcome, Code code)
 }
 
 // A guest's graph: tensors made by ggml's constructors, placed at offsets in one
-// session buffer (a host-side arena stands in for it, so ggml computes view addresses
+// session buffer (a local arena stands in for it, so ggml computes view addresses
 // as usual), then encoded as the guest backend does and edited to lie.
 class GuestGraph {
   public:

@@ -2,6 +2,7 @@
 // against an in-process host Session on the CPU device over a socketpair, and
 // against a scripted peer where the test needs to see the bytes or cut the line.
 #include "ggml_test_support.h"
+#include "guest/remote_device.h"
 #include "guest/remote_session.h"
 #include "host/session.h"
 #include "protocol/commands.h"
@@ -319,6 +320,44 @@ TEST_F(ScriptedPeer, PeerThatHangsUpMidCallFailsItAndEveryLaterCallAtOnce) {
     EXPECT_THAT(status.message(), HasSubstr("no connection to scripted host"));
     EXPECT_EQ(session->post<BufferReset>({7}).code(), Code::disconnected);
     EXPECT_EQ(session->synchronize(1).code(), Code::disconnected);
+}
+
+TEST_F(ServedRemoteSession, DeviceAsksTheHostOncePerOpSignature) {
+    std::shared_ptr<RemoteSession> shared = std::move(session);
+    std::unique_ptr<RemoteDevice> device;
+    Status status = RemoteDevice::create(shared, 0, "REMOTE0", nullptr, &device);
+    ASSERT_TRUE(status.ok()) << status.message();
+    GgmlContext ctx = metadata_context(8, 0);
+    ggml_tensor *a = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 16);
+    ggml_tensor *sum = ggml_add(ctx.get(), a, a);
+
+    const uint64_t before = shared->counters().round_trips;
+    EXPECT_TRUE(device->supports_op(sum));
+    EXPECT_TRUE(device->supports_op(sum));
+    EXPECT_EQ(device->alloc_size(sum), ggml_nbytes(sum));
+    EXPECT_EQ(device->alloc_size(sum), ggml_nbytes(sum));
+    EXPECT_EQ(shared->counters().round_trips, before + 2) << "one ask each, then the cached answers";
+}
+
+TEST_F(ServedRemoteSession, TensorInARemoteBufferReadsBackAsWritten) {
+    std::shared_ptr<RemoteSession> shared = std::move(session);
+    std::unique_ptr<RemoteDevice> device;
+    Status status = RemoteDevice::create(shared, 0, "REMOTE0", nullptr, &device);
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_FALSE(device->shares_memory()) << "a socketpair session: data moves in messages";
+    ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(device->buffer_type(), 4096);
+    ASSERT_NE(buffer, nullptr);
+    GgmlContext ctx = metadata_context(8, 0);
+    ggml_tensor *t = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 4);
+    auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buffer));
+    ASSERT_EQ(ggml_backend_tensor_alloc(buffer, t, base + 64), GGML_STATUS_SUCCESS);
+
+    const std::vector<float> values = {1, 2, 3, 4};
+    ggml_backend_tensor_set(t, values.data(), 0, sizeof(float) * values.size());
+    std::vector<float> back(values.size(), -1.0f);
+    ggml_backend_tensor_get(t, back.data(), 0, sizeof(float) * back.size());
+    EXPECT_EQ(back, values);
+    ggml_backend_buffer_free(buffer);
 }
 
 }  // namespace

@@ -256,7 +256,7 @@ TEST_F(CpuSession, DeviceInfoDescribesTheHostCpu) {
     EXPECT_EQ(reply.type, static_cast<uint32_t>(GGML_BACKEND_DEVICE_TYPE_CPU));
     EXPECT_GT(reply.buffer_alignment, 0u);
     EXPECT_EQ(reply.buffer_alignment & (reply.buffer_alignment - 1), 0u) << "alignment is a power of two";
-    EXPECT_EQ(reply.buffer_is_host, 1);
+    EXPECT_EQ(reply.buffer_in_cpu_memory, 1);
     EXPECT_GT(reply.buffer_max_size, 0u);
 
     // Tail: name, description and buffer type name, each NUL-terminated.
