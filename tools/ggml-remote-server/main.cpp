@@ -352,7 +352,8 @@ int main(int argc, char **argv) {
         Status status = read_psk_file(options.tls_psk_file, &keys);
         if (!status) fail("--tls-psk: " + status.message());
         for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
-        if (options.sandbox && host::policy_lets_read(host::worker_filesystem_policy(), options.tls_psk_file)) {
+        if (options.sandbox && host::policy_lets_read(host::worker_filesystem_policy(host::worker_paths(options)),
+                                                    options.tls_psk_file)) {
             host::log_line("warning: the key file " + options.tls_psk_file +
                            " lies where session workers may read (their sandbox allows it); move it, e.g. to "
                            "/etc/ggml-remote/");
@@ -383,7 +384,7 @@ int main(int argc, char **argv) {
     // A sandbox that cannot work here is found now, once, rather than by every guest.
     if (options.sandbox) {
         host::SandboxReport report;
-        status = host::probe_sandbox(&report);
+        status = host::probe_sandbox(host::worker_filesystem_policy(host::worker_paths(options)), &report);
         if (!status) {
             fail("cannot sandbox session workers on this system: " + status.message() +
                  "; --no-sandbox serves without (see docs/SECURITY.md)");
