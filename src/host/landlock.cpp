@@ -124,7 +124,7 @@ void append_path_list(const char *variable, std::vector<std::string> *paths) {
 
 }  // namespace
 
-FilesystemPolicy worker_filesystem_policy() {
+FilesystemPolicy worker_filesystem_policy(const WorkerPaths &paths) {
     FilesystemPolicy policy;
     // Libraries, ggml's backend directory and the drivers' files (Vulkan and OpenCL
     // ICDs live in /usr/share and /etc; NVIDIA's profiles, Mesa's drirc), and what a
@@ -135,7 +135,7 @@ FilesystemPolicy worker_filesystem_policy() {
     // ggml looks for backends beside the executable, and GGML_BACKEND_PATH names one.
     const std::string own_directory = directory_of_executable();
     if (!own_directory.empty()) policy.read_only.push_back(own_directory);
-    if (const char *backend = std::getenv("GGML_BACKEND_PATH")) policy.read_only.push_back(backend);
+    if (!paths.backend_path.empty()) policy.read_only.push_back(paths.backend_path);
     append_path_list("LD_LIBRARY_PATH", &policy.read_only);
     append_path_list("VK_ICD_FILENAMES", &policy.read_only);
     append_path_list("VK_DRIVER_FILES", &policy.read_only);
@@ -145,11 +145,11 @@ FilesystemPolicy worker_filesystem_policy() {
         }
         ::closedir(dev);
     }
-    // GGML_REMOTE_RECORD_DIR: the worker writes the session's frames there.
-    // It is made now if need be: once sandboxed, the worker could not make it.
-    if (const char *record = std::getenv("GGML_REMOTE_RECORD_DIR"); record != nullptr && *record != '\0') {
-        (void)::mkdir(record, 0700);
-        policy.read_write.push_back(record);
+    // The worker writes the session's frames there. It is made now if need be:
+    // once sandboxed, the worker could not make it.
+    if (!paths.record_dir.empty()) {
+        (void)::mkdir(paths.record_dir.c_str(), 0700);
+        policy.read_write.push_back(paths.record_dir);
     }
     return policy;
 }

@@ -20,8 +20,15 @@ struct FilesystemPolicy {
     std::vector<std::string> read_write;  // also create, write and remove files beneath
 };
 
-// What a session worker's backends need; paths that do not exist here are left out.
-FilesystemPolicy worker_filesystem_policy();
+// The server's settings a worker's policy grants paths for (from ServerOptions).
+struct WorkerPaths {
+    std::string backend_path;  // GGML_BACKEND_PATH: a backend ggml loads; read only
+    std::string record_dir;    // GGML_REMOTE_RECORD_DIR: where the worker records its frames
+};
+
+// What a session worker's backends need, and `paths`; paths that do not exist here
+// are left out. Makes the record directory if need be (a sandboxed worker could not).
+FilesystemPolicy worker_filesystem_policy(const WorkerPaths &paths);
 
 // Whether `path` lies beneath a path of `policy` (both resolved): a key file there
 // would stay readable to a sandboxed worker.

@@ -311,7 +311,7 @@ std::string describe_sandbox(const SandboxReport &report) {
     return words;
 }
 
-Status probe_sandbox(SandboxReport *report) {
+Status probe_sandbox(const FilesystemPolicy &files, SandboxReport *report) {
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return error(Code::error, std::string("pipe: ") + std::strerror(errno));
     const pid_t child = ::fork();
@@ -324,7 +324,7 @@ Status probe_sandbox(SandboxReport *report) {
         ::close(pipe_fds[0]);
         // The child reports what it got, then why it failed (if it did).
         SandboxReport got;
-        Status status = enter_sandbox(worker_filesystem_policy(), &got);
+        Status status = enter_sandbox(files, &got);
         (void)!::write(pipe_fds[1], &got, sizeof(got));
         if (!status) (void)!::write(pipe_fds[1], status.message().data(), status.message().size());
         ::_exit(status.ok() ? 0 : 1);

@@ -39,14 +39,14 @@ Status make_undumpable();
 // `files` (where the kernel has it; the process must still have one thread), and the
 // seccomp deny-list on every thread; for the calling process and everything it could
 // start. Irreversible.
-Status enter_sandbox(const FilesystemPolicy &files = worker_filesystem_policy(), SandboxReport *report = nullptr);
+Status enter_sandbox(const FilesystemPolicy &files = worker_filesystem_policy({}), SandboxReport *report = nullptr);
 
 // The server's start-up words for `report`: "seccomp sandbox, ..., files confined
 // by Landlock (ABI N)", or that files are not confined where the kernel has no Landlock.
 std::string describe_sandbox(const SandboxReport &report);
 
-// Whether enter_sandbox works on this kernel, tried in a short-lived child process
-// so that the caller stays as it was; `report` says what the child got.
-Status probe_sandbox(SandboxReport *report = nullptr);
+// Whether enter_sandbox(files) works on this kernel, tried in a short-lived child
+// process so that the caller stays as it was; `report` says what the child got.
+Status probe_sandbox(const FilesystemPolicy &files, SandboxReport *report = nullptr);
 
 }  // namespace ggml_remote::host

@@ -46,10 +46,14 @@ void log_line(const std::string &text) {
 Status read_server_environment(ServerOptions *options) {
     const char *record_dir = std::getenv("GGML_REMOTE_RECORD_DIR");
     options->record_dir = record_dir != nullptr ? record_dir : "";
+    const char *backend_path = std::getenv("GGML_BACKEND_PATH");
+    options->backend_path = backend_path != nullptr ? backend_path : "";
     // GGML_REMOTE_FOLLOW_WORKER concerns guests only.
     return parse_wait_options(std::getenv("GGML_REMOTE_RING_SPIN_US"), std::getenv("GGML_REMOTE_SPIN_SPARE"), nullptr,
                               &options->waiting);
 }
+
+WorkerPaths worker_paths(const ServerOptions &options) { return {options.backend_path, options.record_dir}; }
 
 std::vector<InheritedSocket> inherited_listening_sockets() {
     const char *pid = std::getenv("LISTEN_PID");

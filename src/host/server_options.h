@@ -1,6 +1,7 @@
 // The server's options, shared by the listener and its session workers.
 #pragma once
 
+#include "host/landlock.h"
 #include "host/session.h"
 #include "host/weight_store.h"
 #include "transport/socket.h"
@@ -33,10 +34,13 @@ struct ServerOptions {
     // --weight-store DIR and its limits (weight_store.h).
     WeightStoreOptions weight_store;
     // From the environment (read_server_environment): how a worker waits for its
-    // guest (GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE), and where it keeps
-    // every frame of its session for the fuzzers' seeds (GGML_REMOTE_RECORD_DIR).
+    // guest (GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE), where it keeps
+    // every frame of its session for the fuzzers' seeds (GGML_REMOTE_RECORD_DIR),
+    // and the backend ggml loads besides its own directory's (GGML_BACKEND_PATH,
+    // which its sandbox lets it read).
     WaitOptions waiting;
     std::string record_dir;
+    std::string backend_path;
     // Worker only: the listener's status board and this session's slot in it.
     int status_fd = -1;
     int status_slot = -1;
@@ -47,6 +51,9 @@ struct ServerOptions {
 // Reads the server's environment variables into `options`, once at start-up; a
 // malformed value keeps its default and is named in the error.
 Status read_server_environment(ServerOptions *options);
+
+// The paths of `options` a worker's sandbox grants (landlock.h).
+WorkerPaths worker_paths(const ServerOptions &options);
 
 // The listening sockets systemd handed to this process (LISTEN_FDS, when
 // LISTEN_PID names it); empty otherwise. The variables are then unset.

@@ -179,7 +179,7 @@ int confine_worker(const std::string &label, int client_fd, const ServerOptions 
     // The guest's first byte is read inside the sandbox: GnuTLS parses the handshake of
     // a guest that may hold no key, and the backends load only after it authenticated.
     if (options.sandbox) {
-        FilesystemPolicy files = worker_filesystem_policy();
+        FilesystemPolicy files = worker_filesystem_policy(worker_paths(options));
         if (!options.weight_store.directory.empty()) files.read_write.push_back(options.weight_store.directory);
         status = enter_sandbox(files);
         if (!status) {

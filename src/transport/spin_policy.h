@@ -14,9 +14,9 @@
 // between graphs, while the compute's other threads still spin on the other
 // cores: a spinning worker would leave the guest no core to run on). Unless the
 // machine has cores to spare: with at least two more usable CPUs than the compute
-// has threads, the waiting side spins there too, as for any other wait. On a
-// 16-core VM with llama-bench -t 4, a sleeping side's wake-up landed on an idle
-// vCPU every time (tens of microseconds: tiny model's generation at 0.61x of local).
+// has threads, the waiting side spins there too, as for any other wait. There a
+// sleeping side's wake-up lands on an idle vCPU, which in a VM costs tens of
+// microseconds a token (figures: docs/BENCHMARKS.md, "a 16-core machine").
 // WaitOptions::spin_on_spare_cores false turns that off (then a busy peer's wait
 // never spins).
 //

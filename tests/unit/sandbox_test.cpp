@@ -249,6 +249,19 @@ TEST_F(LandlockTest, WorkerPolicyKeepsTheBackendsAndNotTheTestsFiles) {
     EXPECT_EQ(report, "");
 }
 
+// The server's backend path and record directory come from its options, not from
+// the worker's environment; the record directory is made for the worker.
+TEST_F(LandlockTest, WorkerPolicyGrantsTheServersBackendAndRecordPaths) {
+    setenv("GGML_REMOTE_RECORD_DIR", (root_ + "/from-environment").c_str(), 1);
+    const FilesystemPolicy policy = worker_filesystem_policy({root_ + "/allowed/library", root_ + "/frames"});
+    unsetenv("GGML_REMOTE_RECORD_DIR");
+    EXPECT_TRUE(policy_lets_read(policy, root_ + "/allowed/library"));
+    EXPECT_FALSE(policy_lets_read(policy, root_ + "/secret/keys.psk"));
+    EXPECT_THAT(policy.read_write, ::testing::ElementsAre(root_ + "/frames"));
+    EXPECT_TRUE(std::filesystem::is_directory(root_ + "/frames"));
+    EXPECT_FALSE(std::filesystem::exists(root_ + "/from-environment"));
+}
+
 TEST_F(LandlockTest, SaysWhetherAPolicyLetsAFileBeRead) {
     FilesystemPolicy policy;
     policy.read_only = {root_ + "/allowed"};
@@ -420,7 +433,7 @@ TEST(SandboxTest, ClosesEveryDescriptorButTheKeptOnes) {
 
 TEST(SandboxTest, ProbeSaysTheSandboxWorksHereAndLeavesTheCallerAsItWas) {
     const std::string before = status_line("NoNewPrivs") + status_line("Seccomp_filters");
-    Status status = probe_sandbox();
+    Status status = probe_sandbox(worker_filesystem_policy({}));
     EXPECT_TRUE(status.ok()) << status.message();
     EXPECT_EQ(status_line("NoNewPrivs") + status_line("Seccomp_filters"), before);
 }

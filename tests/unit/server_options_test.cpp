@@ -17,7 +17,8 @@ class ServerEnvironment : public ::testing::Test {
     void SetUp() override { clear(); }
     void TearDown() override { clear(); }
     static void clear() {
-        for (const char *name : {"GGML_REMOTE_RING_SPIN_US", "GGML_REMOTE_SPIN_SPARE", "GGML_REMOTE_RECORD_DIR"}) {
+        for (const char *name :
+             {"GGML_REMOTE_RING_SPIN_US", "GGML_REMOTE_SPIN_SPARE", "GGML_REMOTE_RECORD_DIR", "GGML_BACKEND_PATH"}) {
             unsetenv(name);
         }
     }
@@ -29,6 +30,7 @@ TEST_F(ServerEnvironment, NoVariablesKeepTheDefaults) {
     EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
     EXPECT_TRUE(options.waiting.spin_on_spare_cores);
     EXPECT_EQ(options.record_dir, "");
+    EXPECT_EQ(options.backend_path, "");
 }
 
 TEST_F(ServerEnvironment, WaitSettingsAndRecordDirectoryAreRead) {
@@ -40,6 +42,17 @@ TEST_F(ServerEnvironment, WaitSettingsAndRecordDirectoryAreRead) {
     EXPECT_EQ(options.waiting.max_spin_ns, 50000u);
     EXPECT_FALSE(options.waiting.spin_on_spare_cores);
     EXPECT_EQ(options.record_dir, "/tmp/frames");
+}
+
+// The worker's sandbox grants both paths (landlock.h): they come from here only.
+TEST_F(ServerEnvironment, BackendPathAndRecordDirectoryReachTheWorkersPaths) {
+    setenv("GGML_BACKEND_PATH", "/opt/ggml/libggml-cuda.so", 1);
+    setenv("GGML_REMOTE_RECORD_DIR", "/tmp/frames", 1);
+    ServerOptions options;
+    ASSERT_TRUE(read_server_environment(&options).ok());
+    const WorkerPaths paths = worker_paths(options);
+    EXPECT_EQ(paths.backend_path, "/opt/ggml/libggml-cuda.so");
+    EXPECT_EQ(paths.record_dir, "/tmp/frames");
 }
 
 TEST_F(ServerEnvironment, MalformedSpinLimitIsNamedAndKeepsItsDefault) {

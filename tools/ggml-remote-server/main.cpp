@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,87 +30,87 @@ namespace {
 
 constexpr const char *kDefaultEndpoint = "tcp://127.0.0.1:50053";
 
-void print_usage(const char *program) {
-    std::printf(
-        "usage: %s [options]\n"
-        "\n"
-        "Serves this machine's ggml devices (CPU, GPUs) to applications that load the\n"
-        "libggml-remote.so backend plugin (GGML_REMOTE_SERVERS=<endpoint>).\n"
-        "Each guest is served by a worker process of its own.\n"
-        "\n"
-        "options:\n"
-        "  -h,    --help                 show this help and exit\n"
-        "         --version              show the version and protocol version and exit\n"
-        "  -l,    --listen ENDPOINT      where to listen; repeatable (default: %s, or the\n"
-        "                                sockets systemd passes with socket activation)\n"
-        "                                ENDPOINT is unix:/path/to.sock or tcp://host:port\n"
-        "         --tls-psk FILE         every tcp:// listener speaks TLS 1.3 and admits only\n"
-        "                                guests that hold a key of FILE (identity:hexkey lines,\n"
-        "                                made with psktool -u NAME -p FILE); guests connect to\n"
-        "                                tls://host:port\n"
-        "         --insecure             allow plain TCP on a non-loopback address (anyone who\n"
-        "                                can reach it can use the host's devices), also for\n"
-        "                                --metrics\n"
-        "         --metrics ENDPOINT     answer Prometheus scrapes (HTTP GET /metrics) on\n"
-        "                                tcp://host:port or unix:/path.sock; no authentication:\n"
-        "                                keep it on loopback or a unix socket\n"
-        "  -d,    --device NAME          expose only this host device; repeatable (default: all)\n"
-        "         --list-devices         print the host devices and exit\n"
-        "  -t,    --threads N            threads of each CPU backend (default: all cores)\n"
-        "         --poll 0..100          how long CPU threads spin for the next graph before they\n"
-        "                                sleep (ggml's poll level; default 50; 0: sleep at once)\n"
-        "         --cores N              cores the sessions that compute at once share (default:\n"
-        "                                the CPUs the server may run on); each gets a fair share\n"
-        "                                of them as threads, and while they are contended no\n"
-        "                                waiting side spins (see docs/MANY-GUESTS.md)\n"
-        "         --no-core-scheduling   every session computes with the threads its guest asks\n"
-        "                                for and spins as if it were alone (for comparison)\n"
-        "         --no-repack            compute with a guest's mapped weights as they are (by\n"
-        "                                default a CPU device repacks them into its fastest\n"
-        "                                layouts, as llama.cpp does locally)\n"
-        "         --weight-store DIR     keep guests' weights by content in DIR: a guest that\n"
-        "                                loads weights the store holds sends no bytes, and\n"
-        "                                sessions share one copy of them (see docs/SECURITY.md)\n"
-        "         --weight-store-size SIZE  the most the store holds; the least recently used\n"
-        "                                entries go first (default: a quarter of DIR's disk)\n"
-        "         --weight-store-shared  one store for all guests (default: one per user on a\n"
-        "                                unix socket, TLS identity, or address on plain TCP)\n"
-        "         --weight-store-verify  hash an entry again each time a session uses it\n"
-        "         --max-sessions N       guests served at once (default: 64)\n"
-        "         --max-sessions-per-peer N  sessions one peer may hold: a user on a unix\n"
-        "                                socket (the server's own user and root: no limit), an\n"
-        "                                address on TCP (default: a quarter of --max-sessions)\n"
-        "         --max-unauthenticated N  TLS connections still in their handshake (default:\n"
-        "                                16; they never take one of --max-sessions, and when\n"
-        "                                all N are taken the oldest is ended)\n"
-        "         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)\n"
-        "         --max-buffers N        buffers per session (default: 65536)\n"
-        "         --max-backends N       backends per session (default: 16)\n"
-        "         --mapped-file-quota SIZE  bytes of guests' files (models) a session may map\n"
-        "                                (default: the host's physical memory)\n"
-        "         --max-message-size SIZE  largest message accepted (default: 256M)\n"
-        "         --handshake-timeout S  a guest must complete the handshake within S seconds\n"
-        "                                of connecting (default: 10; 0: no limit)\n"
-        "         --frame-timeout S      a frame must arrive, and a reply be taken, within S\n"
-        "                                seconds plus one per MiB (default: 60; 0: no limit)\n"
-        "         --idle-timeout S       end a session that sends nothing for S seconds\n"
-        "                                (default: 0, never: llama-server idles between requests)\n"
-        "         --worker-user USER     a server started as root runs its session workers as\n"
-        "                                USER (recommended there: see docs/SECURITY.md)\n"
-        "         --no-sandbox           workers without their sandbox: seccomp, Landlock, no\n"
-        "                                capabilities (for debugging;\n"
-        "                                see docs/SECURITY.md)\n"
-        "  -v,    --verbose              also log ggml's informational messages\n"
-        "\n"
-        "status of a running server (its devices and live sessions):\n"
-        "  %s status --connect unix:/path/to.sock [--json]\n"
-        "\n"
-        "example:\n"
-        "  %s --listen unix:/tmp/ggml-remote.sock --listen tcp://127.0.0.1:50053\n"
-        "  GGML_BACKEND_PATH=/usr/lib/x86_64-linux-gnu/ggml-remote/libggml-remote.so \\\n"
-        "  GGML_REMOTE_SERVERS=unix:/tmp/ggml-remote.sock llama-cli -m model.gguf -ngl 99\n",
-        program, kDefaultEndpoint, program, program);
-}
+// printf format: the program name, the default endpoint, the program name twice.
+constexpr const char *kUsage = R"(usage: %s [options]
+
+Serves this machine's ggml devices (CPU, GPUs) to applications that load the
+libggml-remote.so backend plugin (GGML_REMOTE_SERVERS=<endpoint>).
+Each guest is served by a worker process of its own.
+
+options:
+  -h,    --help                 show this help and exit
+         --version              show the version and protocol version and exit
+  -l,    --listen ENDPOINT      where to listen; repeatable (default: %s, or the
+                                sockets systemd passes with socket activation)
+                                ENDPOINT is unix:/path/to.sock or tcp://host:port
+         --tls-psk FILE         every tcp:// listener speaks TLS 1.3 and admits only
+                                guests that hold a key of FILE (identity:hexkey lines,
+                                made with psktool -u NAME -p FILE); guests connect to
+                                tls://host:port
+         --insecure             allow plain TCP on a non-loopback address (anyone who
+                                can reach it can use the host's devices), also for
+                                --metrics
+         --metrics ENDPOINT     answer Prometheus scrapes (HTTP GET /metrics) on
+                                tcp://host:port or unix:/path.sock; no authentication:
+                                keep it on loopback or a unix socket
+  -d,    --device NAME          expose only this host device; repeatable (default: all)
+         --list-devices         print the host devices and exit
+  -t,    --threads N            threads of each CPU backend (default: all cores)
+         --poll 0..100          how long CPU threads spin for the next graph before they
+                                sleep (ggml's poll level; default 50; 0: sleep at once)
+         --cores N              cores the sessions that compute at once share (default:
+                                the CPUs the server may run on); each gets a fair share
+                                of them as threads, and while they are contended no
+                                waiting side spins (see docs/MANY-GUESTS.md)
+         --no-core-scheduling   every session computes with the threads its guest asks
+                                for and spins as if it were alone (for comparison)
+         --no-repack            compute with a guest's mapped weights as they are (by
+                                default a CPU device repacks them into its fastest
+                                layouts, as llama.cpp does locally)
+         --weight-store DIR     keep guests' weights by content in DIR: a guest that
+                                loads weights the store holds sends no bytes, and
+                                sessions share one copy of them (see docs/SECURITY.md)
+         --weight-store-size SIZE  the most the store holds; the least recently used
+                                entries go first (default: a quarter of DIR's disk)
+         --weight-store-shared  one store for all guests (default: one per user on a
+                                unix socket, TLS identity, or address on plain TCP)
+         --weight-store-verify  hash an entry again each time a session uses it
+         --max-sessions N       guests served at once (default: 64)
+         --max-sessions-per-peer N  sessions one peer may hold: a user on a unix
+                                socket (the server's own user and root: no limit), an
+                                address on TCP (default: a quarter of --max-sessions)
+         --max-unauthenticated N  TLS connections still in their handshake (default:
+                                16; they never take one of --max-sessions, and when
+                                all N are taken the oldest is ended)
+         --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)
+         --max-buffers N        buffers per session (default: 65536)
+         --max-backends N       backends per session (default: 16)
+         --mapped-file-quota SIZE  bytes of guests' files (models) a session may map
+                                (default: the host's physical memory)
+         --max-message-size SIZE  largest message accepted (default: 256M)
+         --handshake-timeout S  a guest must complete the handshake within S seconds
+                                of connecting (default: 10; 0: no limit)
+         --frame-timeout S      a frame must arrive, and a reply be taken, within S
+                                seconds plus one per MiB (default: 60; 0: no limit)
+         --idle-timeout S       end a session that sends nothing for S seconds
+                                (default: 0, never: llama-server idles between requests)
+         --worker-user USER     a server started as root runs its session workers as
+                                USER (recommended there: see docs/SECURITY.md)
+         --no-sandbox           workers without their sandbox: seccomp, Landlock, no
+                                capabilities (for debugging;
+                                see docs/SECURITY.md)
+  -v,    --verbose              also log ggml's informational messages
+
+status of a running server (its devices and live sessions):
+  %s status --connect unix:/path/to.sock [--json]
+
+example:
+  %s --listen unix:/tmp/ggml-remote.sock --listen tcp://127.0.0.1:50053
+  GGML_BACKEND_PATH=/usr/lib/x86_64-linux-gnu/ggml-remote/libggml-remote.so \
+  GGML_REMOTE_SERVERS=unix:/tmp/ggml-remote.sock llama-cli -m model.gguf -ngl 99
+)";
+
+void print_usage(const char *program) { std::printf(kUsage, program, kDefaultEndpoint, program, program); }
 
 [[noreturn]] void fail(const std::string &message) {
     std::fprintf(stderr, "ggml-remote-server: %s (see --help)\n", message.c_str());
@@ -208,170 +209,236 @@ std::string describe_core_scheduling(const host::SessionLimits &limits) {
            (cores == 1 ? " core" : " cores");
 }
 
-}  // namespace
+// The command line, walked flag by flag; a flag's value is the argument after it.
+class Arguments {
+  public:
+    Arguments(int argc, char **argv) : argc_(argc), argv_(argv) {}
 
-int main(int argc, char **argv) {
-    if (argc > 1 && std::strcmp(argv[1], "status") == 0) return run_status_command(argc - 1, argv + 1);
-    host::ServerOptions options;
-    bool insecure = false;
-    int worker_fd = -1, session_id = 0;
-    std::string peer;
-    // Everything but the worker-only flags is passed on to the workers.
-    std::vector<std::string> worker_command{argv[0]};
-
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) fail(arg + " needs a value");
-            return argv[++i];
-        };
-        const int first = i;
-        if (arg == "-h" || arg == "--help") {
-            print_usage(argv[0]);
-            return 0;
-        } else if (arg == "--version") {
-            std::printf("ggml-remote-server 0.1.0 (protocol version %u)\n", protocol::kProtocolVersion);
-            return 0;
-        } else if (arg == "--list-devices") {
-            return list_devices();
-        } else if (arg == "-l" || arg == "--listen") {
-            options.listen.push_back(value());
-            continue;
-        } else if (arg == "--tls-psk") {
-            options.tls_psk_file = value();
-        } else if (arg == "--metrics") {
-            options.metrics = value();
-            continue;
-        } else if (arg == "--insecure") {
-            insecure = true;
-            continue;
-        } else if (arg == "-d" || arg == "--device") {
-            options.devices.push_back(value());
-        } else if (arg == "-t" || arg == "--threads") {
-            options.limits.default_threads = parse_int(arg, value(), 1);
-        } else if (arg == "--poll") {
-            options.limits.cpu_poll = parse_int(arg, value(), 0);
-            if (options.limits.cpu_poll > 100) {
-                std::fprintf(stderr, "ggml-remote-server: --poll takes 0 to 100\n");
-                return 2;
-            }
-        } else if (arg == "--weight-store") {
-            options.weight_store.directory = absolute_path(value());
-            worker_command.insert(worker_command.end(), {arg, options.weight_store.directory});
-            continue;
-        } else if (arg == "--weight-store-size") {
-            options.weight_store.max_bytes = parse_size(arg, value());
-            if (options.weight_store.max_bytes == 0) fail("--weight-store-size must be at least one byte");
-        } else if (arg == "--weight-store-shared") {
-            options.weight_store.shared_across_tenants = true;
-        } else if (arg == "--weight-store-verify") {
-            options.weight_store.verify_on_use = true;
-        } else if (arg == "--cores") {
-            options.limits.cores = parse_int(arg, value(), 1);
-        } else if (arg == "--no-core-scheduling") {
-            options.limits.schedule_cores = false;
-        } else if (arg == "--max-sessions") {
-            options.max_sessions = parse_int(arg, value(), 1);
-        } else if (arg == "--max-sessions-per-peer") {
-            options.max_sessions_per_peer = parse_int(arg, value(), 1);
-        } else if (arg == "--max-unauthenticated") {
-            options.max_unauthenticated = parse_int(arg, value(), 1);
-        } else if (arg == "--memory-quota") {
-            options.limits.memory_quota = parse_size(arg, value());
-        } else if (arg == "--max-buffers") {
-            options.limits.max_buffers = static_cast<uint32_t>(parse_int(arg, value(), 1));
-        } else if (arg == "--max-backends") {
-            options.limits.max_backends = static_cast<uint32_t>(parse_int(arg, value(), 1));
-        } else if (arg == "--mapped-file-quota") {
-            options.limits.mapped_file_quota = parse_size(arg, value());
-            if (options.limits.mapped_file_quota == 0) fail("--mapped-file-quota must be at least one byte");
-        } else if (arg == "--max-message-size") {
-            options.limits.max_message_size = parse_size(arg, value());
-        } else if (arg == "--handshake-timeout") {
-            options.limits.handshake_timeout_s = parse_int(arg, value(), 0);
-        } else if (arg == "--frame-timeout") {
-            options.limits.frame_timeout_s = parse_int(arg, value(), 0);
-        } else if (arg == "--idle-timeout") {
-            options.limits.idle_timeout_s = parse_int(arg, value(), 0);
-        } else if (arg == "--no-repack") {
-            options.limits.repack_weights = false;
-        } else if (arg == "--worker-user") {
-            options.worker_user = value();
-        } else if (arg == "--no-sandbox") {
-            options.sandbox = false;
-        } else if (arg == "-v" || arg == "--verbose") {
-            options.verbose = true;
-        } else if (arg == "--worker-fd") {
-            worker_fd = parse_int(arg, value(), 0);
-            continue;
-        } else if (arg == "--session-id") {
-            session_id = parse_int(arg, value(), 0);
-            continue;
-        } else if (arg == "--peer") {
-            peer = value();
-            continue;
-        } else if (arg == "--status-fd") {
-            options.status_fd = parse_int(arg, value(), 0);
-            continue;
-        } else if (arg == "--status-slot") {
-            options.status_slot = parse_int(arg, value(), 0);
-            continue;
-        } else if (arg == "--admission-fd") {
-            options.admission_fd = parse_int(arg, value(), 0);
-            continue;
-        } else {
-            fail("unknown argument: " + arg);
-        }
-        // Forward the flag (and its value, if it took one) to the workers.
-        for (int j = first; j <= i; ++j) worker_command.push_back(argv[j]);
+    // Moves to the next flag; false past the last.
+    bool next() {
+        first_ = ++last_;
+        return first_ < argc_;
+    }
+    std::string flag() const { return argv_[first_]; }
+    std::string value() {
+        if (last_ + 1 >= argc_) fail(flag() + " needs a value");
+        return argv_[++last_];
+    }
+    int int_value(int min) { return parse_int(flag(), value(), min); }
+    uint64_t size_value() { return parse_size(flag(), value()); }
+    // The flag and the value it took, as given: what the workers are passed.
+    void append_given(std::vector<std::string> *command) const {
+        command->insert(command->end(), argv_ + first_, argv_ + last_ + 1);
     }
 
-    // Read once, here; the listener names a malformed value, its workers keep quiet.
-    const Status environment = host::read_server_environment(&options);
-    if (worker_fd >= 0) return host::run_worker(worker_fd, session_id, peer, options);
-    if (!environment) host::log_line("warning: " + environment.message());
+  private:
+    int argc_;
+    char **argv_;
+    int first_ = 0, last_ = 0;
+};
 
+// What the listener tells each worker it starts (host/worker.h).
+struct WorkerArguments {
+    int fd = -1;  // the guest's socket; -1: this process is the listener
+    int session_id = 0;
+    std::string peer;
+};
+
+struct CommandLine {
+    host::ServerOptions options;
+    bool insecure = false;
+    WorkerArguments worker;
+    // Everything but the worker-only flags is passed on to the workers.
+    std::vector<std::string> worker_command;
+};
+
+int parse_poll(Arguments &args) {
+    const int poll = args.int_value(0);
+    if (poll > 100) {
+        std::fprintf(stderr, "ggml-remote-server: --poll takes 0 to 100\n");
+        std::exit(2);
+    }
+    return poll;
+}
+
+// Flags of each session's limits; false for a flag of another kind.
+bool parse_session_limit(Arguments &args, host::SessionLimits *limits) {
+    const std::string flag = args.flag();
+    if (flag == "-t" || flag == "--threads") {
+        limits->default_threads = args.int_value(1);
+    } else if (flag == "--poll") {
+        limits->cpu_poll = parse_poll(args);
+    } else if (flag == "--cores") {
+        limits->cores = args.int_value(1);
+    } else if (flag == "--no-core-scheduling") {
+        limits->schedule_cores = false;
+    } else if (flag == "--memory-quota") {
+        limits->memory_quota = args.size_value();
+    } else if (flag == "--max-buffers") {
+        limits->max_buffers = static_cast<uint32_t>(args.int_value(1));
+    } else if (flag == "--max-backends") {
+        limits->max_backends = static_cast<uint32_t>(args.int_value(1));
+    } else if (flag == "--mapped-file-quota") {
+        limits->mapped_file_quota = args.size_value();
+        if (limits->mapped_file_quota == 0) fail("--mapped-file-quota must be at least one byte");
+    } else if (flag == "--max-message-size") {
+        limits->max_message_size = args.size_value();
+    } else if (flag == "--handshake-timeout") {
+        limits->handshake_timeout_s = args.int_value(0);
+    } else if (flag == "--frame-timeout") {
+        limits->frame_timeout_s = args.int_value(0);
+    } else if (flag == "--idle-timeout") {
+        limits->idle_timeout_s = args.int_value(0);
+    } else if (flag == "--no-repack") {
+        limits->repack_weights = false;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// Flags of what is served, to whom and how; false for a flag of another kind.
+bool parse_serving_flag(Arguments &args, host::ServerOptions *options) {
+    const std::string flag = args.flag();
+    if (flag == "--tls-psk") {
+        options->tls_psk_file = args.value();
+    } else if (flag == "-d" || flag == "--device") {
+        options->devices.push_back(args.value());
+    } else if (flag == "--weight-store-size") {
+        options->weight_store.max_bytes = args.size_value();
+        if (options->weight_store.max_bytes == 0) fail("--weight-store-size must be at least one byte");
+    } else if (flag == "--weight-store-shared") {
+        options->weight_store.shared_across_tenants = true;
+    } else if (flag == "--weight-store-verify") {
+        options->weight_store.verify_on_use = true;
+    } else if (flag == "--max-sessions") {
+        options->max_sessions = args.int_value(1);
+    } else if (flag == "--max-sessions-per-peer") {
+        options->max_sessions_per_peer = args.int_value(1);
+    } else if (flag == "--max-unauthenticated") {
+        options->max_unauthenticated = args.int_value(1);
+    } else if (flag == "--worker-user") {
+        options->worker_user = args.value();
+    } else if (flag == "--no-sandbox") {
+        options->sandbox = false;
+    } else if (flag == "-v" || flag == "--verbose") {
+        options->verbose = true;
+    } else {
+        return parse_session_limit(args, &options->limits);
+    }
+    return true;
+}
+
+// Flags only the listener acts on; --weight-store reaches the workers resolved.
+bool parse_listener_flag(Arguments &args, CommandLine *line) {
+    const std::string flag = args.flag();
+    if (flag == "-l" || flag == "--listen") {
+        line->options.listen.push_back(args.value());
+    } else if (flag == "--metrics") {
+        line->options.metrics = args.value();
+    } else if (flag == "--insecure") {
+        line->insecure = true;
+    } else if (flag == "--weight-store") {
+        line->options.weight_store.directory = absolute_path(args.value());
+        line->worker_command.insert(line->worker_command.end(), {flag, line->options.weight_store.directory});
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// Flags the listener passes to a worker it starts, and only to it.
+bool parse_worker_flag(Arguments &args, CommandLine *line) {
+    const std::string flag = args.flag();
+    if (flag == "--worker-fd") {
+        line->worker.fd = args.int_value(0);
+    } else if (flag == "--session-id") {
+        line->worker.session_id = args.int_value(0);
+    } else if (flag == "--peer") {
+        line->worker.peer = args.value();
+    } else if (flag == "--status-fd") {
+        line->options.status_fd = args.int_value(0);
+    } else if (flag == "--status-slot") {
+        line->options.status_slot = args.int_value(0);
+    } else if (flag == "--admission-fd") {
+        line->options.admission_fd = args.int_value(0);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// Reads the flags into *line; an exit status where one answers at once (--help,
+// --version, --list-devices).
+std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) {
+    line->worker_command = {argv[0]};
+    Arguments args(argc, argv);
+    while (args.next()) {
+        const std::string flag = args.flag();
+        if (flag == "-h" || flag == "--help") {
+            print_usage(argv[0]);
+            return 0;
+        }
+        if (flag == "--version") {
+            std::printf("ggml-remote-server 0.1.0 (protocol version %u)\n", protocol::kProtocolVersion);
+            return 0;
+        }
+        if (flag == "--list-devices") return list_devices();
+        if (parse_listener_flag(args, line) || parse_worker_flag(args, line)) continue;
+        if (!parse_serving_flag(args, &line->options)) fail("unknown argument: " + flag);
+        args.append_given(&line->worker_command);
+    }
+    return std::nullopt;
+}
+
+// Each --listen endpoint, or the default one; authentication beyond loopback.
+void check_listen_endpoints(host::ServerOptions *options, bool insecure) {
     // Under systemd socket activation the sockets come from systemd (LISTEN_FDS).
-    if (options.listen.empty() && std::getenv("LISTEN_FDS") == nullptr) options.listen.push_back(kDefaultEndpoint);
-    for (const std::string &text : options.listen) {
+    if (options->listen.empty() && std::getenv("LISTEN_FDS") == nullptr) options->listen.push_back(kDefaultEndpoint);
+    for (const std::string &text : options->listen) {
         Endpoint endpoint;
         Status status = parse_endpoint(text, &endpoint);
         if (!status) fail(status.message());
-        if (endpoint.uses_tls() && options.tls_psk_file.empty()) {
+        if (endpoint.uses_tls() && options->tls_psk_file.empty()) {
             fail("--listen " + text + " needs --tls-psk FILE (the pre-shared key guests must hold)");
         }
-        if (!endpoint.is_loopback() && !insecure && options.tls_psk_file.empty()) {
+        if (!endpoint.is_loopback() && !insecure && options->tls_psk_file.empty()) {
             fail("refusing to listen on " + endpoint.to_string() +
                  " without authentication: pass --tls-psk FILE for TLS with a pre-shared key (psktool -u NAME -p "
                  "FILE makes one), or --insecure to accept anyone who can reach that address");
         }
     }
-    if (!options.metrics.empty()) check_metrics_endpoint(options.metrics, insecure);
-    if (!options.tls_psk_file.empty()) {
-        std::vector<PreSharedKey> keys;
-        Status status = read_psk_file(options.tls_psk_file, &keys);
-        if (!status) fail("--tls-psk: " + status.message());
-        for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
-        if (options.sandbox && host::policy_lets_read(host::worker_filesystem_policy(), options.tls_psk_file)) {
-            host::log_line("warning: the key file " + options.tls_psk_file +
-                           " lies where session workers may read (their sandbox allows it); move it, e.g. to "
-                           "/etc/ggml-remote/");
-        }
-        if (psk_file_readable_by_others(options.tls_psk_file)) {
-            host::log_line("warning: every user of this machine can read the key file " + options.tls_psk_file +
-                           " (chmod o-r it)");
-        }
+}
+
+// The --tls-psk file must parse; a warning where others, or the workers, could read it.
+void check_key_file(const host::ServerOptions &options) {
+    std::vector<PreSharedKey> keys;
+    Status status = read_psk_file(options.tls_psk_file, &keys);
+    if (!status) fail("--tls-psk: " + status.message());
+    for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
+    if (options.sandbox &&
+        host::policy_lets_read(host::worker_filesystem_policy(host::worker_paths(options)), options.tls_psk_file)) {
+        host::log_line("warning: the key file " + options.tls_psk_file +
+                       " lies where session workers may read (their sandbox allows it); move it, e.g. to "
+                       "/etc/ggml-remote/");
     }
-    std::string worker_identity;
-    host::WorkerIdentity identity;
-    if (!options.worker_user.empty()) {
-        if (::geteuid() != 0) fail("--worker-user needs the server to start as root");
-        Status status = host::find_worker_identity(options.worker_user, &identity);
-        if (!status) fail(status.message());
-        worker_identity = ", as " + identity.user + " (uid " + std::to_string(identity.uid) + ")";
+    if (psk_file_readable_by_others(options.tls_psk_file)) {
+        host::log_line("warning: every user of this machine can read the key file " + options.tls_psk_file +
+                       " (chmod o-r it)");
     }
-    prepare_weight_store(options, identity);
-    // Fail early on a --device that does not exist, and say what is served.
+}
+
+// The --worker-user's identity; returns the start-up words for it ("" without one).
+std::string resolve_worker_user(const host::ServerOptions &options, host::WorkerIdentity *identity) {
+    if (options.worker_user.empty()) return "";
+    if (::geteuid() != 0) fail("--worker-user needs the server to start as root");
+    Status status = host::find_worker_identity(options.worker_user, identity);
+    if (!status) fail(status.message());
+    return ", as " + identity->user + " (uid " + std::to_string(identity->uid) + ")";
+}
+
+// Fails early on a --device that does not exist, and says what is served.
+void announce_devices(const host::ServerOptions &options) {
     host::load_host_backends(options.verbose);
     std::vector<ggml_backend_dev_t> devices;
     Status status = host::select_devices(options, &devices);
@@ -380,18 +447,48 @@ int main(int argc, char **argv) {
         host::log_line(std::string("serving ") + ggml_backend_dev_name(device) + ": " +
                        ggml_backend_dev_description(device));
     }
-    // A sandbox that cannot work here is found now, once, rather than by every guest.
-    if (options.sandbox) {
-        host::SandboxReport report;
-        status = host::probe_sandbox(&report);
-        if (!status) {
-            fail("cannot sandbox session workers on this system: " + status.message() +
-                 "; --no-sandbox serves without (see docs/SECURITY.md)");
-        }
-        host::log_line("session workers: " + host::describe_sandbox(report) + worker_identity);
-    } else {
+}
+
+// A sandbox that cannot work here is found now, once, rather than by every guest.
+void announce_sandbox(const host::ServerOptions &options, const std::string &worker_identity) {
+    if (!options.sandbox) {
         host::log_line("session workers: NOT sandboxed (--no-sandbox)" + worker_identity);
+        return;
     }
+    host::SandboxReport report;
+    Status status = host::probe_sandbox(host::worker_filesystem_policy(host::worker_paths(options)), &report);
+    if (!status) {
+        fail("cannot sandbox session workers on this system: " + status.message() +
+             "; --no-sandbox serves without (see docs/SECURITY.md)");
+    }
+    host::log_line("session workers: " + host::describe_sandbox(report) + worker_identity);
+}
+
+// The listener: checks its configuration, says what it serves, then serves.
+int serve(CommandLine *line) {
+    host::ServerOptions &options = line->options;
+    check_listen_endpoints(&options, line->insecure);
+    if (!options.metrics.empty()) check_metrics_endpoint(options.metrics, line->insecure);
+    if (!options.tls_psk_file.empty()) check_key_file(options);
+    host::WorkerIdentity identity;
+    const std::string worker_identity = resolve_worker_user(options, &identity);
+    prepare_weight_store(options, identity);
+    announce_devices(options);
+    announce_sandbox(options, worker_identity);
     host::log_line(describe_core_scheduling(options.limits));
-    return host::run_listener(options, worker_command);
+    return host::run_listener(options, line->worker_command);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc > 1 && std::strcmp(argv[1], "status") == 0) return run_status_command(argc - 1, argv + 1);
+    CommandLine line;
+    if (const std::optional<int> answered = parse_command_line(argc, argv, &line)) return *answered;
+    // Read once, here; the listener names a malformed value, its workers keep quiet.
+    const Status environment = host::read_server_environment(&line.options);
+    const WorkerArguments &worker = line.worker;
+    if (worker.fd >= 0) return host::run_worker(worker.fd, worker.session_id, worker.peer, line.options);
+    if (!environment) host::log_line("warning: " + environment.message());
+    return serve(&line);
 }

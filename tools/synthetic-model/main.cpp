@@ -478,19 +478,7 @@ uint32_t file_type(ggml_type t) {
     }
 }
 
-}  // namespace
-
-int main(int argc, char ** argv) {
-    const Options opt = parse_args(argc, argv);
-    const Hparams hp  = resolve(opt);
-    const auto t_start = std::chrono::steady_clock::now();
-
-    const std::vector<TensorSpec> specs = tensor_specs(hp, opt.type);
-    const Vocab vocab = build_vocab(hp.n_vocab);
-
-    gguf_context * gctx = gguf_init_empty();
-
-    // metadata
+void set_general_metadata(gguf_context * gctx, const Options & opt) {
     char name[128];
     std::snprintf(name, sizeof(name), "synthetic-llama%s%s-%s", opt.preset.empty() ? "" : "-",
                   opt.preset.c_str(), type_label(opt.type));
@@ -501,7 +489,9 @@ int main(int argc, char ** argv) {
     gguf_set_val_u32(gctx, "general.file_type", file_type(opt.type));
     gguf_set_val_u32(gctx, "general.quantization_version", 2);
     gguf_set_val_u64(gctx, "general.seed", opt.seed);
+}
 
+void set_llama_hparams(gguf_context * gctx, const Hparams & hp) {
     gguf_set_val_u32(gctx, "llama.context_length",                   uint32_t(hp.n_ctx));
     gguf_set_val_u32(gctx, "llama.embedding_length",                 uint32_t(hp.n_embd));
     gguf_set_val_u32(gctx, "llama.block_count",                      uint32_t(hp.n_layer));
@@ -516,16 +506,16 @@ int main(int argc, char ** argv) {
         gguf_set_val_u32(gctx, "llama.expert_count",      uint32_t(hp.n_expert));
         gguf_set_val_u32(gctx, "llama.expert_used_count", uint32_t(hp.n_expert_used));
     }
+}
 
+void set_tokenizer(gguf_context * gctx, const Vocab & vocab) {
     gguf_set_val_str(gctx, "tokenizer.ggml.model", "llama");
-    {
-        std::vector<const char *> ptrs;
-        ptrs.reserve(vocab.tokens.size());
-        for (const std::string & s : vocab.tokens) {
-            ptrs.push_back(s.c_str());
-        }
-        gguf_set_arr_str(gctx, "tokenizer.ggml.tokens", ptrs.data(), ptrs.size());
+    std::vector<const char *> ptrs;
+    ptrs.reserve(vocab.tokens.size());
+    for (const std::string & s : vocab.tokens) {
+        ptrs.push_back(s.c_str());
     }
+    gguf_set_arr_str(gctx, "tokenizer.ggml.tokens", ptrs.data(), ptrs.size());
     gguf_set_arr_data(gctx, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, vocab.scores.data(), vocab.scores.size());
     gguf_set_arr_data(gctx, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, vocab.types.data(), vocab.types.size());
     gguf_set_val_u32(gctx, "tokenizer.ggml.unknown_token_id", 0);
@@ -533,33 +523,34 @@ int main(int argc, char ** argv) {
     gguf_set_val_u32(gctx, "tokenizer.ggml.eos_token_id", 2);
     gguf_set_val_bool(gctx, "tokenizer.ggml.add_bos_token", true);
     gguf_set_val_bool(gctx, "tokenizer.ggml.add_eos_token", false);
+}
 
-    // tensor infos: the tensors only describe shape and type, they hold no data
+// Adds each tensor's info to gctx: the tensors only describe shape and type, they
+// hold no data. Returns the context that holds them (nullptr if ggml_init failed).
+ggml_context * add_tensor_infos(gguf_context * gctx, const std::vector<TensorSpec> & specs, int64_t * n_params) {
     ggml_init_params ip = {};
     ip.mem_size   = (specs.size() + 1) * ggml_tensor_overhead();
     ip.mem_buffer = nullptr;
     ip.no_alloc   = true;
     ggml_context * ctx = ggml_init(ip);
     if (ctx == nullptr) {
-        std::fprintf(stderr, "error: ggml_init failed\n");
-        return 1;
+        return nullptr;
     }
-    int64_t n_params = 0;
+    *n_params = 0;
     for (const TensorSpec & ts : specs) {
         ggml_tensor * t = ts.ne2 > 1  ? ggml_new_tensor_3d(ctx, ts.type, ts.ne0, ts.ne1, ts.ne2)
                           : ts.ne1 == 1 ? ggml_new_tensor_1d(ctx, ts.type, ts.ne0)
                                         : ggml_new_tensor_2d(ctx, ts.type, ts.ne0, ts.ne1);
         ggml_set_name(t, ts.name.c_str());
         gguf_add_tensor(gctx, t);
-        n_params += ts.ne0 * ts.ne1 * ts.ne2;
+        *n_params += ts.ne0 * ts.ne1 * ts.ne2;
     }
+    return ctx;
+}
 
-    // write: metadata first, then every tensor at its offset in the data section
-    FILE * f = std::fopen(opt.output.c_str(), "wb");
-    if (f == nullptr) {
-        std::fprintf(stderr, "error: cannot open '%s' for writing: %s\n", opt.output.c_str(), std::strerror(errno));
-        return 1;
-    }
+// Writes the metadata, then every tensor at its offset in the data section;
+// *size: the bytes written.
+bool write_model(FILE * f, gguf_context * gctx, const std::vector<TensorSpec> & specs, uint64_t seed, size_t * size) {
     // The metadata size includes the padding up to the data section, and the
     // tensor offsets are relative to the start of the data section.
     // (gguf_get_data_offset is only meaningful for a context read from a file.)
@@ -581,7 +572,7 @@ int main(int argc, char ** argv) {
             ok = false;
             break;
         }
-        ok = write_zeros(f, off - pos) && write_tensor(f, specs[i], opt.seed, src, dst);
+        ok = write_zeros(f, off - pos) && write_tensor(f, specs[i], seed, src, dst);
         pos = off + gguf_get_tensor_size(gctx, int64_t(i));
     }
     if (ok) {
@@ -590,6 +581,51 @@ int main(int argc, char ** argv) {
         ok = write_zeros(f, end - pos);
         pos = end;
     }
+    *size = pos;
+    return ok;
+}
+
+void print_summary(const Options & opt, const Hparams & hp, int64_t n_params, size_t n_tensors, size_t bytes,
+                   double secs) {
+    std::printf("wrote %s: llama, %s, n_embd %" PRId64 ", n_layer %" PRId64 ", n_head %" PRId64 ", n_head_kv %" PRId64
+                ", n_ff %" PRId64 ", n_vocab %" PRId64 ", n_ctx %" PRId64 ", seed %" PRIu64 "\n",
+                opt.output.c_str(), type_label(opt.type), hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.n_ff,
+                hp.n_vocab, hp.n_ctx, opt.seed);
+    if (hp.n_expert > 0) {
+        std::printf("  %" PRId64 " experts, %" PRId64 " used per token\n", hp.n_expert, hp.n_expert_used);
+    }
+    std::printf("  %" PRId64 " parameters (%.2fM), %zu tensors, %zu bytes (%.2f MiB), %.2f s\n", n_params,
+                double(n_params) / 1e6, n_tensors, bytes, double(bytes) / (1024.0 * 1024.0), secs);
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    const Options opt = parse_args(argc, argv);
+    const Hparams hp  = resolve(opt);
+    const auto t_start = std::chrono::steady_clock::now();
+
+    const std::vector<TensorSpec> specs = tensor_specs(hp, opt.type);
+    const Vocab vocab = build_vocab(hp.n_vocab);
+
+    gguf_context * gctx = gguf_init_empty();
+    set_general_metadata(gctx, opt);
+    set_llama_hparams(gctx, hp);
+    set_tokenizer(gctx, vocab);
+    int64_t n_params = 0;
+    ggml_context * ctx = add_tensor_infos(gctx, specs, &n_params);
+    if (ctx == nullptr) {
+        std::fprintf(stderr, "error: ggml_init failed\n");
+        return 1;
+    }
+
+    FILE * f = std::fopen(opt.output.c_str(), "wb");
+    if (f == nullptr) {
+        std::fprintf(stderr, "error: cannot open '%s' for writing: %s\n", opt.output.c_str(), std::strerror(errno));
+        return 1;
+    }
+    size_t size = 0;
+    bool ok = write_model(f, gctx, specs, opt.seed, &size);
     if (std::fclose(f) != 0) {
         ok = false;
     }
@@ -602,16 +638,7 @@ int main(int argc, char ** argv) {
         std::remove(opt.output.c_str());
         return 1;
     }
-
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    std::printf("wrote %s: llama, %s, n_embd %" PRId64 ", n_layer %" PRId64 ", n_head %" PRId64 ", n_head_kv %" PRId64
-                ", n_ff %" PRId64 ", n_vocab %" PRId64 ", n_ctx %" PRId64 ", seed %" PRIu64 "\n",
-                opt.output.c_str(), type_label(opt.type), hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.n_ff,
-                hp.n_vocab, hp.n_ctx, opt.seed);
-    if (hp.n_expert > 0) {
-        std::printf("  %" PRId64 " experts, %" PRId64 " used per token\n", hp.n_expert, hp.n_expert_used);
-    }
-    std::printf("  %" PRId64 " parameters (%.2fM), %zu tensors, %zu bytes (%.2f MiB), %.2f s\n", n_params,
-                double(n_params) / 1e6, specs.size(), pos, double(pos) / (1024.0 * 1024.0), secs);
+    print_summary(opt, hp, n_params, specs.size(), size, secs);
     return 0;
 }

@@ -7,8 +7,8 @@
 // load and run it, and greedy decoding produces readable, deterministic noise
 // that depends on the audio and on every layer's arithmetic. The decoder's
 // weights are shaped so that each segment ends after about 30 tokens (see
-// tensor_specs), which keeps a transcription to a few seconds. It is meant for
-// tests and benchmarks that need a real whisper model without downloading one.
+// DecoderEmbeddings), which keeps a transcription to a few seconds. It is meant
+// for tests and benchmarks that need a real whisper model without downloading one.
 // The same flags always produce the same file.
 //
 // File layout (all integers are little-endian int32, floats are IEEE binary32):
@@ -422,7 +422,7 @@ std::vector<float> unit_vector(uint64_t seed, const std::string & stream, int64_
 }
 
 // Shaping of the decoder's random weights, so that greedy decoding gives varied
-// text that depends on the audio, and segments end early (see tensor_specs).
+// text that depends on the audio, and segments end early (see DecoderEmbeddings).
 constexpr float   kTokenGain      = 10.0f;  // token embedding scale; the final norm divides it out
 constexpr float   kSelfQueryGain  = 4.0f;   // sharpens self-attention onto a few earlier tokens
 constexpr float   kSelfOutGain    = 0.5f;
@@ -440,110 +440,149 @@ std::vector<float> random_signs(uint64_t seed, const std::string & stream, int64
     return v;
 }
 
-std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype, uint64_t seed) {
-    const int64_t na = hp.n_audio_state, nt = hp.n_text_state;
-    auto inv_sqrt = [](int64_t n) { return 1.0f / std::sqrt(float(n)); };
-    const RowFill bias = uniform(0.02f);
+float inv_sqrt(int64_t n) {
+    return 1.0f / std::sqrt(float(n));
+}
 
-    std::vector<TensorSpec> t;
-    auto norm = [&](const std::string & prefix, int64_t n) {
+// Appends tensors in whisper's layouts: norms, linear layers, attention and MLPs.
+struct TensorList {
+    std::vector<TensorSpec> & t;
+    ggml_type                 wtype;
+    RowFill                   bias = uniform(0.02f);
+
+    void norm(const std::string & prefix, int64_t n) {
         t.push_back({ prefix + ".weight", { n }, GGML_TYPE_F32, constant(1.0f) });
         t.push_back({ prefix + ".bias", { n }, GGML_TYPE_F32, constant(0.0f) });
-    };
+    }
     // A linear layer y = W x + b with W of shape [n_out][n_in].
-    auto linear = [&](const std::string & prefix, int64_t n_in, int64_t n_out, bool has_bias, float gain = 1.0f) {
+    void linear(const std::string & prefix, int64_t n_in, int64_t n_out, bool has_bias, float gain = 1.0f) {
         t.push_back({ prefix + ".weight", { n_in, n_out }, wtype, uniform(gain * inv_sqrt(n_in)) });
         if (has_bias) {
             t.push_back({ prefix + ".bias", { n_out }, GGML_TYPE_F32, bias });
         }
-    };
+    }
     // Self- or cross-attention: the key projection has no bias in whisper.
-    auto attention = [&](const std::string & prefix, int64_t n, float q_gain = 1.0f, float out_gain = 1.0f) {
+    void attention(const std::string & prefix, int64_t n, float q_gain = 1.0f, float out_gain = 1.0f) {
         linear(prefix + ".query", n, n, true, q_gain);
         linear(prefix + ".key", n, n, false);
         linear(prefix + ".value", n, n, true);
         linear(prefix + ".out", n, n, true, out_gain);
-    };
-    auto mlp = [&](const std::string & prefix, int64_t n) {
+    }
+    void mlp(const std::string & prefix, int64_t n) {
         linear(prefix + ".mlp.0", n, 4 * n, true);
         linear(prefix + ".mlp.2", 4 * n, n, true);
         norm(prefix + ".mlp_ln", n);
-    };
+    }
+};
 
-    // encoder: two convolutions (kernel 3) over the mel frames, then blocks
+// Two convolutions (kernel 3) over the mel frames, then blocks.
+void add_encoder(TensorList & list, const Hparams & hp) {
+    const int64_t             na = hp.n_audio_state;
+    std::vector<TensorSpec> & t  = list.t;
     t.push_back({ "encoder.positional_embedding", { na, hp.n_audio_ctx }, GGML_TYPE_F32, sinusoids() });
-    t.push_back({ "encoder.conv1.weight", { 3, hp.n_mels, na }, wtype, uniform(inv_sqrt(3 * hp.n_mels)) });
-    t.push_back({ "encoder.conv1.bias", { 1, na }, GGML_TYPE_F32, bias });
-    t.push_back({ "encoder.conv2.weight", { 3, na, na }, wtype, uniform(inv_sqrt(3 * na)) });
-    t.push_back({ "encoder.conv2.bias", { 1, na }, GGML_TYPE_F32, bias });
+    t.push_back({ "encoder.conv1.weight", { 3, hp.n_mels, na }, list.wtype, uniform(inv_sqrt(3 * hp.n_mels)) });
+    t.push_back({ "encoder.conv1.bias", { 1, na }, GGML_TYPE_F32, list.bias });
+    t.push_back({ "encoder.conv2.weight", { 3, na, na }, list.wtype, uniform(inv_sqrt(3 * na)) });
+    t.push_back({ "encoder.conv2.bias", { 1, na }, GGML_TYPE_F32, list.bias });
     for (int il = 0; il < hp.n_audio_layer; ++il) {
         const std::string p = "encoder.blocks." + std::to_string(il);
-        attention(p + ".attn", na);
-        norm(p + ".attn_ln", na);
-        mlp(p, na);
+        list.attention(p + ".attn", na);
+        list.norm(p + ".attn_ln", na);
+        list.mlp(p, na);
     }
-    norm("encoder.ln_post", na);
+    list.norm("encoder.ln_post", na);
+}
 
-    // decoder. The token embedding doubles as the output projection (logits =
-    // decoder.ln(x) . embedding rows), which random weights turn into
-    // repetition: the residual stream is dominated by attention averages that
-    // barely change from step to step, and a token's own embedding in it makes
-    // it predict itself. So the embeddings are kTokenGain times larger than
-    // the logits need (each token steers the next step) and the final norm's
-    // weights are +-1/kTokenGain with random signs (logits keep a standard
-    // deviation of ~2, and no token favours itself). Self- and cross-attention
-    // are sharp (random queries would average everything into a constant) and
-    // moderate, so the text varies and shows the audio from the first tokens.
-    //
-    // The rows of the unprintable bytes are damped so that transcripts stay
-    // readable, those of the special and timestamp tokens so that decoding
-    // stays in text. <|endoftext|> reads one direction, and from position
-    // kSegmentTokens on the positional embedding pushes the state far along
-    // it: every segment ends there at the latest, so a 30 s window costs about
-    // 30 decoder steps instead of 220.
-    const std::vector<float> end_dir = unit_vector(seed, "endoftext direction", nt);
-    const std::vector<float> signs   = random_signs(seed, "decoder.ln signs", nt);
-    const int64_t            eot     = n_ordinary_tokens(hp);
-    const float              row_std = kTokenGain * 2.0f * inv_sqrt(nt);
-    const RowFill            text    = uniform(row_std);
-    const RowFill            damped  = uniform(0.1f * row_std);
-    t.push_back({ "decoder.token_embedding.weight", { nt, hp.n_vocab }, wtype,
-                  [=](Rng & rng, int64_t row, float * dst, int64_t n) {
-                      if (row == eot) {
-                          const float norm = row_std * std::sqrt(float(n));
-                          for (int64_t i = 0; i < n; ++i) {
-                              dst[i] = norm * signs[size_t(i)] * end_dir[size_t(i)];
-                          }
-                      } else if ((row >= kPrintableBytes && row < kByteTokens) || row > eot) {
-                          damped(rng, row, dst, n);
-                      } else {
-                          text(rng, row, dst, n);
-                      }
-                  } });
-    const RowFill position = uniform(0.02f);
-    t.push_back({ "decoder.positional_embedding", { nt, hp.n_text_ctx }, GGML_TYPE_F32,
-                  [=](Rng & rng, int64_t row, float * dst, int64_t n) {
-                      position(rng, row, dst, n);
-                      if (row >= kSegmentTokens) {
-                          for (int64_t i = 0; i < n; ++i) {
-                              dst[i] += kEndPull * end_dir[size_t(i)];
-                          }
-                      }
-                  } });
+// The decoder's token and positional embeddings, and its final norm. The token
+// embedding doubles as the output projection (logits = decoder.ln(x) . embedding
+// rows), which random weights turn into repetition: the residual stream is
+// dominated by attention averages that barely change from step to step, and a
+// token's own embedding in it makes it predict itself. So the embeddings are
+// kTokenGain times larger than the logits need (each token steers the next step)
+// and the final norm's weights are +-1/kTokenGain with random signs (logits keep a
+// standard deviation of ~2, and no token favours itself).
+//
+// The rows of the unprintable bytes are damped so that transcripts stay readable,
+// those of the special and timestamp tokens so that decoding stays in text.
+// <|endoftext|> reads one direction, and from position kSegmentTokens on the
+// positional embedding pushes the state far along it: every segment ends there at
+// the latest, so a 30 s window costs about 30 decoder steps instead of 220.
+struct DecoderEmbeddings {
+    std::vector<float> end_dir;
+    std::vector<float> signs;
+    int64_t            eot;
+    int64_t            nt;
+
+    DecoderEmbeddings(const Hparams & hp, uint64_t seed) :
+        end_dir(unit_vector(seed, "endoftext direction", hp.n_text_state)),
+        signs(random_signs(seed, "decoder.ln signs", hp.n_text_state)),
+        eot(n_ordinary_tokens(hp)),
+        nt(hp.n_text_state) {}
+
+    RowFill tokens() const {
+        const float   row_std = kTokenGain * 2.0f * inv_sqrt(nt);
+        const RowFill text    = uniform(row_std);
+        const RowFill damped  = uniform(0.1f * row_std);
+        return [row_std, text, damped, end_dir = end_dir, signs = signs, eot = eot](Rng & rng, int64_t row,
+                                                                                     float * dst, int64_t n) {
+            if (row == eot) {
+                const float norm = row_std * std::sqrt(float(n));
+                for (int64_t i = 0; i < n; ++i) {
+                    dst[i] = norm * signs[size_t(i)] * end_dir[size_t(i)];
+                }
+            } else if ((row >= kPrintableBytes && row < kByteTokens) || row > eot) {
+                damped(rng, row, dst, n);
+            } else {
+                text(rng, row, dst, n);
+            }
+        };
+    }
+    RowFill positions() const {
+        const RowFill position = uniform(0.02f);
+        return [position, end_dir = end_dir](Rng & rng, int64_t row, float * dst, int64_t n) {
+            position(rng, row, dst, n);
+            if (row >= kSegmentTokens) {
+                for (int64_t i = 0; i < n; ++i) {
+                    dst[i] += kEndPull * end_dir[size_t(i)];
+                }
+            }
+        };
+    }
+    RowFill final_norm() const {
+        return [signs = signs](Rng &, int64_t, float * dst, int64_t n) {
+            for (int64_t i = 0; i < n; ++i) {
+                dst[i] = signs[size_t(i)] / kTokenGain;
+            }
+        };
+    }
+};
+
+// Self- and cross-attention are sharp (random queries would average everything
+// into a constant) and moderate, so the text varies and shows the audio from the
+// first tokens; see DecoderEmbeddings for the rest of the shaping.
+void add_decoder(TensorList & list, const Hparams & hp, uint64_t seed) {
+    const int64_t             nt = hp.n_text_state;
+    std::vector<TensorSpec> & t  = list.t;
+    const DecoderEmbeddings   embeddings(hp, seed);
+    t.push_back({ "decoder.token_embedding.weight", { nt, hp.n_vocab }, list.wtype, embeddings.tokens() });
+    t.push_back({ "decoder.positional_embedding", { nt, hp.n_text_ctx }, GGML_TYPE_F32, embeddings.positions() });
     for (int il = 0; il < hp.n_text_layer; ++il) {
         const std::string p = "decoder.blocks." + std::to_string(il);
-        attention(p + ".attn", nt, kSelfQueryGain, kSelfOutGain);
-        norm(p + ".attn_ln", nt);
-        attention(p + ".cross_attn", nt, kCrossQueryGain, kCrossOutGain);
-        norm(p + ".cross_attn_ln", nt);
-        mlp(p, nt);
+        list.attention(p + ".attn", nt, kSelfQueryGain, kSelfOutGain);
+        list.norm(p + ".attn_ln", nt);
+        list.attention(p + ".cross_attn", nt, kCrossQueryGain, kCrossOutGain);
+        list.norm(p + ".cross_attn_ln", nt);
+        list.mlp(p, nt);
     }
-    t.push_back({ "decoder.ln.weight", { nt }, GGML_TYPE_F32, [=](Rng &, int64_t, float * dst, int64_t n) {
-                      for (int64_t i = 0; i < n; ++i) {
-                          dst[i] = signs[size_t(i)] / kTokenGain;
-                      }
-                  } });
+    t.push_back({ "decoder.ln.weight", { nt }, GGML_TYPE_F32, embeddings.final_norm() });
     t.push_back({ "decoder.ln.bias", { nt }, GGML_TYPE_F32, constant(0.0f) });
+}
+
+std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype, uint64_t seed) {
+    std::vector<TensorSpec> t;
+    TensorList              list{ t, wtype };
+    add_encoder(list, hp);
+    add_decoder(list, hp, seed);
     return t;
 }
 
