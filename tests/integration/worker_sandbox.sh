@@ -33,14 +33,21 @@ hold_session() {
     sed -n 's/.*worker pid \([0-9]*\).*/\1/p' <<<"$line"
 }
 
-# assert_minimal_descriptors PID LOG: stdin /dev/null, stdout/stderr the log, one socket, the status board.
+# object FILE: the device and inode a descriptor refers to.
+object() { stat -L -c '%d:%i' "$1" 2>/dev/null || true; }
+# assert_minimal_descriptors PID LOG LISTENER: stdin /dev/null, stdout/stderr the log,
+# one socket and the status board, and nothing else the listener holds. A descriptor
+# the worker's own backends opened (lavapipe's device memory: a memfd) is not the
+# listener's, so it came from no one else.
 assert_minimal_descriptors() {
-    local pid=$1 log=$2 fd target others=()
+    local pid=$1 log=$2 listener=$3 fd target others=() listeners=" "
+    for fd in "/proc/$listener/fd/"*; do listeners+="$(object "$fd") "; done
     for fd in $(ls "/proc/$pid/fd"); do
         target=$(readlink "/proc/$pid/fd/$fd")
         case $fd:$target in
             0:/dev/null | 1:"$log" | 2:"$log") ;;
-            *) others+=("$target") ;;
+            *:socket:* | *:/memfd:ggml-remote-status*) others+=("$target") ;;
+            *) [[ $listeners != *" $(object "/proc/$pid/fd/$fd") "* ]] || others+=("$target") ;;
         esac
     done
     local listing
@@ -59,7 +66,7 @@ filters=$(field "$worker" Seccomp_filters) listener_filters=$(field "$srv_PID" S
 [ "$filters" = $((listener_filters + 1)) ] || fail "worker $worker has $filters seccomp filters, the listener $listener_filters"
 grep -qE '^Max core file size +0 +0 ' "/proc/$worker/limits" || fail "worker $worker may dump core"
 note "worker $worker: NoNewPrivs 1, Seccomp 2, $filters filter(s) (listener: $listener_filters), no core dumps"
-assert_minimal_descriptors "$worker" "$srv_LOG"
+assert_minimal_descriptors "$worker" "$srv_LOG" "$srv_PID"
 flags=$(sed -n 's/^flags:\t//p' "/proc/$srv_PID/fdinfo/9")
 (((8#$flags & 8#2000000) != 0)) || fail "the listener holds the leaked descriptor 9 without close-on-exec (flags $flags)"
 
@@ -76,6 +83,6 @@ worker=$(hold_session held-open "$open_UNIX" "$open_LOG")
 [ "$(field "$worker" Seccomp_filters)" = "$(field "$open_PID" Seccomp_filters)" ] ||
     fail "--no-sandbox: the worker has a seccomp filter of its own"
 [ "$(field "$worker" NoNewPrivs)" = "$(field "$open_PID" NoNewPrivs)" ] || fail "--no-sandbox: NoNewPrivs changed"
-assert_minimal_descriptors "$worker" "$open_LOG"
+assert_minimal_descriptors "$worker" "$open_LOG" "$open_PID"
 note "--no-sandbox: the worker keeps the listener's seccomp state"
 echo PASS
