@@ -1,0 +1,34 @@
+# Helpers for the tests that serve ggml's Vulkan backend (sourced after lib.sh).
+# ggml hides CPU-type Vulkan devices (lavapipe) unless GGML_VK_VISIBLE_DEVICES
+# names them: the server gets the variable, a guest never does, so that a guest
+# sees Vulkan only through the server.
+
+# require_vulkan: skips the test where no Vulkan device shows up at all.
+require_vulkan() {
+    GGML_VK_VISIBLE_DEVICES=0 "$SERVER_BIN" --list-devices 2>/dev/null | grep -q '^ *Vulkan0: ' ||
+        skip "no Vulkan device here (Debian: libggml0-backend-vulkan and mesa-vulkan-drivers)"
+}
+
+# start_vulkan_server NAME [SERVER ARGS...]: start_server with the Vulkan device visible.
+start_vulkan_server() {
+    GGML_VK_VISIBLE_DEVICES=0 start_server "$@"
+}
+
+# run_local_vulkan NAME MODEL N [ARGS...]: the reference on the local Vulkan0
+# (every layer offloaded unless ARGS says otherwise).
+run_local_vulkan() {
+    local name=$1 model=$2 n=$3
+    shift 3
+    env -u GGML_BACKEND_PATH -u GGML_REMOTE_SERVERS GGML_VK_VISIBLE_DEVICES=0 timeout "$GUEST_TIMEOUT" \
+        llama-simple -m "$model" -n "$n" -ngl 99 "$@" "$PROMPT" >"$WORK/$name.out" 2>"$WORK/$name.err" ||
+        { tail -n 20 "$WORK/$name.err" >&2; fail "local run $name on Vulkan0 failed"; }
+    grep -q 'assigned to device Vulkan0' "$WORK/$name.err" || fail "$name: no layer ran on the local Vulkan0"
+    assert_generated "$name"
+}
+
+# assert_remote_device NAME INDEX PATTERN: the guest's REMOTE<INDEX> is the server's
+# device whose description matches PATTERN (llvmpipe: lavapipe's Vulkan device).
+assert_remote_device() {
+    grep -q "using device REMOTE$2 ($3" "$WORK/$1.err" ||
+        fail "$1: REMOTE$2 is not the server's $3: $(grep -m2 'using device' "$WORK/$1.err")"
+}
