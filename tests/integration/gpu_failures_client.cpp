@@ -102,8 +102,9 @@ void the_device_still_computes(ggml_backend_t backend) {
     float result[4] = {};
     ggml_backend_tensor_get(sum, result, 0, sizeof(result));
     for (int i = 0; i < 4; ++i) {
-        if (result[i] != a_values[i] + b_values[i]) fail("a + b gave " + std::to_string(result[i]) + " at " +
-                                                         std::to_string(i));
+        if (result[i] != a_values[i] + b_values[i]) {
+            fail("a + b gave " + std::to_string(result[i]) + " at " + std::to_string(i));
+        }
     }
     std::printf("ok: then a + b computed right\n");
 }
