@@ -297,6 +297,11 @@ Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t>
     std::lock_guard<std::mutex> lock(mutex_);
     const GraphCache::Choice choice = graphs_.choose(graph);
     if (ticket != nullptr) *ticket = {choice.slot, choice.stamp};
+    // A graph new to the host is checked there before it runs (the op rules, the
+    // device's supports_op): waiting for it makes a refusal fail this compute, as
+    // its caller sees it, not a later read. Replays, every token after the first,
+    // keep the caller's choice.
+    if (choice.mode != kGraphReplay) completion = Completion::waits;
     return send_compute(backend, choice.slot, choice.mode, choice.mode == kGraphReplay ? ByteView() : ByteView(graph),
                         completion);
 }

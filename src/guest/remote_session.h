@@ -56,7 +56,8 @@ class RemoteSession {
         uint64_t stamp = 0;
     };
     // Whether a compute call returns at once (a failure on the host comes back with
-    // the next reply) or once the host is done, as synchronize() would.
+    // the next reply) or once the host is done, as synchronize() would. A graph
+    // new to the host always waits (see compute_graph).
     enum class Completion { returns_at_once, waits };
     Status compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, Completion completion,
                          GraphTicket *ticket = nullptr);

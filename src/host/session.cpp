@@ -102,8 +102,20 @@ Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply, st
     // A failed handshake is the guest's refusal, which its worker reports, not a command's.
     if (!status.ok() && handshaken_) {
         ++counters_.commands_refused[static_cast<size_t>(command_refusal_for(status.code()))];
+        if (command == static_cast<uint16_t>(CommandId::graph_compute)) report_compute_failure(status);
     }
     return status;
+}
+
+void Session::report_compute_failure(const Status &status) {
+    // A guest that sends a failing graph for every token must not flood the log.
+    constexpr uint64_t kFailuresLogged = 8;
+    ++compute_failures_;
+    if (!compute_failure_log_ || compute_failures_ > kFailuresLogged) return;
+    compute_failure_log_("failed graph compute: " + status.message());
+    if (compute_failures_ == kFailuresLogged) {
+        compute_failure_log_("further failed graph computes of this session are not logged");
+    }
 }
 
 Status Session::run_handler(uint16_t command, ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply) {

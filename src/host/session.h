@@ -102,6 +102,12 @@ class Session {
         publish_limits();
     }
 
+    // Tells `log` of each graph compute that failed (a refused graph, a backend
+    // error), so that the server's log names the session: the first few of a
+    // session, then one line saying that further ones go untold.
+    using FailureLog = std::function<void(const std::string &message)>;
+    void log_compute_failures(FailureLog log) { compute_failure_log_ = std::move(log); }
+
     // Writes every frame serve() receives to `recorder` (GGML_REMOTE_RECORD_DIR).
     void record_frames(FrameRecorder *recorder) { recorder_ = recorder; }
 
@@ -280,6 +286,8 @@ class Session {
     // Whether `backend` (handle `handle`) may compute `graph`: its buffers, and its
     // data-dependent indexes.
     Status check_graph_on_backend(uint64_t handle, const SessionBackend &backend, BuiltTensors *graph);
+    Status check_ops_supported(const SessionBackend &backend, ggml_cgraph *graph) const;
+    void report_compute_failure(const Status &status);
     // Points the graph's matrix products at repacked copies of their weights.
     void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
@@ -321,6 +329,8 @@ class Session {
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
     CoreSchedule cores_;
     FrameRecorder *recorder_ = nullptr;
+    FailureLog compute_failure_log_;
+    uint64_t compute_failures_ = 0;
     ComputeGateForTesting compute_gate_for_testing_;
     ComputeCheckForTesting compute_check_for_testing_;
     bool weight_store_granted_ = false;

@@ -27,6 +27,14 @@ Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &c
                                                " bytes would exceed the session's memory quota of " +
                                                std::to_string(limits_.memory_quota) + " bytes");
     }
+    size_t free_memory = 0, total_memory = 0;
+    ggml_backend_dev_memory(device, &free_memory, &total_memory);
+    // A clear refusal, before any driver tries (0: the device does not say).
+    if (total_memory != 0 && request.size > total_memory) {
+        return error(Code::out_of_memory, "buffer of " + std::to_string(request.size) + " bytes is larger than " +
+                                              ggml_backend_dev_name(device) + "'s " + std::to_string(total_memory) +
+                                              " bytes of memory");
+    }
     ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(device);
     if (request.size > ggml_backend_buft_get_max_size(buft)) {
         return error(Code::bad_request, "buffer of " + std::to_string(request.size) +

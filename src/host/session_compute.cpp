@@ -124,10 +124,27 @@ Status Session::check_graph_on_backend(uint64_t handle, const SessionBackend &ba
                                                     "' is in a buffer this backend cannot compute with");
             }
         }
+        if (Status s = check_ops_supported(backend, graph->graph); !s) return s;
         graph->checked_for_backend = handle;
     }
     // Not a walk over every node for every token: the graph knows whether it has any.
     if (graph->reads_unchecked_indexes) return check_data_indexes(graph->graph);
+    return Status::success();
+}
+
+Status Session::check_ops_supported(const SessionBackend &backend, ggml_cgraph *graph) const {
+    // A GPU backend aborts the process on an op it has no kernel for (ggml-vulkan:
+    // "Missing op"), and the guest's scheduler only asked, it need not have listened.
+    // ggml-cpu computes what the op rules let through, so its graphs skip the walk.
+    ggml_backend_dev_t device = ggml_backend_get_device(backend.backend.get());
+    if (device == nullptr || ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU) return Status::success();
+    for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
+        const ggml_tensor *node = ggml_graph_node(graph, i);
+        if (ggml_backend_supports_op(backend.backend.get(), node)) continue;
+        return error(Code::unsupported, std::string("host device ") + ggml_backend_dev_name(device) +
+                                            " cannot compute node '" + printable(node->name) + "' (" +
+                                            ggml_op_desc(node) + " of " + ggml_type_name(node->type) + ")");
+    }
     return Status::success();
 }
 

@@ -225,6 +225,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
                    const std::vector<ggml_backend_dev_t> &devices, const ServerOptions &options,
                    const StatusBoard &board, SessionSlot *slot, SessionCounters *counters, CoreStats *cores) {
     Session session(devices, options.limits);
+    session.log_compute_failures([&label](const std::string &message) { log_line(label + ": " + message); });
     offer_weight_store(label, *stream, client_fd, options, &session);
     int domain = 0;
     socklen_t length = sizeof(domain);

@@ -222,7 +222,24 @@ TEST_F(ServedRemoteGraph, GraphTheHostForgotIsNotReplayedButSentAgain) {
     EXPECT_THAT(sum(), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
 }
 
-TEST_F(ServedRemoteGraph, ComputeThatFailsOnTheHostFailsTheNextCall) {
+TEST_F(ServedRemoteGraph, OnlyANewGraphWaitsForTheHost) {
+    RemoteSession::GraphTicket ticket;
+    const uint64_t trips_before = session->counters().round_trips;
+    ASSERT_TRUE(session->compute_graph(compute, encoded, RemoteSession::Completion::returns_at_once, &ticket).ok());
+    EXPECT_EQ(session->counters().round_trips, trips_before + 1) << "the new graph waited for its verdict";
+
+    bool replayed = false;
+    const auto at_once = RemoteSession::Completion::returns_at_once;
+    ASSERT_TRUE(session->compute_graph_again(compute, ticket, at_once, &replayed).ok());
+    ASSERT_TRUE(replayed);
+    ASSERT_TRUE(session->compute_graph(compute, encoded, at_once).ok());
+    EXPECT_EQ(session->counters().round_trips, trips_before + 1) << "replays returned at once";
+    EXPECT_THAT(sum(), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+}
+
+// A graph new to the host waits for its verdict even when asked to return at once:
+// ggml_backend_graph_compute then fails for the graph that failed, not a later read.
+TEST_F(ServedRemoteGraph, ANewGraphThatFailsOnTheHostFailsItsOwnCompute) {
     PlacementArena elsewhere(buffer + 100, 128);  // a buffer the host never gave out
     ggml_tensor *x = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, 8);
     elsewhere.place(x, 0);
@@ -230,9 +247,7 @@ TEST_F(ServedRemoteGraph, ComputeThatFailsOnTheHostFailsTheNextCall) {
     elsewhere.place(doubled, 32);
     TensorListEncoder encoder(elsewhere.locator());
     encoder.add_node(doubled);
-    ASSERT_TRUE(session->compute_graph(compute, encoder.finish(), RemoteSession::Completion::returns_at_once).ok())
-        << "returns at once: the host's verdict comes later";
-    Status status = session->synchronize(compute);
+    Status status = session->compute_graph(compute, encoder.finish(), RemoteSession::Completion::returns_at_once);
     EXPECT_FALSE(status.ok());
     EXPECT_THAT(status.message(), HasSubstr("graph_compute"));
     EXPECT_TRUE(session->synchronize(compute).ok()) << "reported once";

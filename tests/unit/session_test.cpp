@@ -78,7 +78,9 @@ class CpuSession : public ::testing::Test {
         start(SessionLimits{});
     }
 
-    void start(const SessionLimits &limits) { session = std::make_unique<Session>(std::vector{cpu}, limits); }
+    void start(const SessionLimits &limits) { session = std::make_unique<Session>(served_devices(), limits); }
+    // What the session serves: the CPU here, another device in a fixture below.
+    virtual std::vector<ggml_backend_dev_t> served_devices() const { return {cpu}; }
 
     Outcome handle_raw(uint16_t command, const std::vector<uint8_t> &payload, std::vector<UniqueFd> *fds = nullptr) {
         ReplyFrame reply;
@@ -1852,6 +1854,97 @@ TEST_F(CpuSessionWithStore, LookupsOutsideTheRulesAreRefused) {
     ASSERT_TRUE(session->use_weight_store(store, "uid 1000").ok());
     hello(kSessionSharedMemory | kSessionWeightStore);
     EXPECT_EQ(lookup(alloc(kBufferSize), weights).status.code(), Code::bad_request);
+}
+
+// GPU failures: a session on ggml's Vulkan device (lavapipe here) meets the
+// device's limits and refusals as errors, and lives on.
+
+// Vulkan0, loaded as the server loads it with GGML_VK_VISIBLE_DEVICES=0 (ggml hides
+// CPU-type Vulkan devices such as lavapipe without it); null without a Vulkan device.
+ggml_backend_dev_t host_vulkan_device() {
+    setenv("GGML_VK_VISIBLE_DEVICES", "0", 0);  // before the first load: it is read once
+    host_cpu_device();
+    return ggml_backend_dev_by_name("Vulkan0");
+}
+
+class VulkanSessionGraph : public CpuSessionGraph {
+  protected:
+    void SetUp() override {
+        vulkan = host_vulkan_device();
+        if (vulkan == nullptr) GTEST_SKIP() << "no Vulkan0 device (libggml0-backend-vulkan and a Vulkan driver)";
+        CpuSessionGraph::SetUp();
+        session->log_compute_failures([this](const std::string &line) { logged.push_back(line); });
+    }
+
+    std::vector<ggml_backend_dev_t> served_devices() const override { return {vulkan}; }
+
+    // A node Vulkan0 has no kernel for, which ggml's constructor and the op rules accept.
+    ggml_tensor *unsupported_node() {
+        ggml_tensor *half = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F16, kLength);
+        ggml_tensor *scaled = ggml_scale(ctx.get(), half, 2.0f);
+        ggml_set_name(scaled, "scaled");
+        arena->place(half, 0);
+        arena->place(scaled, 64);
+        return scaled;
+    }
+
+    ggml_backend_dev_t vulkan = nullptr;
+    std::vector<std::string> logged;
+};
+
+TEST_F(VulkanSessionGraph, AnAllocationBeyondTheDevicesMemoryFailsAndTheSessionLivesOn) {
+    size_t free_memory = 0, total_memory = 0;
+    ggml_backend_dev_memory(vulkan, &free_memory, &total_memory);
+    ASSERT_GT(total_memory, 0u);
+
+    Outcome outcome = call<BufferAlloc>(BufferAlloc::Request{0, uint64_t{total_memory} + 1});
+    EXPECT_EQ(outcome.status.code(), Code::out_of_memory);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("bytes of memory"));
+    EXPECT_EQ(session->buffer_count(), 1u) << "only the fixture's buffer";
+
+    const uint64_t after = alloc(1 << 20);
+    ASSERT_NE(after, 0u);
+    ASSERT_TRUE(set(after, 4096, bytes_of(a_values)).ok());
+    EXPECT_THAT(floats_of(get(after, 4096, 32)), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+}
+
+TEST_F(VulkanSessionGraph, AnAllocationBeyondTheLargestBufferFailsAndTheSessionLivesOn) {
+    const size_t largest = ggml_backend_buft_get_max_size(ggml_backend_dev_buffer_type(vulkan));
+    Outcome outcome = call<BufferAlloc>(BufferAlloc::Request{0, uint64_t{largest} + 1});
+    EXPECT_FALSE(outcome.status.ok());
+    EXPECT_THAT(outcome.status.message(), HasSubstr("larger than"));
+    EXPECT_EQ(session->memory_in_use(), kBufferSize) << "nothing charged for the refused buffer";
+
+    ASSERT_NE(alloc(1 << 20), 0u);
+    ASSERT_TRUE(compute_list(sum_graph()).status.ok());
+    EXPECT_THAT(floats_of(get(buffer, 64, 32)), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+}
+
+// ggml-vulkan has no kernel for an f16 SCALE and says so in supports_op; computing
+// one anyway aborts the process ("Missing op"). A guest may send it all the same.
+TEST_F(VulkanSessionGraph, AnOpTheDeviceCannotComputeFailsTheComputeWithALogLine) {
+    ggml_tensor *scaled = unsupported_node();
+    ASSERT_FALSE(ggml_backend_dev_supports_op(vulkan, scaled)) << "pick another op: Vulkan0 computes this one";
+
+    Outcome outcome = compute({scaled});
+    EXPECT_EQ(outcome.status.code(), Code::unsupported);
+    EXPECT_THAT(outcome.status.message(), HasSubstr("cannot compute node 'scaled' (SCALE of f16)"));
+    ASSERT_EQ(logged.size(), 1u);
+    EXPECT_THAT(logged[0], StartsWith("failed graph compute: host device Vulkan0 cannot compute"));
+
+    // The session and its backend compute the next graph.
+    ASSERT_TRUE(compute_list(sum_graph()).status.ok());
+    EXPECT_THAT(floats_of(get(buffer, 64, 32)), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
+    EXPECT_EQ(logged.size(), 1u);
+}
+
+TEST_F(VulkanSessionGraph, ASessionThatKeepsFailingIsLoggedAFewTimesOnly) {
+    ggml_cgraph *graph = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(graph, unsupported_node());
+    const std::vector<uint8_t> list = encode_nodes(graph);
+    for (int i = 0; i < 50; ++i) EXPECT_FALSE(compute_list(list).status.ok());
+    ASSERT_EQ(logged.size(), 9u);
+    EXPECT_THAT(logged.back(), HasSubstr("not logged"));
 }
 
 }  // namespace
