@@ -11,15 +11,13 @@
 #    server names the session and the signal.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
+source "$(dirname "$0")/vulkan_lib.sh"
 CLIENT=${1:?usage: gpu_failures.sh GPU_FAILURES_CLIENT}
 EXIT_LIMIT_S=5
 ulimit -c 0  # the aborted worker leaves no core file behind
 
-if ! GGML_VK_VISIBLE_DEVICES=0 "$SERVER_BIN" --list-devices 2>/dev/null | grep -q '^ *Vulkan0:'; then
-    echo "SKIP: no Vulkan0 device on this host"
-    exit 77
-fi
-GGML_VK_VISIBLE_DEVICES=0 start_server srv -d Vulkan0
+require_vulkan
+start_vulkan_server srv -d Vulkan0
 unset GGML_VK_VISIBLE_DEVICES  # the guests see no local Vulkan device: only REMOTE0
 failures=()
 
