@@ -20,10 +20,9 @@ cleanup() {
 trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
-note() { echo "-- $*"; }
-# skip REASON: ends a test that cannot run here; ctest counts exit 77 as skipped
-# where the test's .cmake file sets SKIP_RETURN_CODE 77.
+# skip REASON: the test cannot run on this machine (ctest shows it as skipped).
 skip() { echo "SKIP: $*"; exit 77; }
+note() { echo "-- $*"; }
 
 # host_device_description NAME: the description the server gives host device NAME
 # (--list-devices, in this environment), or nothing when it has no such device.
