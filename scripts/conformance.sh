@@ -9,6 +9,10 @@
 # Exits non-zero if any case failed, or if REMOTE0 did not really run (test-backend-ops
 # alone prints OK when the device it was asked for does not exist).
 # CONFORMANCE_TRANSPORT=shm|tcp runs through that transport instead of unix.
+# CONFORMANCE_DEVICE=NAME has the server serve only its host device NAME (say Vulkan0)
+# instead of all of them, and checks that REMOTE0 is that device. Mesa's lavapipe is a
+# CPU-type Vulkan device that ggml shows only with GGML_VK_VISIBLE_DEVICES set, e.g.
+#   GGML_VK_VISIBLE_DEVICES=0 CONFORMANCE_DEVICE=Vulkan0 make conformance
 # Logs stay in BUILD_DIR/conformance/.
 #
 # test-backend-ops runs with tests/integration/backend_ops_zero_buffers.cpp preloaded
@@ -36,7 +40,16 @@ if [ ! -e "$PLUGIN" ] || [ ! -x "$SERVER_BIN" ]; then
     fail "build the project first ($PLUGIN, $SERVER_BIN)"
 fi
 
-start_server conformance
+DEVICE=${CONFORMANCE_DEVICE:-}
+DESCRIPTION=""  # with DEVICE: what REMOTE0 must say it is
+if [ -n "$DEVICE" ]; then
+    DESCRIPTION=$(host_device_description "$DEVICE")
+    [ -n "$DESCRIPTION" ] || fail "CONFORMANCE_DEVICE: the server has no host device '$DEVICE'" \
+        "(see $SERVER_BIN --list-devices; lavapipe needs GGML_VK_VISIBLE_DEVICES=0)"
+    start_server conformance -d "$DEVICE"
+else
+    start_server conformance
+fi
 # shellcheck disable=SC2154 # start_server sets conformance_UNIX and conformance_LOG
 ENDPOINT=$conformance_UNIX SERVER_LOG=$conformance_LOG
 case ${CONFORMANCE_TRANSPORT:-unix} in
@@ -45,14 +58,15 @@ case ${CONFORMANCE_TRANSPORT:-unix} in
     tcp) ENDPOINT=$conformance_TCP ;;
     *) fail "CONFORMANCE_TRANSPORT: unix, shm or tcp" ;;
 esac
-command=("$TEST_BACKEND_OPS" test -b REMOTE0 -j "$JOBS" "$@")
+# The guest sees no local Vulkan device: test-backend-ops compares REMOTE0 with the CPU.
+command=(env -u GGML_VK_VISIBLE_DEVICES "$TEST_BACKEND_OPS" test -b REMOTE0 -j "$JOBS" "$@")
 ZERO_BUFFERS=$BUILD_DIR/lib/libggml_remote_backend_ops_zero_buffers.so
 if [ "${CONFORMANCE_ZERO_BUFFERS:-1}" != 0 ]; then
     [ -e "$ZERO_BUFFERS" ] || fail "$ZERO_BUFFERS is missing (build the project, or set CONFORMANCE_ZERO_BUFFERS=0)"
     command=(env LD_PRELOAD="$ZERO_BUFFERS" "${command[@]}")
 fi
 echo "conformance: test-backend-ops test -b REMOTE0 -j $JOBS $*"
-echo "  through $ENDPOINT (server log: $SERVER_LOG_COPY, test log: $LOG)"
+echo "  through $ENDPOINT${DEVICE:+, host device $DEVICE: $DESCRIPTION} (server log: $SERVER_LOG_COPY, test log: $LOG)"
 
 started=$(date +%s)
 # The full log goes to LOG; the terminal sees the backends, failures and the totals.
@@ -63,11 +77,11 @@ rc=${PIPESTATUS[0]}
 set -e
 duration=$(($(date +%s) - started))
 
-verify_remote0_run "$LOG" "$rc" "$ENDPOINT" "$SERVER_LOG" 0
+verify_remote0_run "$LOG" "$rc" "$ENDPOINT" "$SERVER_LOG" 0 "$DESCRIPTION"
 cp "$SERVER_LOG" "$SERVER_LOG_COPY"
 
 echo
-echo "== conformance summary (REMOTE0 through $ENDPOINT)"
+echo "== conformance summary (REMOTE0 through $ENDPOINT${DEVICE:+, host device $DEVICE})"
 echo "passed:        $RUN_PASSED/$RUN_TOTAL"
 echo "failed:        $((RUN_TOTAL - RUN_PASSED))"
 if [ -n "$RUN_FAILING_TESTS" ]; then

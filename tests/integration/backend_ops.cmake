@@ -11,3 +11,7 @@ target_link_libraries(ggml_remote_backend_ops_zero_buffers PRIVATE ggml_all ${CM
 
 add_integration_test(backend_ops_unix backend_ops.sh unix)
 add_integration_test(backend_ops_tcp backend_ops.sh tcp)
+# The same through a server that serves only the host's Vulkan0 (a smaller subset);
+# skipped where the host has no Vulkan device.
+add_integration_test(backend_ops_vulkan backend_ops.sh unix vulkan)
+set_tests_properties(backend_ops_vulkan PROPERTIES SKIP_RETURN_CODE 77)

@@ -1,18 +1,26 @@
 # test-backend-ops runs every op of llama.cpp's graphs for synthetic llama models, and a
 # selection of ops from llama.cpp's other paths, on REMOTE0 and compares each result
 # with the local CPU.
-# usage: backend_ops.sh unix|tcp
+# usage: backend_ops.sh unix|tcp [vulkan]
+#
+# With `vulkan`, the server serves only the host's Vulkan0 (lavapipe here: the server
+# runs with GGML_VK_VISIBLE_DEVICES=0), and a smaller subset runs: the ops of llama's
+# graph for the tiny model (flash attention on and off) and whisper's own (1-D IM2COL,
+# GELU, NORM), a few shapes each, since every run there pays Vulkan's start and
+# pipeline compiles. The test is skipped (exit 77) only where no Vulkan device shows up.
 #
 # test-backend-ops prints OK even when REMOTE0 is not registered, so every run must
 # also prove that REMOTE0 ran (backend_ops_lib.sh): it was tested, through this test's
-# own server and over the chosen transport, passed every one of N > 0 cases, and its
-# server session ran graph computes.
+# own server and over the chosen transport (and, with vulkan, it is the host's Vulkan0
+# by its description), passed every one of N > 0 cases, and its server session ran
+# graph computes.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=backend_ops_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/backend_ops_lib.sh"
 
-TRANSPORT=${1:?usage: backend_ops.sh unix|tcp}
+TRANSPORT=${1:?usage: backend_ops.sh unix|tcp [vulkan]}
+HOST_DEVICE=${2:-cpu}
 EXPORT_GRAPH_OPS=/usr/libexec/x86_64-linux-gnu/llama.cpp-tests/test-export-graph-ops
 LOAD_ALL_BACKENDS=$BUILD/lib/libggml_remote_load_all_backends.so
 ZERO_BUFFERS=$BUILD/lib/libggml_remote_backend_ops_zero_buffers.so
@@ -62,6 +70,16 @@ EXTRA_RUNS=(
     'recurrent|SSM_CONV,SSM_SCAN,RWKV_WKV6,RWKV_WKV7,GATED_LINEAR_ATTN|'
 )
 
+# On Vulkan: llama's graph with flash attention and without, and whisper's ops beyond
+# llama's (its convolutions are 1-D IM2COL then MUL_MAT; GELU, NORM) in one run.
+VULKAN_GRAPH_VARIANTS=(
+    "tiny f16"
+    "tiny f16 -fa off"
+)
+VULKAN_EXTRA_RUNS=(
+    'whisper|IM2COL,GELU,NORM|(is_2D=0|^type=f32,ne_a=|^type=f32,ne=\[64,)'
+)
+
 # graph_model NAME TYPE: prints the path of a synthetic model; tiny-gqa is tiny with
 # 4 query heads sharing 2 key/value heads.
 graph_model() {
@@ -91,7 +109,17 @@ export_llama_graph_ops() {
     sort -u "$out.all" >"$out"
 }
 
-start_server ops
+DESCRIPTION=""  # on vulkan, the host device description REMOTE0 must have
+case $HOST_DEVICE in
+    cpu) start_server ops ;;
+    vulkan)
+        require_vulkan0
+        DESCRIPTION=$VULKAN0_DESCRIPTION
+        GRAPH_VARIANTS=("${VULKAN_GRAPH_VARIANTS[@]}")
+        EXTRA_RUNS=("${VULKAN_EXTRA_RUNS[@]}")
+        GGML_VK_VISIBLE_DEVICES=0 start_server ops -d Vulkan0 ;;
+    *) fail "unknown host device '$HOST_DEVICE' (vulkan, or none for the CPU)" ;;
+esac
 # shellcheck disable=SC2154 # start_server sets ops_UNIX, ops_TCP, ops_LOG
 case $TRANSPORT in
     unix) ENDPOINT=$ops_UNIX ;;
@@ -108,10 +136,12 @@ backend_ops() {
     local log=$WORK/$label.log status=0 started=$SECONDS ends_before
     # shellcheck disable=SC2154
     ends_before=$(session_ends "$ops_LOG")
-    remote "$ENDPOINT" env LD_PRELOAD="$ZERO_BUFFERS" "$TEST_BACKEND_OPS" test -b REMOTE0 "$@" >"$log" 2>&1 || status=$?
+    # (the guest sees no local Vulkan device: test-backend-ops compares with the CPU)
+    remote "$ENDPOINT" env -u GGML_VK_VISIBLE_DEVICES LD_PRELOAD="$ZERO_BUFFERS" \
+        "$TEST_BACKEND_OPS" test -b REMOTE0 "$@" >"$log" 2>&1 || status=$?
     strip_colors "$log"
     RUNS=$((RUNS + 1))
-    verify_remote0_run "$log" "$status" "$ENDPOINT" "$ops_LOG" "$ends_before"
+    verify_remote0_run "$log" "$status" "$ENDPOINT" "$ops_LOG" "$ends_before" "$DESCRIPTION"
     if [ ${#RUN_PROBLEMS[@]} -gt 0 ]; then
         echo "---- test-backend-ops test -b REMOTE0 $* (last lines)" >&2
         tail -n 25 "$log" >&2
@@ -141,4 +171,4 @@ for run in "${EXTRA_RUNS[@]}"; do
         backend_ops "$label" -o "$ops"
     fi
 done
-note "$TOTAL_CASES cases passed on REMOTE0 over $TRANSPORT in $RUNS runs"
+note "$TOTAL_CASES cases passed on REMOTE0${DESCRIPTION:+ (host device: $DESCRIPTION)} over $TRANSPORT in $RUNS runs"

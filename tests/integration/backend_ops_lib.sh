@@ -25,15 +25,17 @@ wait_for_sessions_to_end() {
     return 1
 }
 
-# verify_remote0_run TEST_LOG STATUS ENDPOINT SERVER_LOG ENDS_BEFORE: checks a finished
-# run (its colour-free output, its exit status) against the server at ENDPOINT, whose
-# log held ENDS_BEFORE session ends before the run. Sets RUN_PASSED, RUN_TOTAL,
-# RUN_UNSUPPORTED, RUN_FAILED_CASES (the output lines of failed cases, with the reason),
-# RUN_FAILING_TESTS (test-backend-ops' closing list), RUN_SESSIONS (session-end lines),
-# RUN_COMPUTES and RUN_PROBLEMS (an array, empty when the run counts).
+# verify_remote0_run TEST_LOG STATUS ENDPOINT SERVER_LOG ENDS_BEFORE [DESCRIPTION]:
+# checks a finished run (its colour-free output, its exit status) against the server at
+# ENDPOINT, whose log held ENDS_BEFORE session ends before the run; with DESCRIPTION,
+# REMOTE0 must be the host device the server describes so (say its Vulkan0, not its
+# CPU). Sets RUN_PASSED, RUN_TOTAL, RUN_UNSUPPORTED, RUN_FAILED_CASES (the output lines
+# of failed cases, with the reason), RUN_FAILING_TESTS (test-backend-ops' closing list),
+# RUN_SESSIONS (session-end lines), RUN_COMPUTES and RUN_PROBLEMS (an array, empty when
+# the run counts).
 # shellcheck disable=SC2034 # the RUN_ variables are this function's results
 verify_remote0_run() {
-    local log=$1 status=$2 endpoint=$3 server_log=$4 ends_before=$5
+    local log=$1 status=$2 endpoint=$3 server_log=$4 ends_before=$5 description=${6:-}
     local transport=${endpoint%%:*} counts line
     [ "$transport" = shm ] && transport=unix  # the server sees an shm guest on its unix socket
     RUN_PROBLEMS=()
@@ -53,6 +55,9 @@ verify_remote0_run() {
         RUN_PROBLEMS+=("REMOTE0 was not tested (the plugin registered no such device)")
     grep -F "Device description: " "$log" | grep -qF "@ $endpoint" ||
         RUN_PROBLEMS+=("REMOTE0 is not the device of the server at $endpoint")
+    if [ -n "$description" ] && ! grep -qxF "  Device description: $description @ $endpoint" "$log"; then
+        RUN_PROBLEMS+=("REMOTE0 is not the host's '$description': $(grep -m1 -F "Device description: " "$log")")
+    fi
     [ "$(grep -c . <<<"$counts")" = 1 ] ||
         RUN_PROBLEMS+=("expected one 'N/M tests passed' line, got: ${counts:-none}")
     [ "$RUN_TOTAL" -gt 0 ] || RUN_PROBLEMS+=("no case ran on REMOTE0")

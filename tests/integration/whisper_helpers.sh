@@ -36,11 +36,13 @@ bounded() {
 # of $WAV with one thread; with the plugin and GGML_REMOTE_SERVERS=SERVERS, or
 # without the plugin when SERVERS is empty. The transcript goes to
 # $WORK/NAME.txt, the log to $WORK/NAME.err. Returns whisper-cli's exit code.
+# A guest sees no local Vulkan device (whisper would take it before REMOTE0).
 whisper_cli() {
     local name=$1 servers=$2 model=$3
     shift 3
     local environment=(env -u GGML_BACKEND_PATH -u GGML_REMOTE_SERVERS)
-    [ -z "$servers" ] || environment=(env "GGML_BACKEND_PATH=$PLUGIN" "GGML_REMOTE_SERVERS=$servers")
+    [ -z "$servers" ] ||
+        environment=(env -u GGML_VK_VISIBLE_DEVICES "GGML_BACKEND_PATH=$PLUGIN" "GGML_REMOTE_SERVERS=$servers")
     bounded "${environment[@]}" whisper-cli -m "$model" -f "$WAV" -t 1 -bs 1 -nf -nt -otxt -of "$WORK/$name" "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
@@ -54,6 +56,22 @@ run_whisper_local() {
     check_exit "$name" whisper-cli "$rc"
     grep -q 'whisper_backend_init_gpu: no GPU found' "$WORK/$name.err" ||
         fail "$name: the local reference found a GPU device; it must run on the CPU"
+    assert_transcribed "$name"
+}
+
+# run_whisper_local_vulkan NAME MODEL [ARGS...]: the reference on a GPU: stock
+# whisper-cli without the plugin, on the local Vulkan0 (GGML_VK_VISIBLE_DEVICES=0
+# shows a CPU-type device such as lavapipe too); must succeed, transcribe, and
+# have put the weights on Vulkan0.
+run_whisper_local_vulkan() {
+    local name=$1 model=$2 rc=0
+    shift 2
+    GGML_VK_VISIBLE_DEVICES=0 whisper_cli "$name" "" "$model" "$@" || rc=$?
+    check_exit "$name" whisper-cli "$rc"
+    grep -q 'whisper_backend_init_gpu: using Vulkan0 backend' "$WORK/$name.err" ||
+        { grep 'whisper_backend_init_gpu' "$WORK/$name.err" >&2; fail "$name: whisper did not use the local Vulkan0"; }
+    grep -qE 'whisper_model_load: +Vulkan0 total size' "$WORK/$name.err" ||
+        fail "$name: the weights are not on the local Vulkan0"
     assert_transcribed "$name"
 }
 
