@@ -16,7 +16,7 @@ CLIENT=${1:?usage: gpu_failures.sh GPU_FAILURES_CLIENT}
 EXIT_LIMIT_S=5
 ulimit -c 0  # the aborted worker leaves no core file behind
 
-require_vulkan
+require_vulkan0
 start_vulkan_server srv -d Vulkan0
 unset GGML_VK_VISIBLE_DEVICES  # the guests see no local Vulkan device: only REMOTE0
 failures=()

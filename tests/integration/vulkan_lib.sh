@@ -3,12 +3,6 @@
 # names them: the server gets the variable, a guest never does, so that a guest
 # sees Vulkan only through the server.
 
-# require_vulkan: skips the test where no Vulkan device shows up at all.
-require_vulkan() {
-    GGML_VK_VISIBLE_DEVICES=0 "$SERVER_BIN" --list-devices 2>/dev/null | grep -q '^ *Vulkan0: ' ||
-        skip "no Vulkan device here (Debian: libggml0-backend-vulkan and mesa-vulkan-drivers)"
-}
-
 # start_vulkan_server NAME [SERVER ARGS...]: start_server with the Vulkan device visible.
 start_vulkan_server() {
     GGML_VK_VISIBLE_DEVICES=0 start_server "$@"
