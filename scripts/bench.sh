@@ -11,12 +11,16 @@
 # models whose rounds take seconds get 15 rounds, the mid one (a minute and a
 # half a round) 5; BENCH_REPS sets one count for all.
 #   BENCH_WHISPER="micro" (whisper-bench on synthetic whisper models; empty to skip)
+#   BENCH_VULKAN=0 skips the Vulkan section (issue 17; BENCH_VULKAN_MODELS="tiny small",
+#   BENCH_VULKAN_REPS=3 rounds) and the RTT section's Vulkan rows; without a Vulkan
+#   device both skip themselves.
 #   BENCH_RTT=0, BENCH_ACCOUNTING=0, BENCH_MANY=0 skip those sections (BENCH_MANY_*: see bench_many.sh)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 models=${BENCH_MODELS:-tiny small mid}
-reps_for() {  # reps_for MODEL: the rounds that model gets
+reps_for() {  # reps_for MODEL [KIND]: the rounds that model gets (in the vulkan section: BENCH_VULKAN_REPS)
+    if [ "${2:-}" = vulkan ]; then echo "${BENCH_VULKAN_REPS:-3}"; return; fi
     if [ -n "${BENCH_REPS:-}" ]; then echo "$BENCH_REPS"; return; fi
     case $1 in tiny|small) echo 15 ;; *) echo 5 ;; esac
 }
@@ -71,26 +75,35 @@ run_variant() {  # run_variant TRANSPORT TOOL ARGS...: the tool, set up for that
         rpc-cache) "$@" --rpc "127.0.0.1:$rpc_cache_port" -ngl 99 ;;
     esac
 }
-for name in $models; do
+# llama_rounds MODEL KIND RUNNER VARIANT...: the model's rounds; each runs llama-bench
+# (and, in the cpu section, one model load) as every variant (RUNNER VARIANT TOOL
+# ARGS... runs a tool as that variant), in an order rotated from round to round.
+llama_rounds() {
+    local name=$1 kind=$2 runner=$3
+    shift 3
+    local variants=("$@") model reps rep shift_by variant load_s json=$work/bench.json
     model=$(ensure_model "$name")
     cache_as_read "$model"
-    reps=$(reps_for "$name")
+    reps=$(reps_for "$name" "$kind")
     for rep in $(seq "$reps"); do
         # Each round starts with another variant: a place in the order (the first
         # run after the previous model's, say) favours no variant every time.
-        shift_by=$(((rep - 1) % ${#transports[@]}))
-        for transport in "${transports[@]:shift_by}" "${transports[@]:0:shift_by}"; do
-            echo "bench: $name $transport (round $rep of $reps)" >&2
-            json=$work/bench.json
-            if ! run_variant "$transport" llama-bench -m "$model" -p "$pp" -n "$tg" -r "$runs" -t "$threads" -o json \
+        shift_by=$(((rep - 1) % ${#variants[@]}))
+        for variant in "${variants[@]:shift_by}" "${variants[@]:0:shift_by}"; do
+            echo "bench: $kind $name $variant (round $rep of $reps)" >&2
+            if ! "$runner" "$variant" llama-bench -m "$model" -p "$pp" -n "$tg" -r "$runs" -t "$threads" -o json \
                 >"$json" 2>"$work/bench.err"; then
-                echo "bench: llama-bench failed for $name $transport:" >&2; tail -5 "$work/bench.err" >&2
+                echo "bench: llama-bench failed for $kind $name $variant:" >&2; tail -5 "$work/bench.err" >&2
                 continue
             fi
-            load_s=$(run_load "$model" run_variant "$transport")
-            python3 "$here/bench_report.py" record "$name" "$transport" "$rep" "${load_s:-nan}" <"$json" >>"$raw"
+            load_s=nan
+            if [ "$kind" = cpu ]; then load_s=$(run_load "$model" "$runner" "$variant"); fi
+            python3 "$here/bench_report.py" record "$name" "$variant" "$rep" "${load_s:-nan}" "$kind" <"$json" >>"$raw"
         done
     done
+}
+for name in $models; do
+    llama_rounds "$name" cpu run_variant "${transports[@]}"
 done
 # whisper.cpp: whisper-bench's fixed encoder + decoder workload (it has no RPC option).
 for name in $whisper_models; do
@@ -115,6 +128,36 @@ for name in $whisper_models; do
     done
 done
 
+# Vulkan (issue 17): llama.cpp on the host's Vulkan0 (lavapipe here; ggml shows a
+# CPU-type Vulkan device only with GGML_VK_VISIBLE_DEVICES=0), locally against a
+# server that serves only Vulkan0, over shm and tcp. The guest runs without that
+# variable, so that its own ggml offers no Vulkan0 beside REMOTE0.
+vulkan=0
+run_vulkan() {  # run_vulkan VARIANT TOOL ARGS...: the tool on Vulkan0, here or through the Vulkan server
+    local variant=$1; shift
+    case $variant in
+        local) GGML_VK_VISIBLE_DEVICES=0 "$@" -ngl 99 ;;
+        shm) env -u GGML_VK_VISIBLE_DEVICES "${plugin[@]}" GGML_REMOTE_SERVERS="shm:$work/vulkan.sock" "$@" -ngl 99 ;;
+        tcp) env -u GGML_VK_VISIBLE_DEVICES "${plugin[@]}" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$vulkan_port" "$@" -ngl 99 ;;
+    esac
+}
+if [ "${BENCH_VULKAN:-1}" = 1 ]; then
+    if GGML_VK_VISIBLE_DEVICES=0 "$build/bin/ggml-remote-server" --list-devices 2>/dev/null | grep -q 'Vulkan0'; then
+        vulkan=1
+        vulkan_port=$(free_port)
+        GGML_VK_VISIBLE_DEVICES=0 "$build/bin/ggml-remote-server" -d Vulkan0 --listen "unix:$work/vulkan.sock" \
+            --listen "tcp://127.0.0.1:$vulkan_port" --threads "$threads" >"$work/vulkan.log" 2>&1 &
+        pids+=($!)
+        wait_for test -S "$work/vulkan.sock"
+        wait_for tcp_open "$vulkan_port"
+        for name in ${BENCH_VULKAN_MODELS:-tiny small}; do
+            llama_rounds "$name" vulkan run_vulkan local shm tcp
+        done
+    else
+        echo "bench: no Vulkan device (GGML_VK_VISIBLE_DEVICES=0 ggml-remote-server --list-devices): Vulkan skipped" >&2
+    fi
+fi
+
 # Transport microbenchmarks: the round trip of an empty command and 16 MiB writes
 # and reads (over shm: the shared-memory copy against a local memcpy).
 if [ "${BENCH_RTT:-1}" = 1 ]; then
@@ -129,6 +172,20 @@ if [ "${BENCH_RTT:-1}" = 1 ]; then
         GGML_REMOTE_SHARED_RING=$ring "$build/bin/ggml-remote-rtt" "$endpoint" 20000 2>&1 |
             python3 "$here/bench_report.py" record-rtt "$transport" >>"$raw" || echo "bench: rtt failed for $transport" >&2
     done
+    # To a buffer of the Vulkan server's device, beside ggml's own set/get on a local
+    # Vulkan0 buffer in the same process.
+    if [ "$vulkan" = 1 ]; then
+        for transport in shm tcp; do
+            echo "bench: 16 MiB to Vulkan0 through $transport" >&2
+            case $transport in
+                shm) endpoint=shm:$work/vulkan.sock ;;
+                tcp) endpoint=tcp://127.0.0.1:$vulkan_port ;;
+            esac
+            GGML_VK_VISIBLE_DEVICES=0 "$build/bin/ggml-remote-rtt" "$endpoint" 0 --device 0 --local Vulkan0 2>&1 |
+                python3 "$here/bench_report.py" record-rtt "vulkan-$transport" >>"$raw" ||
+                echo "bench: rtt failed for vulkan-$transport" >&2
+        done
+    fi
 fi
 
 # Per generated token: the difference between a 32- and a 64-token generation.

@@ -8,10 +8,13 @@ import statistics
 import sys
 
 
-def record(model, transport, rep, load_s):
+def record(model, transport, rep, load_s, kind="cpu"):
+    """kind: cpu (the main table) or vulkan (the Vulkan section's)."""
     runs = json.load(sys.stdin)
     out = {"model": model, "transport": transport, "rep": int(rep),
            "load_s": float(load_s) if load_s not in ("", "nan") else None}
+    if kind != "cpu":
+        out["kind"] = kind
     for run in runs:
         key = "pp_tps" if run.get("n_prompt", 0) > 0 else "tg_tps"
         out[key] = run["avg_ts"]
@@ -125,35 +128,54 @@ def paired_ratio(runs, base_runs, key):
     return f"{statistics.median(ratios):.2f}x" if ratios else "-"
 
 
+def llama_table(rows, results, target=None):
+    """The llama-bench table: each model and transport, its figures and x local;
+    with `target`, whether the remote rows' pp and tg ratios reach it."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    transports = list(dict.fromkeys(r["transport"] for r in rows))
+    header = (f"| {'model':<6} | {'transport':<9} | {'pp t/s median [min-max]':<26} | {'x local':>7} | "
+              f"{'tg t/s median [min-max]':<26} | {'x local':>7} | {'load s median [min-max]':<24} | {'x local':>7} |")
+    if target is not None:
+        header += f" {'target':<7} |"
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    for model in models:
+        local = [r for r in rows if r["model"] == model and r["transport"] == "local"]
+        for transport in transports:
+            runs = [r for r in rows if r["model"] == model and r["transport"] == transport]
+            if not runs:
+                continue
+            stats = {k: spread([r.get(k) for r in runs]) for k in ("pp_tps", "tg_tps", "load_s")}
+            x_pp, x_tg = paired_ratio(runs, local, "pp_tps"), paired_ratio(runs, local, "tg_tps")
+            line = (f"| {model:<6} | {transport:<9} | {fmt(stats['pp_tps']):<26} | {x_pp:>7} | "
+                    f"{fmt(stats['tg_tps']):<26} | {x_tg:>7} | "
+                    f"{fmt(stats['load_s'], 3):<24} | {paired_ratio(runs, local, 'load_s'):>7} |")
+            if target is not None:
+                met = transport == "local" or all(x != "-" and float(x[:-1]) >= target for x in (x_pp, x_tg))
+                line += f" {'-' if transport == 'local' else ('met' if met else 'missed'):<7} |"
+            print(line)
+            for r in runs:
+                results.append({"model": model, "transport": transport, "rep": r["rep"], "kind": r.get("kind", "cpu"),
+                                "pp_tps": r.get("pp_tps"), "tg_tps": r.get("tg_tps"), "load_s": r.get("load_s")})
+
+
 def report(path):
     rows = [json.loads(line) for line in sys.stdin if line.strip()]
     whisper = [r for r in rows if r.get("kind") == "whisper"]
     rtts = [r for r in rows if r.get("kind") == "rtt"]
     accounting = [r for r in rows if r.get("kind") == "accounting"]
     many = [r for r in rows if (r.get("kind") or "").startswith("many-")]
+    vulkan = [r for r in rows if r.get("kind") == "vulkan"]
     rows = [r for r in rows if r.get("kind") is None]
-    models = list(dict.fromkeys(r["model"] for r in rows))
-    transports = list(dict.fromkeys(r["transport"] for r in rows))
     results = []
     if rows:
-        header = (f"| {'model':<6} | {'transport':<9} | {'pp t/s median [min-max]':<26} | {'x local':>7} | "
-                  f"{'tg t/s median [min-max]':<26} | {'x local':>7} | {'load s median [min-max]':<24} | {'x local':>7} |")
-        print(header)
-        print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
-        for model in models:
-            local = [r for r in rows if r["model"] == model and r["transport"] == "local"]
-            for transport in transports:
-                runs = [r for r in rows if r["model"] == model and r["transport"] == transport]
-                if not runs:
-                    continue
-                stats = {k: spread([r.get(k) for r in runs]) for k in ("pp_tps", "tg_tps", "load_s")}
-                print(f"| {model:<6} | {transport:<9} | {fmt(stats['pp_tps']):<26} | {paired_ratio(runs, local, 'pp_tps'):>7} | "
-                      f"{fmt(stats['tg_tps']):<26} | {paired_ratio(runs, local, 'tg_tps'):>7} | "
-                      f"{fmt(stats['load_s'], 3):<24} | {paired_ratio(runs, local, 'load_s'):>7} |")
-                for r in runs:
-                    results.append({"model": model, "transport": transport, "rep": r["rep"],
-                                    "pp_tps": r.get("pp_tps"), "tg_tps": r.get("tg_tps"), "load_s": r.get("load_s")})
+        llama_table(rows, results)
         print("(x local: the median over rounds of the round's figure over that round's local figure)")
+    if vulkan:
+        print("\nVulkan0 (issue 17): llama-bench -ngl 99 on the host's Vulkan0, locally"
+              " (GGML_VK_VISIBLE_DEVICES=0) and through a server serving only Vulkan0")
+        llama_table(vulkan, results, target=0.95)
+        print("(x local: as above, over local Vulkan0; target: the remote's x local at least 0.95, pp and tg)")
     if whisper:
         print()
         wheader = (f"| {'model':<13} | {'transport':<9} | {'encode ms median [min-max]':<28} | {'x local':>7} | "
@@ -180,7 +202,7 @@ def report(path):
               " before the host finishes, so whisper-bench books the encoder under decode: compare totals.)")
     if rtts:
         print()
-        print("| transport  | empty round trip median | p99 | 16 MiB write GB/s (x local memcpy) | 16 MiB read GB/s (x local memcpy) |")
+        print("| transport  | empty round trip median | p99 | 16 MiB write GB/s (x local)        | 16 MiB read GB/s (x local)        |")
         print("|------------|------------|------------|------------------------------------|-----------------------------------|")
         for r in rtts:
             def rate(kind):
@@ -189,10 +211,19 @@ def report(path):
                 local = r.get(f"local memcpy ({'write' if kind == 'set' else 'read'})")
                 if shared and local:
                     return f"{shared['median_gbs']:.2f} ({shared['median_gbs'] / local['median_gbs']:.2f}x)"
+                # A named device's rows (--device, --local): beside the same device here.
+                device = next((v for k, v in r.items() if k.startswith(f"{kind}_tensor on ") and " on local " not in k), None)
+                here = next((v for k, v in r.items() if k.startswith(f"{kind}_tensor on local ")), None)
+                if device and here:
+                    return f"{device['median_gbs']:.2f} ({device['median_gbs'] / here['median_gbs']:.2f}x of {here['median_gbs']:.2f})"
                 return f"{plain['median_gbs']:.2f}" if plain else "-"
-            print(f"| {r['transport']:<10} | {r.get('rtt_median_us', float('nan')):7.1f} us | {r.get('rtt_p99_us', float('nan')):7.1f} us | "
+            def micros(key):
+                return f"{r[key]:7.1f} us" if key in r else f"{'-':>10}"
+            print(f"| {r['transport']:<10} | {micros('rtt_median_us')} | {micros('rtt_p99_us')} | "
                   f"{rate('set'):<34} | {rate('get'):<33} |")
-        print("(shm: commands through the shared-memory ring; shm-socket: the same session with GGML_REMOTE_SHARED_RING=0)")
+        print("(shm: commands through the shared-memory ring; shm-socket: the same session with GGML_REMOTE_SHARED_RING=0;\n"
+              " x local: over a local memcpy; vulkan-*: to a buffer of the server's Vulkan0, over ggml_backend_tensor_set/get\n"
+              " of a local Vulkan0 buffer in the same process (x of its GB/s))")
         results.extend(rtts)
     if accounting:
         print()
@@ -338,7 +369,7 @@ def report_many(records):
 
 if __name__ == "__main__":
     if sys.argv[1] == "record":
-        record(*sys.argv[2:6])
+        record(*sys.argv[2:7])
     elif sys.argv[1] == "record-whisper":
         record_whisper(*sys.argv[2:5])
     elif sys.argv[1] == "record-rtt":

@@ -1,8 +1,13 @@
 // ggml-remote-rtt: the round trip of an empty command to a ggml-remote-server,
-// and the bandwidth of tensor reads and writes, as the guest plugin sees them.
+// and the bandwidth of tensor reads and writes, as the guest plugin sees them;
+// with --device, to a buffer of one remote device (a GPU's, say), and with
+// --local, the same writes and reads on a device of this process's own ggml.
 #include "guest/remote_session.h"
 #include "transport/endpoint.h"
 #include "transport/shared_memory.h"
+
+#include <ggml-backend.h>
+#include <ggml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -88,62 +93,194 @@ void measure_shared_memory(const std::string &where, int shared_fd) {
     }
 }
 
-// Otherwise they go through the socket, like ggml-rpc's.
-void measure_socket_transfers(const std::string &where, guest::RemoteSession &session, uint64_t backend,
-                              uint64_t buffer) {
-    std::vector<uint8_t> data(kTransferSize, 0x5a);
-    for (const char *what : {"set_tensor", "get_tensor"}) {
-        std::vector<double> rates;
-        for (int i = 0; i < 20; ++i) {
-            const auto start = Clock::now();
-            Status status;
-            if (what[0] == 's') {
-                (void)session.post<SetTensor>({{buffer, 0, kTransferSize}}, ByteView(data));
-                status = session.call<Synchronize>({backend}).run();
-            } else {
-                status = session.call<GetTensor>({{buffer, 0, kTransferSize}})
-                             .reply_tail_into(data.data(), kTransferSize)
-                             .run();
-            }
-            const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-            if (!status) fail(status.message());
-            rates.push_back(kTransferSize / seconds / 1e9);
+// GB/s of one kTransferSize copy that started at `start`.
+double rate_since(Clock::time_point start) {
+    return kTransferSize / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+}
+
+// 16 MiB writes (set_tensor) and reads (get_tensor) to one device's buffer.
+struct Transfers {
+    std::string target;  // " on NAME", or empty for the server's first device
+    std::vector<double> set, get;
+};
+
+// Prints both directions; beside `local`'s figures, when given, as a ratio.
+void print_transfers(const std::string &where, const Transfers &measured, const Transfers *local) {
+    const std::vector<double> *rates[2] = {&measured.set, &measured.get};
+    const char *names[2] = {"set_tensor", "get_tensor"};
+    for (int i = 0; i < 2; ++i) {
+        const double median = percentile(*rates[i], 0.5);
+        std::printf("%s: 16 MiB %s%s: median %.2f GB/s (min %.2f, max %.2f)", where.c_str(), names[i],
+                    measured.target.c_str(), median, percentile(*rates[i], 0.0), percentile(*rates[i], 1.0));
+        if (local != nullptr) {
+            const double base = percentile(i == 0 ? local->set : local->get, 0.5);
+            std::printf(", %.2fx local", median / base);
         }
-        std::printf("%s: 16 MiB %s: median %.2f GB/s (min %.2f, max %.2f)\n", where.c_str(), what,
-                    percentile(rates, 0.5), percentile(rates, 0.0), percentile(rates, 1.0));
+        std::printf("\n");
     }
+}
+
+// The bytes written: not one value repeated, so that a read that lands at the wrong
+// offset shows.
+std::vector<uint8_t> pattern() {
+    std::vector<uint8_t> bytes(kTransferSize);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + i / 4093);
+    return bytes;
+}
+
+// Fails unless the last read brought back what was written.
+void check_read_back(const std::vector<uint8_t> &read, const std::string &where) {
+    if (read != pattern()) fail(where + ": 16 MiB read back differ from those written");
+}
+
+// A buffer outside shared memory (a GPU's, or any over unix and tcp): its bytes go
+// with the commands, through the shared ring or the socket, like ggml-rpc's.
+Transfers measure_command_transfers(guest::RemoteSession &session, uint64_t backend, uint64_t buffer) {
+    std::vector<uint8_t> data = pattern();
+    Transfers transfers;
+    for (int i = 0; i < 20; ++i) {
+        const auto start = Clock::now();
+        (void)session.post<SetTensor>({{buffer, 0, kTransferSize}}, ByteView(data));
+        const Status status = session.call<Synchronize>({backend}).run();
+        if (!status) fail(status.message());
+        transfers.set.push_back(rate_since(start));
+    }
+    std::fill(data.begin(), data.end(), 0);  // what the reads bring back must be the writes' bytes
+    for (int i = 0; i < 20; ++i) {
+        const auto start = Clock::now();
+        const Status status =
+            session.call<GetTensor>({{buffer, 0, kTransferSize}}).reply_tail_into(data.data(), kTransferSize).run();
+        if (!status) fail(status.message());
+        transfers.get.push_back(rate_since(start));
+    }
+    check_read_back(data, session.endpoint());
+    return transfers;
+}
+
+// The baseline for a remote device: ggml_backend_tensor_set and _get of 16 MiB on
+// a buffer of this process's own device `name` (Vulkan0: through Vulkan's staging).
+Transfers measure_local_device(const std::string &name) {
+    ggml_backend_load_all();
+    ggml_backend_dev_t device = ggml_backend_dev_by_name(name.c_str());
+    if (device == nullptr) fail("no local device " + name + " (lavapipe's Vulkan0 needs GGML_VK_VISIBLE_DEVICES=0)");
+    ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(device), kTransferSize);
+    if (buffer == nullptr) fail("cannot allocate 16 MiB on local " + name);
+    const ggml_init_params params{ggml_tensor_overhead(), nullptr, true};
+    ggml_context *context = ggml_init(params);
+    ggml_tensor *bytes = ggml_new_tensor_1d(context, GGML_TYPE_I8, kTransferSize);
+    if (ggml_backend_tensor_alloc(buffer, bytes, ggml_backend_buffer_get_base(buffer)) != GGML_STATUS_SUCCESS) {
+        fail("cannot place a tensor in local " + name + "'s buffer");
+    }
+    std::vector<uint8_t> data = pattern();
+    Transfers transfers{" on local " + name, {}, {}};
+    for (int i = 0; i < 20; ++i) {
+        const auto start = Clock::now();
+        ggml_backend_tensor_set(bytes, data.data(), 0, kTransferSize);
+        transfers.set.push_back(rate_since(start));
+    }
+    std::fill(data.begin(), data.end(), 0);  // what the reads bring back must be the writes' bytes
+    for (int i = 0; i < 20; ++i) {
+        const auto start = Clock::now();
+        ggml_backend_tensor_get(bytes, data.data(), 0, kTransferSize);
+        transfers.get.push_back(rate_since(start));
+    }
+    check_read_back(data, "local " + name);
+    ggml_free(context);
+    ggml_backend_buffer_free(buffer);
+    return transfers;
+}
+
+// The name the server gives its device `index` (DeviceInfo's first string).
+std::string remote_device_name(guest::RemoteSession &session, uint32_t index) {
+    DeviceInfo::Reply info{};
+    std::vector<uint8_t> strings;
+    const Status status = session.call<DeviceInfo>({index}).reply(&info).reply_tail(&strings).run();
+    if (!status) fail(status.message());
+    return std::string(strings.begin(), std::find(strings.begin(), strings.end(), 0));
+}
+
+struct Arguments {
+    std::string endpoint;
+    int round_trips = 20000;
+    int device = -1;    // --device: the remote device whose buffer is measured (-1: the first, unnamed)
+    std::string local;  // --local: the local device to compare with
+};
+
+void usage(const char *program) {
+    std::printf("usage: %s ENDPOINT [ROUND_TRIPS] [--device N] [--local NAME]\n"
+                "Measures the round trip of an empty command (median, p99; ROUND_TRIPS 0 skips it)\n"
+                "and the bandwidth of 16 MiB tensor writes and reads through a ggml-remote-server.\n"
+                "  --device N    to a buffer of the server's device N (0 is the first it serves)\n"
+                "  --local NAME  beside ggml_backend_tensor_set/get on this process's device NAME,\n"
+                "                e.g. Vulkan0 (lavapipe's needs GGML_VK_VISIBLE_DEVICES=0)\n",
+                program);
+}
+
+Arguments parse_arguments(int argc, char **argv) {
+    Arguments arguments;
+    int positional = 0;
+    for (int i = 1; i < argc; ++i) {
+        const std::string word = argv[i];
+        if (word == "--help" || word == "-h") {
+            usage(argv[0]);
+            std::exit(0);
+        } else if ((word == "--device" || word == "--local") && i + 1 < argc) {
+            if (word == "--local") arguments.local = argv[++i];
+            else arguments.device = std::atoi(argv[++i]);
+        } else if (positional == 0 && word[0] != '-') {
+            arguments.endpoint = word;
+            ++positional;
+        } else if (positional == 1 && word[0] != '-') {
+            arguments.round_trips = std::atoi(word.c_str());
+            ++positional;
+        } else {
+            usage(argv[0]);
+            std::exit(2);
+        }
+    }
+    if (arguments.endpoint.empty()) {
+        usage(argv[0]);
+        std::exit(2);
+    }
+    return arguments;
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-        std::printf("usage: %s ENDPOINT [ROUND_TRIPS]\n"
-                    "Measures the round trip of an empty command (median, p99) and the bandwidth of\n"
-                    "16 MiB tensor writes and reads through a ggml-remote-server.\n",
-                    argv[0]);
-        return argc < 2 ? 2 : 0;
-    }
-    const int round_trips = argc > 2 ? std::atoi(argv[2]) : 20000;
+    const Arguments arguments = parse_arguments(argc, argv);
     Endpoint endpoint;
-    Status status = parse_endpoint(argv[1], &endpoint);
+    Status status = parse_endpoint(arguments.endpoint, &endpoint);
     if (!status) fail(status.message());
+    // The local device first: the server's session does not wait on its start (Vulkan's takes a second).
+    std::unique_ptr<Transfers> local;
+    if (!arguments.local.empty()) {
+        local = std::make_unique<Transfers>(measure_local_device(arguments.local));
+        print_transfers("local", *local, nullptr);
+    }
     const std::unique_ptr<guest::RemoteSession> session = open_session(endpoint);
     const std::string where = endpoint.to_string();
+    const uint32_t device = arguments.device < 0 ? 0 : static_cast<uint32_t>(arguments.device);
+    if (device >= session->device_count()) {
+        fail("the server offers " + std::to_string(session->device_count()) + " devices, no device " +
+             std::to_string(device));
+    }
 
     BackendInit::Reply backend{};
-    status = session->call<BackendInit>({0}).reply(&backend).run();
+    status = session->call<BackendInit>({device}).reply(&backend).run();
     if (!status) fail(status.message());
-    measure_round_trips(where, *session, backend.backend, round_trips);
+    if (arguments.round_trips > 0) measure_round_trips(where, *session, backend.backend, arguments.round_trips);
 
     BufferAlloc::Reply buffer{};
     UniqueFd shared_fd;
-    status = session->call<BufferAlloc>({0, kTransferSize}).reply(&buffer).receive_fd(&shared_fd).run();
+    status = session->call<BufferAlloc>({device, kTransferSize}).reply(&buffer).receive_fd(&shared_fd).run();
     if (!status) fail(status.message());
     if (buffer.shared) {
         measure_shared_memory(where, shared_fd.get());
-    } else {
-        measure_socket_transfers(where, *session, backend.backend, buffer.buffer);
+        return 0;
     }
+    Transfers transfers = measure_command_transfers(*session, backend.backend, buffer.buffer);
+    if (arguments.device >= 0) transfers.target = " on " + remote_device_name(*session, device);
+    print_transfers(where, transfers, local.get());
     return 0;
 }
