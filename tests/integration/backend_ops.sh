@@ -18,6 +18,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=backend_ops_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/backend_ops_lib.sh"
+# shellcheck source=vulkan_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/vulkan_lib.sh"
 
 TRANSPORT=${1:?usage: backend_ops.sh unix|tcp [vulkan]}
 HOST_DEVICE=${2:-cpu}
@@ -117,7 +119,7 @@ case $HOST_DEVICE in
         DESCRIPTION=$VULKAN0_DESCRIPTION
         GRAPH_VARIANTS=("${VULKAN_GRAPH_VARIANTS[@]}")
         EXTRA_RUNS=("${VULKAN_EXTRA_RUNS[@]}")
-        GGML_VK_VISIBLE_DEVICES=0 start_server ops -d Vulkan0 ;;
+        start_vulkan_server ops -d Vulkan0 ;;
     *) fail "unknown host device '$HOST_DEVICE' (vulkan, or none for the CPU)" ;;
 esac
 # shellcheck disable=SC2154 # start_server sets ops_UNIX, ops_TCP, ops_LOG

@@ -31,16 +31,6 @@ host_device_description() {
         sed -n "s/^  $1: \(.*\) ([0-9]* MiB, [0-9]* MiB free)\$/\1/p" | head -n1 || true
 }
 
-# require_vulkan0: sets VULKAN0_DESCRIPTION to the description of the host's Vulkan0
-# as a server started with GGML_VK_VISIBLE_DEVICES=0 serves it (which also shows a
-# CPU-type device such as Mesa's lavapipe), or skips the test when there is none.
-require_vulkan0() {
-    VULKAN0_DESCRIPTION=$(GGML_VK_VISIBLE_DEVICES=0 host_device_description Vulkan0)
-    [ -n "$VULKAN0_DESCRIPTION" ] || skip "no Vulkan device on this host (ggml-remote-server --list-devices" \
-        "with GGML_VK_VISIBLE_DEVICES=0 lists no Vulkan0; install libggml0-backend-vulkan and a driver, e.g." \
-        "mesa-vulkan-drivers)"
-}
-
 # rss_kb PID: resident memory of a process (0 once it is gone).
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 # workers: the session workers of the server started as srv (its child processes).

@@ -3,6 +3,16 @@
 # names them: the server gets the variable, a guest never does, so that a guest
 # sees Vulkan only through the server.
 
+# require_vulkan0: sets VULKAN0_DESCRIPTION to the description of the host's Vulkan0
+# as a server started with GGML_VK_VISIBLE_DEVICES=0 serves it (which also shows a
+# CPU-type device such as Mesa's lavapipe), or skips the test when there is none.
+require_vulkan0() {
+    VULKAN0_DESCRIPTION=$(GGML_VK_VISIBLE_DEVICES=0 host_device_description Vulkan0)
+    [ -n "$VULKAN0_DESCRIPTION" ] || skip "no Vulkan device on this host (ggml-remote-server --list-devices" \
+        "with GGML_VK_VISIBLE_DEVICES=0 lists no Vulkan0; install libggml0-backend-vulkan and a driver, e.g." \
+        "mesa-vulkan-drivers)"
+}
+
 # start_vulkan_server NAME [SERVER ARGS...]: start_server with the Vulkan device visible.
 start_vulkan_server() {
     GGML_VK_VISIBLE_DEVICES=0 start_server "$@"

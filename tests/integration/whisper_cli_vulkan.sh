@@ -11,11 +11,12 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 source "$(dirname "$0")/whisper_helpers.sh"
+source "$(dirname "$0")/vulkan_lib.sh"
 
 require_vulkan0
 model=$(whisper_model tiny f16)
 short=(-d 8000 -ac 256)
-GGML_VK_VISIBLE_DEVICES=0 start_server srv -d Vulkan0
+start_vulkan_server srv -d Vulkan0
 # shellcheck disable=SC2154 # start_server sets srv_LOG
 served=$(sed -n 's/.*ggml-remote-server: serving //p' "$srv_LOG")
 [ "$served" = "Vulkan0: $VULKAN0_DESCRIPTION" ] || fail "the server should serve Vulkan0 alone, it serves: $served"
