@@ -12,13 +12,41 @@
 namespace ggml_remote::host {
 
 // What a handler hands back besides its fixed Reply: owned bytes, or a view of
-// memory that stays valid until the reply is sent (the contents of a buffer in CPU memory).
+// memory that stays valid until the reply is sent (the contents of a buffer in CPU
+// memory), or bytes written when sent (`fill`: a device buffer's contents).
 struct ReplyTail {
+    // Writes the tail's bytes [at, at + size) into `into`.
+    using Fill = std::function<void(uint64_t at, uint8_t *into, size_t size)>;
+
     std::vector<uint8_t> owned;
     protocol::ByteView view;
     UniqueFd fd;  // a descriptor to pass along (unix sockets), closed once sent
+    // Over a shared ring the session has `fill` write straight into the ring, with
+    // no copy of ours; elsewhere gather() first turns it into `owned`.
+    Fill fill;
+    uint64_t fill_size = 0;
 
+    void gather() {
+        if (!fill) return;
+        owned.resize(fill_size);
+        fill(0, owned.data(), fill_size);
+        fill = nullptr;
+    }
+    // Not for a tail that has a `fill` (gather() it first).
     protocol::ByteView bytes() const { return view.data != nullptr ? view : protocol::ByteView(owned); }
+    uint64_t size() const { return fill ? fill_size : bytes().size; }
+};
+
+// A request's tail left in the shared ring (Session::serve, over shm: tensor
+// data), read where it lies instead of being copied into the frame first.
+class TailStream {
+  public:
+    // Takes the bytes [at, at + size) of the tail.
+    using Take = std::function<void(uint64_t at, const uint8_t *piece, size_t size)>;
+    virtual ~TailStream() = default;
+    virtual uint64_t size() const = 0;
+    // Hands every byte of the tail, in order and at most once, to `take`.
+    virtual Status read(const Take &take) = 0;
 };
 
 // Everything the session needs to send one reply.
@@ -34,20 +62,35 @@ struct Call {
     std::vector<UniqueFd> &fds;   // descriptors that came with it; a handler moves out those it keeps
     typename Cmd::Reply reply{};  // the fixed reply, sent when the handler succeeds
     ReplyTail &reply_tail;        // what follows it
+    TailStream *streamed = nullptr;  // set when the tail is still in the ring (`tail` is then empty)
+
+    uint64_t tail_size() const { return streamed != nullptr ? streamed->size() : tail.size; }
+    // Hands the tail's bytes to `take` in order: in one piece, or piece by piece from the ring.
+    Status read_tail(const TailStream::Take &take) {
+        if (streamed != nullptr) return streamed->read(take);
+        if (tail.size > 0) take(0, tail.data, tail.size);
+        return Status::success();
+    }
 };
 
 class Dispatcher {
   public:
-    using RawHandler = std::function<Status(protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply)>;
+    // `streamed`: the payload's tail when it is still in the ring (else null).
+    using RawHandler = std::function<Status(protocol::ByteView payload, TailStream *streamed,
+                                            std::vector<UniqueFd> &fds, ReplyFrame *reply)>;
 
     // Cmd's requests go to (owner->*handler)(request, call).
     template <class Cmd, class Owner>
     void on(Owner *owner, Status (Owner::*handler)(const typename Cmd::Request &, Call<Cmd> &)) {
-        handlers_[static_cast<size_t>(Cmd::id)] =
-            [owner, handler](protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply) -> Status {
+        handlers_[static_cast<size_t>(Cmd::id)] = [owner, handler](protocol::ByteView payload, TailStream *streamed,
+                                                                   std::vector<UniqueFd> &fds,
+                                                                   ReplyFrame *reply) -> Status {
             typename Cmd::Request request;
             if (Status s = decode_request<Cmd>(payload, &request); !s) return s;
-            Call<Cmd> call{payload.subview(sizeof(request)), fds, {}, reply->tail};
+            if (streamed != nullptr && !protocol::takes_tail(Cmd::id)) {
+                return error(Code::bad_request, std::string(protocol::command_name(Cmd::id)) + " takes no tail");
+            }
+            Call<Cmd> call{payload.subview(sizeof(request)), fds, {}, reply->tail, streamed};
             Status status = (owner->*handler)(request, call);
             if (status.ok() && !std::is_empty<typename Cmd::Reply>::value) {
                 protocol::append_pod(reply->fixed, call.reply);

@@ -98,7 +98,14 @@ Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
 
 Status Session::handle(uint16_t command, ByteView payload, ReplyFrame *reply, std::vector<UniqueFd> *fds) {
     std::vector<UniqueFd> none;
-    Status status = run_handler(command, payload, fds != nullptr ? *fds : none, reply);
+    Status status = handle_frame(command, payload, nullptr, fds != nullptr ? *fds : none, reply);
+    reply->tail.gather();  // in-process callers read the tail's bytes
+    return status;
+}
+
+Status Session::handle_frame(uint16_t command, ByteView payload, TailStream *streamed, std::vector<UniqueFd> &fds,
+                             ReplyFrame *reply) {
+    Status status = run_handler(command, payload, streamed, fds, reply);
     // A failed handshake is the guest's refusal, which its worker reports, not a command's.
     if (!status.ok() && handshaken_) {
         ++counters_.commands_refused[static_cast<size_t>(command_refusal_for(status.code()))];
@@ -118,7 +125,8 @@ void Session::report_compute_failure(const Status &status) {
     }
 }
 
-Status Session::run_handler(uint16_t command, ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply) {
+Status Session::run_handler(uint16_t command, ByteView payload, TailStream *streamed, std::vector<UniqueFd> &fds,
+                           ReplyFrame *reply) {
     const Dispatcher::RawHandler *handler = dispatcher_.find(command);
     if (handler == nullptr) return error(Code::bad_request, "unknown command " + std::to_string(command));
     if (!handshaken_ && command != static_cast<uint16_t>(CommandId::hello)) {
@@ -135,7 +143,7 @@ Status Session::run_handler(uint16_t command, ByteView payload, std::vector<Uniq
     // A backend that throws (std::bad_alloc for a work buffer a forged shape asks
     // for) fails this command, not the session.
     try {
-        return (*handler)(payload, fds, reply);
+        return (*handler)(payload, streamed, fds, reply);
     } catch (const std::bad_alloc &) {
         return error(Code::out_of_memory, std::string(command_name(static_cast<CommandId>(command))) +
                                               ": the host ran out of memory");

@@ -214,8 +214,13 @@ class Session {
     // session.cpp: dispatch and lookups.
     // Hands every command to its handler above.
     void register_handlers();
-    // handle() without the refusal count: finds the command's handler and runs it.
-    Status run_handler(uint16_t command, protocol::ByteView payload, std::vector<UniqueFd> &fds, ReplyFrame *reply);
+    // handle() as serve() calls it: `streamed` is the tail when it is still in
+    // the ring, and a reply tail's `fill` is left for the sender.
+    Status handle_frame(uint16_t command, protocol::ByteView payload, TailStream *streamed,
+                        std::vector<UniqueFd> &fds, ReplyFrame *reply);
+    // handle_frame() without the refusal count: finds the command's handler and runs it.
+    Status run_handler(uint16_t command, protocol::ByteView payload, TailStream *streamed,
+                       std::vector<UniqueFd> &fds, ReplyFrame *reply);
     // "this session already has 16 backends (--max-backends)": the refusal of a capped object.
     static Status over_cap(size_t count, const char *what, const char *flag);
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
@@ -231,7 +236,11 @@ class Session {
     // serve() without the last publication of the session's figures.
     Status serve_frames(FramedStream &stream);
     // Waits for the next frame into loop.payload; *ended when the guest hung up.
+    // Over shm, tensor data is left in the ring for its handler (loop.streamed_tail).
     Status receive_frame(ServeLoop &loop, protocol::FrameHeader *header, bool *ended);
+    // The bytes at the end of this frame's payload that its handler reads from the
+    // ring itself (SetTensor's data over shm), or 0.
+    uint64_t tail_left_in_ring(const ServeLoop &loop, const protocol::FrameHeader &header) const;
     // Arms the watchdog for the wait before a frame (the handshake's, or idleness).
     void arm_wait_for_frame(ServeLoop &loop);
     // Handles a frame, unless an earlier one-way command failed: a command with a

@@ -4,6 +4,8 @@
 
 #include "host/watchdog.h"
 
+#include <exception>
+#include <string>
 #include <utility>
 
 namespace ggml_remote::host {
@@ -19,6 +21,59 @@ double transfer_seconds(int timeout_s, uint64_t bytes) { return timeout_s + stat
 Watchdog::Clock::time_point after(double seconds) {
     return Watchdog::Clock::now() +
            std::chrono::duration_cast<Watchdog::Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// Tensor data is handed to ggml in pieces of at least this much (fewer at the
+// ring's end): each ggml_backend_tensor_set/get on a GPU costs a submission.
+constexpr size_t kMinRingPiece = 256 * 1024;
+
+// A frame's tail that its handler reads where it lies in the shared ring. The
+// ring's counts stay the host's own; the guest can change the bytes while ggml
+// copies them, which changes only its own tensor's data.
+class RingTail final : public TailStream {
+  public:
+    RingTail(FramedStream &stream, uint64_t size) : stream_(stream), size_(size) {}
+    uint64_t size() const override { return size_; }
+    Status read(const Take &take) override {
+        if (read_) return error(Code::error, "the tail was read already");
+        read_ = true;
+        uint64_t at = 0;
+        transport_ = stream_.receive_in_place(size_, kMinRingPiece, [&](const uint8_t *piece, size_t size) {
+            take(at, piece, size);
+            at += size;
+        });
+        return transport_;
+    }
+    // After the handler: what it did not read is dropped, keeping the frames in
+    // step. A failure here is the connection's: the session ends.
+    Status finish() {
+        if (!read_) {
+            read_ = true;
+            transport_ = stream_.discard(size_);
+        }
+        return transport_;
+    }
+
+  private:
+    FramedStream &stream_;
+    const uint64_t size_;
+    bool read_ = false;
+    Status transport_;
+};
+
+// A reply whose tail a device writes straight into the ring (ReplyTail::fill).
+Status send_filled(FramedStream &stream, const FrameHeader &header, const ReplyFrame &reply) {
+    uint64_t at = 0;
+    try {
+        return stream.send_in_place(header, {ByteView(reply.fixed)}, reply.tail.fill_size, kMinRingPiece,
+                                    [&](uint8_t *piece, size_t size) {
+                                        reply.tail.fill(at, piece, size);
+                                        at += size;
+                                    });
+    } catch (const std::exception &e) {
+        // Half a reply is out: the session cannot go on.
+        return error(Code::error, std::string("reading a device buffer into the reply: ") + e.what());
+    }
 }
 
 }  // namespace
@@ -46,6 +101,8 @@ struct Session::ServeLoop {
     Watchdog watchdog;
     const Watchdog::Clock::time_point handshake_deadline;
     FrameBuffer payload;
+    uint64_t streamed_tail = 0;  // bytes of this frame's payload still in the ring (tail_left_in_ring)
+    Status lost;  // the connection failed while a handler read the ring: the session ends
     Status deferred;  // the first failure of a one-way command, told with the next reply
     // Whether the last reply answered a guest that waited on a compute: it now
     // works on its own until its next graph (see SpinPolicy).
@@ -71,6 +128,7 @@ Status Session::serve_frames(FramedStream &stream) {
         ReplyFrame reply;
         const Status status = carry_out(loop, header, one_way, &reply);
         publish_status();
+        if (!loop.lost.ok()) return loop.lost.code() == Code::disconnected ? Status::success() : loop.lost;
         // The guest hung up during a compute: nothing it sent after that needs serving.
         if (guest_gone_.load(std::memory_order_relaxed)) return Status::success();
         if (one_way) {
@@ -131,39 +189,65 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
             watchdog.disarm();
         }
     }
-    status = stream.receive_payload(&loop.payload, header->payload_size);
-    if (!watchdog.disarm()) return watchdog.failure();
+    loop.streamed_tail = tail_left_in_ring(loop, *header);
+    status = stream.receive_payload(&loop.payload, header->payload_size - loop.streamed_tail);
+    // The watchdog keeps watching a tail left in the ring until it is read.
+    if (loop.streamed_tail == 0 && !watchdog.disarm()) return watchdog.failure();
     if (!status) {
         *ended = status.code() == Code::disconnected;  // gone mid-message
         return *ended ? Status::success() : status;
     }
-    counters_.bytes_received += sizeof(*header) + loop.payload.size();
+    counters_.bytes_received += sizeof(*header) + header->payload_size;
     if (recorder_ != nullptr) recorder_->record(*header, ByteView(loop.payload.data(), loop.payload.size()));
     return Status::success();
+}
+
+uint64_t Session::tail_left_in_ring(const ServeLoop &loop, const FrameHeader &header) const {
+    // Only tensor data, only after the handshake, and not while frames are recorded whole.
+    if (!loop.stream.uses_ring() || !handshaken_ || recorder_ != nullptr) return 0;
+    size_t fixed = 0;
+    if (header.command == static_cast<uint16_t>(CommandId::set_tensor)) fixed = sizeof(SetTensor::Request);
+    if (header.command == static_cast<uint16_t>(CommandId::set_tensor_2d)) fixed = sizeof(SetTensor2d::Request);
+    // A payload too short for its request is refused by the dispatcher, as ever.
+    return fixed > 0 && header.payload_size > fixed ? header.payload_size - fixed : 0;
 }
 
 Status Session::carry_out(ServeLoop &loop, const FrameHeader &header, bool one_way, ReplyFrame *reply) {
     // Whatever a handler does not take is closed on return.
     std::vector<UniqueFd> fds = std::move(loop.stream.received_fds());
     loop.stream.received_fds().clear();
+    const ByteView payload(loop.payload.data(), loop.payload.size());
+    Status status;
     if (!one_way && !loop.deferred.ok()) {
         // An earlier one-way command failed: this call is answered with that
         // failure and not carried out, so nothing it would create is lost.
-        return std::exchange(loop.deferred, Status::success());
+        status = std::exchange(loop.deferred, Status::success());
+    } else if (loop.streamed_tail > 0) {
+        RingTail tail(loop.stream, loop.streamed_tail);
+        status = handle_frame(header.command, payload, &tail, fds, reply);
+        loop.lost = tail.finish();
+        if (!loop.watchdog.disarm()) loop.lost = loop.watchdog.failure();
+    } else {
+        status = handle_frame(header.command, payload, nullptr, fds, reply);
     }
-    return handle(header.command, ByteView(loop.payload.data(), loop.payload.size()), reply, &fds);
+    // Bytes read from a device go straight into the ring; sockets send them gathered.
+    if (!loop.stream.uses_ring()) reply->tail.gather();
+    return status;
 }
 
 Status Session::answer(ServeLoop &loop, const FrameHeader &header, const Status &status, const ReplyFrame &reply,
                        bool *ended) {
     FrameHeader out{header.command, reply_flags(), static_cast<int32_t>(status.code()), 0};
-    const uint64_t reply_size = status.ok() ? reply.fixed.size() + reply.tail.bytes().size : status.message().size();
+    const uint64_t reply_size = status.ok() ? reply.fixed.size() + reply.tail.size() : status.message().size();
     if (limits_.frame_timeout_s > 0) {
         const double seconds = transfer_seconds(limits_.frame_timeout_s, reply_size);
         loop.watchdog.arm(after(seconds), Watchdog::Wait::reply, seconds, reply_size);
     }
     Status sent;
-    if (status.ok()) {
+    if (status.ok() && reply.tail.fill) {
+        sent = send_filled(loop.stream, out, reply);
+        counters_.bytes_sent += sizeof(out) + reply.fixed.size() + reply.tail.fill_size;
+    } else if (status.ok()) {
         const ByteView tail = reply.tail.bytes();
         const int fd = reply.tail.fd.get();
         sent = loop.stream.send(out, {ByteView(reply.fixed), tail}, &fd, reply.tail.fd.valid() ? 1 : 0);

@@ -3,6 +3,7 @@
 // write_range).
 #include "host/session.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ggml_remote::host {
@@ -23,6 +24,19 @@ Status rows_span(const BufferRange &first, uint64_t n_rows, uint64_t stride, con
         return error(Code::bad_request, std::string(command) + ": the rows' offsets overflow");
     }
     return Status::success();
+}
+
+// Calls part(offset in the span, offset in the piece, size) for each row's share
+// of the packed bytes [at, at + size) of rows `row` bytes long, `stride` apart.
+template <class Part>
+void for_each_row_part(uint64_t row, uint64_t stride, uint64_t at, size_t size, Part part) {
+    size_t done = 0;
+    while (done < size && row > 0) {
+        const uint64_t index = (at + done) / row, within = (at + done) % row;
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(row - within, size - done));
+        part(index * stride + within, done, n);
+        done += n;
+    }
 }
 
 }  // namespace
@@ -80,28 +94,31 @@ Status Session::handle(const InitTensor::Request &request, Call<InitTensor> &cal
 
 Status Session::handle(const SetTensor::Request &request, Call<SetTensor> &call) {
     return write_range(request.range, [&](ggml_tensor *bytes) {
-        if (call.tail.size != request.range.size) {
-            return error(Code::bad_request, "set_tensor: " + std::to_string(call.tail.size) +
+        if (call.tail_size() != request.range.size) {
+            return error(Code::bad_request, "set_tensor: " + std::to_string(call.tail_size()) +
                                                 " data bytes for a range of " + std::to_string(request.range.size));
         }
-        ggml_backend_tensor_set(bytes, call.tail.data, 0, call.tail.size);
-        return Status::success();
+        // Over shm the bytes come piece by piece, straight from the ring.
+        return call.read_tail([&](uint64_t at, const uint8_t *piece, size_t size) {
+            ggml_backend_tensor_set(bytes, piece, at, size);
+        });
     });
 }
 
 Status Session::handle(const SetTensor2d::Request &request, Call<SetTensor2d> &call) {
     uint64_t total = 0;
-    if (__builtin_mul_overflow(request.n_copies, request.range.size, &total) || total != call.tail.size) {
+    if (__builtin_mul_overflow(request.n_copies, request.range.size, &total) || total != call.tail_size()) {
         return error(Code::bad_request, "set_tensor_2d: data size does not match n_copies * size");
     }
     BufferRange span;
     if (Status s = rows_span(request.range, request.n_copies, request.stride, "set_tensor_2d", &span); !s) return s;
     return write_range(span, [&](ggml_tensor *bytes) {
-        for (uint64_t i = 0; i < request.n_copies; ++i) {
-            ggml_backend_tensor_set(bytes, call.tail.data + i * request.range.size, i * request.stride,
-                                    request.range.size);
-        }
-        return Status::success();
+        return call.read_tail([&](uint64_t at, const uint8_t *piece, size_t size) {
+            for_each_row_part(request.range.size, request.stride, at, size,
+                              [&](uint64_t offset, size_t from, size_t n) {
+                                  ggml_backend_tensor_set(bytes, piece + from, offset, n);
+                              });
+        });
     });
 }
 
@@ -111,8 +128,11 @@ Status Session::handle(const GetTensor::Request &request, Call<GetTensor> &call)
     if (ggml_backend_buffer_is_host(bytes.buffer)) {
         call.reply_tail.view = ByteView(bytes.data, request.range.size);  // sent straight from the buffer
     } else {
-        call.reply_tail.owned.resize(request.range.size);
-        ggml_backend_tensor_get(&bytes, call.reply_tail.owned.data(), 0, request.range.size);
+        // Read from the device when sent: over shm straight into the ring.
+        call.reply_tail.fill_size = request.range.size;
+        call.reply_tail.fill = [bytes](uint64_t at, uint8_t *into, size_t size) {
+            ggml_backend_tensor_get(&bytes, into, at, size);
+        };
     }
     return Status::success();
 }
@@ -126,11 +146,13 @@ Status Session::handle(const GetTensor2d::Request &request, Call<GetTensor2d> &c
     if (Status s = rows_span(request.range, request.n_copies, request.stride, "get_tensor_2d", &span); !s) return s;
     ggml_tensor bytes;
     if (Status s = read_range(span, &bytes); !s) return s;
-    call.reply_tail.owned.resize(total);
-    for (uint64_t i = 0; i < request.n_copies; ++i) {
-        ggml_backend_tensor_get(&bytes, call.reply_tail.owned.data() + i * request.range.size, i * request.stride,
-                                request.range.size);
-    }
+    const uint64_t row = request.range.size, stride = request.stride;
+    call.reply_tail.fill_size = total;
+    call.reply_tail.fill = [bytes, row, stride](uint64_t at, uint8_t *into, size_t size) {
+        for_each_row_part(row, stride, at, size, [&](uint64_t offset, size_t to, size_t n) {
+            ggml_backend_tensor_get(&bytes, into + to, offset, n);
+        });
+    };
     return Status::success();
 }
 

@@ -320,6 +320,29 @@ Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
     return Status::success();
 }
 
+Status FramedStream::receive_in_place(uint64_t size, size_t min_piece, const RingChannel::PieceReader &take) {
+    if (ring_ == nullptr || !fd_.valid()) return error(Code::error, "receive from " + peer_ + ": no shared ring");
+    Status status = ring_->read_in_place(size, min_piece, take, fd_.get());
+    return status ? status : error(status.code(), "receive from " + peer_ + ": " + status.message());
+}
+
+Status FramedStream::send_in_place(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts,
+                                   uint64_t tail_size, size_t min_piece, const RingChannel::PieceWriter &fill) {
+    if (ring_ == nullptr || !fd_.valid()) return error(Code::error, "send to " + peer_ + ": no shared ring");
+    iovec iov[1 + 4];
+    if (parts.size() > 4) return error(Code::error, "send to " + peer_ + ": too many parts");
+    size_t count = 0;
+    header.payload_size = tail_size;
+    iov[count++] = {&header, sizeof(header)};
+    for (const protocol::ByteView &part : parts) {
+        header.payload_size += part.size;
+        if (part.size > 0) iov[count++] = {const_cast<uint8_t *>(part.data), part.size};
+    }
+    Status status = ring_->write(iov, count, fd_.get());
+    if (status) status = ring_->write_in_place(tail_size, min_piece, fill, fd_.get());
+    return status ? status : error(status.code(), "send to " + peer_ + ": " + status.message());
+}
+
 Status FramedStream::discard(uint64_t size) {
     uint8_t scratch[64 * 1024];
     while (size > 0) {

@@ -52,6 +52,14 @@ class FramedStream {
     // Reads and throws away `size` bytes (the payload of a refused frame).
     Status discard(uint64_t size);
 
+    // Shared-ring streams only (uses_ring()): tensor data read and written where
+    // it lies in the ring, with no copy of ours (RingChannel::read_in_place).
+    Status receive_in_place(uint64_t size, size_t min_piece, const RingChannel::PieceReader &take);
+    // Sends one frame whose payload is `parts`, then `tail_size` bytes that
+    // `fill` writes in place (RingChannel::write_in_place).
+    Status send_in_place(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts,
+                         uint64_t tail_size, size_t min_piece, const RingChannel::PieceWriter &fill);
+
     // Descriptors that arrived with the last frame header; the caller takes them.
     std::vector<UniqueFd> &received_fds() { return received_fds_; }
 

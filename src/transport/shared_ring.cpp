@@ -167,59 +167,104 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
     }
 }
 
+Status RingChannel::next_free_piece(size_t want, size_t *at, size_t *size, int peer_socket) {
+    for (;;) {
+        const uint64_t peer_read = out_.state->read.load(std::memory_order_acquire);
+        if (peer_read > out_.own || out_.own - peer_read > capacity_) return corrupt("read");
+        const size_t space = capacity_ - static_cast<size_t>(out_.own - peer_read);
+        *at = static_cast<size_t>(out_.own % capacity_);
+        *size = std::min(space, capacity_ - *at);
+        if (*size > 0 && *size >= std::min(want, capacity_ - *at)) return Status::success();
+        Status status = wait(
+            &out_.state->space_doorbell, &out_.state->writer_sleeping,
+            [&] { return out_.state->read.load(std::memory_order_acquire) != peer_read; }, peer_socket);
+        if (!status) return status;
+    }
+}
+
+Status RingChannel::next_data_piece(size_t want, size_t *at, size_t *size, int peer_socket) {
+    if (side_ == Side::host) {
+        static_cast<RegionHeader *>(mapping_.data())->worker_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+    }
+    for (;;) {
+        const uint64_t peer_written = in_.state->written.load(std::memory_order_acquire);
+        if (peer_written < in_.own || peer_written - in_.own > capacity_) return corrupt("written");
+        const size_t available = static_cast<size_t>(peer_written - in_.own);
+        *at = static_cast<size_t>(in_.own % capacity_);
+        *size = std::min(available, capacity_ - *at);
+        if (*size > 0 && *size >= std::min(want, capacity_ - *at)) return Status::success();
+        Status status = wait(
+            &in_.state->data_doorbell, &in_.state->reader_sleeping,
+            [&] { return in_.state->written.load(std::memory_order_acquire) != peer_written; }, peer_socket);
+        if (!status) return status;
+    }
+}
+
+void RingChannel::publish_written(size_t bytes) {
+    out_.own += bytes;
+    out_.state->written.store(out_.own, std::memory_order_release);
+    ring_doorbell(&out_.state->data_doorbell, &out_.state->reader_sleeping);
+}
+
+void RingChannel::publish_read(size_t bytes) {
+    in_.own += bytes;
+    in_.state->read.store(in_.own, std::memory_order_release);
+    ring_doorbell(&in_.state->space_doorbell, &in_.state->writer_sleeping);
+}
+
 Status RingChannel::write(const iovec *parts, size_t count, int peer_socket) {
     for (size_t i = 0; i < count; ++i) {
         const auto *bytes = static_cast<const uint8_t *>(parts[i].iov_base);
         size_t left = parts[i].iov_len;
         while (left > 0) {
-            const uint64_t peer_read = out_.state->read.load(std::memory_order_acquire);
-            if (peer_read > out_.own || out_.own - peer_read > capacity_) return corrupt("read");
-            const size_t space = capacity_ - static_cast<size_t>(out_.own - peer_read);
-            if (space == 0) {
-                const uint64_t full_at = peer_read;
-                Status status = wait(
-                    &out_.state->space_doorbell, &out_.state->writer_sleeping,
-                    [&] { return out_.state->read.load(std::memory_order_acquire) != full_at; }, peer_socket);
-                if (!status) return status;
-                continue;
-            }
-            const size_t at = static_cast<size_t>(out_.own % capacity_);
-            const size_t n = std::min({left, space, capacity_ - at});
+            size_t at = 0, free = 0;
+            if (Status s = next_free_piece(1, &at, &free, peer_socket); !s) return s;
+            const size_t n = std::min(left, free);
             std::memcpy(out_.data + at, bytes, n);
             bytes += n;
             left -= n;
-            out_.own += n;
-            out_.state->written.store(out_.own, std::memory_order_release);
-            ring_doorbell(&out_.state->data_doorbell, &out_.state->reader_sleeping);
+            publish_written(n);
         }
     }
     return Status::success();
 }
 
 Status RingChannel::read(void *data, size_t size, int peer_socket) {
-    if (side_ == Side::host) {
-        static_cast<RegionHeader *>(mapping_.data())->worker_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
-    }
     auto *out = static_cast<uint8_t *>(data);
     while (size > 0) {
-        const uint64_t peer_written = in_.state->written.load(std::memory_order_acquire);
-        if (peer_written < in_.own || peer_written - in_.own > capacity_) return corrupt("written");
-        const size_t available = static_cast<size_t>(peer_written - in_.own);
-        if (available == 0) {
-            Status status = wait(
-                &in_.state->data_doorbell, &in_.state->reader_sleeping,
-                [&] { return in_.state->written.load(std::memory_order_acquire) != in_.own; }, peer_socket);
-            if (!status) return status;
-            continue;
-        }
-        const size_t at = static_cast<size_t>(in_.own % capacity_);
-        const size_t n = std::min({size, available, capacity_ - at});
+        size_t at = 0, available = 0;
+        if (Status s = next_data_piece(1, &at, &available, peer_socket); !s) return s;
+        const size_t n = std::min(size, available);
         std::memcpy(out, in_.data + at, n);
         out += n;
         size -= n;
-        in_.own += n;
-        in_.state->read.store(in_.own, std::memory_order_release);
-        ring_doorbell(&in_.state->space_doorbell, &in_.state->writer_sleeping);
+        publish_read(n);
+    }
+    return Status::success();
+}
+
+Status RingChannel::read_in_place(uint64_t size, size_t min_piece, const PieceReader &take, int peer_socket) {
+    while (size > 0) {
+        size_t at = 0, available = 0;
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(size, std::max<size_t>(min_piece, 1)));
+        if (Status s = next_data_piece(want, &at, &available, peer_socket); !s) return s;
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(size, available));
+        take(in_.data + at, n);
+        size -= n;
+        publish_read(n);
+    }
+    return Status::success();
+}
+
+Status RingChannel::write_in_place(uint64_t size, size_t min_piece, const PieceWriter &fill, int peer_socket) {
+    while (size > 0) {
+        size_t at = 0, free = 0;
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(size, std::max<size_t>(min_piece, 1)));
+        if (Status s = next_free_piece(want, &at, &free, peer_socket); !s) return s;
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(size, free));
+        fill(out_.data + at, n);
+        size -= n;
+        publish_written(n);
     }
     return Status::success();
 }

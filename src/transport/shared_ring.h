@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace ggml_remote {
@@ -51,6 +52,19 @@ class RingChannel {
     Status write(const iovec *parts, size_t count, int peer_socket);
     // Reads exactly `size` bytes, waiting while the ring is empty.
     Status read(void *data, size_t size, int peer_socket);
+
+    // The next `size` incoming bytes, read where they lie: `take` gets each
+    // contiguous piece of the ring in turn (at least `min_piece` bytes unless
+    // fewer remain before the end of the data or of the ring), which is released
+    // when it returns. The peer may change a piece meanwhile: `take` must use it
+    // as data only (a tensor's bytes), never decode it. Counts stay this side's.
+    using PieceReader = std::function<void(const uint8_t *piece, size_t size)>;
+    Status read_in_place(uint64_t size, size_t min_piece, const PieceReader &take, int peer_socket);
+    // The next `size` outgoing bytes, written where they go: `fill` writes each
+    // free contiguous piece of the ring in turn (at least `min_piece` bytes unless
+    // fewer remain), which is published when it returns.
+    using PieceWriter = std::function<void(uint8_t *piece, size_t size)>;
+    Status write_in_place(uint64_t size, size_t min_piece, const PieceWriter &fill, int peer_socket);
 
     size_t capacity() const { return capacity_; }
     // Guest, about to sleep behind a compute (wait() calls it): moves this thread to
@@ -100,6 +114,14 @@ class RingChannel {
     // Waits on a doorbell until `ready()` holds, or fails when the peer is gone.
     template <class Ready>
     Status wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> *sleeping, Ready ready, int peer_socket);
+    // The next contiguous free piece of the outgoing ring, of at least `want`
+    // bytes (at most what is left before the ring's end), once there.
+    Status next_free_piece(size_t want, size_t *at, size_t *size, int peer_socket);
+    // The next contiguous piece of incoming bytes, at least `want` of them (at
+    // most what is left before the ring's end), once there.
+    Status next_data_piece(size_t want, size_t *at, size_t *size, int peer_socket);
+    void publish_written(size_t bytes);
+    void publish_read(size_t bytes);
 
     Side side_;
     Mapping mapping_;

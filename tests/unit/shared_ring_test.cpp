@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -100,6 +101,112 @@ TEST(SharedRing, AFrameManyTimesTheCapacityStreamsThroughWhileTheReaderReads) {
         EXPECT_EQ(got, big);
     }
     writer.join();
+}
+
+// Tensor data read and written where it lies in the ring (RingChannel::read_in_place,
+// write_in_place): every byte once, in order, in pieces no larger than the ring.
+TEST(SharedRing, DataReadInPlaceComesWholeInOrderAcrossWrapsAndBeyondTheRing) {
+    RingPair pair(4096);
+    std::vector<uint8_t> data(3 * 4096 + 1234);
+    std::iota(data.begin(), data.end(), 7);
+    const std::string before(1000, 'x');  // so that the data starts mid-ring
+    std::thread writer([&] {
+        EXPECT_TRUE(pair.guest.send(FrameHeader{}, {text(before)}).ok());
+        EXPECT_TRUE(pair.guest.send(FrameHeader{}, {ByteView(data)}).ok());
+    });
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1 << 20).ok());
+    std::string first(received.payload_size, '\0');
+    ASSERT_TRUE(pair.host.receive(first.data(), first.size()).ok());
+    ASSERT_TRUE(pair.host.receive_header(&received, 1 << 20).ok());
+    ASSERT_EQ(received.payload_size, data.size());
+    std::vector<uint8_t> got;
+    size_t pieces = 0;
+    ASSERT_TRUE(pair.host
+                    .receive_in_place(data.size(), 1024,
+                                      [&](const uint8_t *piece, size_t size) {
+                                          EXPECT_LE(size, 4096u);
+                                          got.insert(got.end(), piece, piece + size);
+                                          ++pieces;
+                                      })
+                    .ok());
+    writer.join();
+    EXPECT_EQ(got, data);
+    EXPECT_GE(pieces, 4u);
+}
+
+TEST(SharedRing, DataWrittenInPlaceArrivesAsOneFrameAfterItsFixedPart) {
+    RingPair pair(4096);
+    const std::string fixed = "reply";
+    constexpr size_t kTail = 2 * 4096 + 999;
+    std::thread writer([&] {
+        FrameHeader header;
+        header.command = 9;
+        uint64_t at = 0;
+        EXPECT_TRUE(pair.host
+                        .send_in_place(header, {text(fixed)}, kTail, 1000,
+                                       [&](uint8_t *piece, size_t size) {
+                                           for (size_t i = 0; i < size; ++i) piece[i] = uint8_t((at + i) * 31);
+                                           at += size;
+                                       })
+                        .ok());
+    });
+    FrameHeader received;
+    ASSERT_TRUE(pair.guest.receive_header(&received, 1 << 20).ok());
+    EXPECT_EQ(received.command, 9);
+    ASSERT_EQ(received.payload_size, fixed.size() + kTail);
+    std::vector<uint8_t> body(received.payload_size);
+    ASSERT_TRUE(pair.guest.receive(body.data(), body.size()).ok());
+    writer.join();
+    EXPECT_EQ(std::string(body.begin(), body.begin() + fixed.size()), fixed);
+    for (size_t i = 0; i < kTail; ++i) ASSERT_EQ(body[fixed.size() + i], uint8_t(i * 31)) << i;
+}
+
+TEST(SharedRing, AGuestThatForgesItsWrittenCountDuringAnInPlaceReadIsRefused) {
+    RingPair pair(4096);
+    RingChannel::RegionHeader *layout = pair.forge();
+    ASSERT_NE(layout, nullptr);
+    const std::vector<uint8_t> half(2000, 1);
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {ByteView(half)}).ok());
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1 << 20).ok());
+    size_t taken = 0;
+    // The tail announced 6000 bytes; while the host copies the first piece, the
+    // guest claims to have written far more than the ring holds.
+    Status status = pair.host.receive_in_place(6000, 1, [&](const uint8_t *, size_t size) {
+        taken += size;
+        layout->rings[0].written.store(1ull << 40);
+    });
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("impossible"));
+    EXPECT_EQ(taken, half.size()) << "nothing past what was really written was handed on";
+}
+
+TEST(SharedRing, AGuestThatChangesBytesDuringAnInPlaceReadChangesOnlyThoseBytes) {
+    RingPair pair(4096);
+    const std::vector<uint8_t> data(3000, 5);
+    ASSERT_TRUE(pair.guest.send(FrameHeader{}, {ByteView(data)}).ok());
+    FrameHeader received;
+    ASSERT_TRUE(pair.host.receive_header(&received, 1 << 20).ok());
+    uint64_t taken = 0;
+    ASSERT_TRUE(pair.host
+                    .receive_in_place(data.size(), 1,
+                                      [&](const uint8_t *piece, size_t size) {
+                                          // The guest's scribble on the very bytes being copied.
+                                          std::memset(const_cast<uint8_t *>(piece), 0xee, size);
+                                          taken += size;
+                                      })
+                    .ok());
+    EXPECT_EQ(taken, data.size());
+    // The host's own counts did not move with the bytes: the next frame reads whole.
+    FrameHeader next;
+    next.command = 3;
+    ASSERT_TRUE(pair.guest.send(next, {text("after")}).ok());
+    ASSERT_TRUE(pair.host.receive_header(&received, 1024).ok());
+    EXPECT_EQ(received.command, 3);
+    std::string body(received.payload_size, '\0');
+    ASSERT_TRUE(pair.host.receive(body.data(), body.size()).ok());
+    EXPECT_EQ(body, "after");
 }
 
 TEST(SharedRing, ManySmallRoundTripsFromTwoThreadsKeepTheirOrder) {
