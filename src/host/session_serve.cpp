@@ -38,6 +38,8 @@ class RingTail final : public TailStream {
         if (read_) return error(Code::error, "the tail was read already");
         read_ = true;
         uint64_t at = 0;
+        // Stays so if ggml throws mid-tail: the frames are then out of step.
+        transport_ = error(Code::error, "reading tensor data from the shared ring was interrupted");
         transport_ = stream_.receive_in_place(size_, kMinRingPiece, [&](const uint8_t *piece, size_t size) {
             take(at, piece, size);
             at += size;
@@ -217,18 +219,19 @@ Status Session::carry_out(ServeLoop &loop, const FrameHeader &header, bool one_w
     std::vector<UniqueFd> fds = std::move(loop.stream.received_fds());
     loop.stream.received_fds().clear();
     const ByteView payload(loop.payload.data(), loop.payload.size());
+    RingTail tail(loop.stream, loop.streamed_tail);
+    TailStream *streamed = loop.streamed_tail > 0 ? &tail : nullptr;
     Status status;
     if (!one_way && !loop.deferred.ok()) {
         // An earlier one-way command failed: this call is answered with that
         // failure and not carried out, so nothing it would create is lost.
         status = std::exchange(loop.deferred, Status::success());
-    } else if (loop.streamed_tail > 0) {
-        RingTail tail(loop.stream, loop.streamed_tail);
-        status = handle_frame(header.command, payload, &tail, fds, reply);
+    } else {
+        status = handle_frame(header.command, payload, streamed, fds, reply);
+    }
+    if (streamed != nullptr) {
         loop.lost = tail.finish();
         if (!loop.watchdog.disarm()) loop.lost = loop.watchdog.failure();
-    } else {
-        status = handle_frame(header.command, payload, nullptr, fds, reply);
     }
     // Bytes read from a device go straight into the ring; sockets send them gathered.
     if (!loop.stream.uses_ring()) reply->tail.gather();
