@@ -5,7 +5,8 @@
 #    different directories, mode 0700, beneath DIR;
 #  - the TCP guest's worker may create a file in its own directory (the cache works),
 #    but cannot read the unix tenant's cached entry, create a file beside it, or
-#    create one in DIR itself (where a new tenant's directory would go).
+#    create one in DIR itself (where a new tenant's directory would go);
+#  - a TLS guest, whose identity is known only inside the sandbox, gets no directory.
 # Needs no GPU: the sandbox's rules are the same whatever the drivers cache.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
@@ -59,4 +60,13 @@ expect create "$CACHE/planted" refused
 for planted in "$unix_dir/planted" "$CACHE/planted"; do
     [ ! -e "$planted" ] || failures+=("the TCP guest's worker created $planted")
 done
+
+# A TLS guest: served, without a shader cache.
+psktool -u guest -p "$WORK/keys.psk" >/dev/null
+start_server tls --tls-psk "$WORK/keys.psk" --shader-cache "$CACHE"
+"$CLIENT" "$tls_TCP" --psk "$WORK/keys.psk" >"$WORK/tls.txt" 2>&1 || true
+grep -q '^accepted: ' "$WORK/tls.txt" || failures+=("the TLS guest was not served: $(cat "$WORK/tls.txt")")
+wait_for_line "$tls_LOG" 'session 1 .*: (disconnected|closed)' 10 >/dev/null || failures+=("the TLS session did not end")
+if grep -q 'session 1 (.*): shader cache' "$tls_LOG"; then failures+=("a TLS guest got a shader cache"); fi
+[ "$(find "$CACHE" -mindepth 1 -maxdepth 1 | wc -l)" = 2 ] || failures+=("new entries in $CACHE: $(ls "$CACHE")")
 finish "$srv_LOG"
