@@ -33,6 +33,9 @@ struct ServerOptions {
     std::string tls_psk_file;
     // --weight-store DIR and its limits (weight_store.h).
     WeightStoreOptions weight_store;
+    // --shader-cache DIR: each tenant's GPU shader cache in a directory of its own
+    // beneath DIR (shader_cache.h); empty: workers keep no shader cache.
+    std::string shader_cache;
     // From the environment (read_server_environment): how a worker waits for its
     // guest (GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE), where it keeps
     // every frame of its session for the fuzzers' seeds (GGML_REMOTE_RECORD_DIR),

@@ -2,6 +2,7 @@
 
 #include "host/admission.h"
 #include "host/sandbox.h"
+#include "host/shader_cache.h"
 #include "host/worker_identity.h"
 #include "transport/connection.h"
 #include "transport/peer_account.h"
@@ -145,6 +146,39 @@ bool authenticate(const std::string &label, const ServerOptions &options, std::v
 
 namespace {
 
+// This guest's tenant directory of --shader-cache, made if need be; "" where it gets
+// none: no --shader-cache, a TLS guest (known only after the sandbox's rules are
+// fixed), or a kernel without Landlock (nothing would keep tenants apart).
+std::string prepare_shader_cache(const std::string &label, int client_fd, const ServerOptions &options,
+                                 bool needs_tls) {
+    if (options.shader_cache.empty() || needs_tls || landlock_abi() == 0) return "";
+    PeerAccount peer;
+    if (!peer_account(client_fd, &peer).ok()) return "";
+    const std::string directory = tenant_shader_cache(options.shader_cache, peer.key);
+    Status status = prepare_tenant_shader_cache(directory);
+    if (!status) {
+        log_line(label + ": no shader cache for this session: " + status.message());
+        return "";
+    }
+    return directory;
+}
+
+// The sandbox, with read-write access to the weight store and this tenant's shader
+// cache; the drivers use that cache only where Landlock confines the worker's files.
+Status sandbox_worker(const std::string &label, int client_fd, const ServerOptions &options, bool needs_tls) {
+    FilesystemPolicy files = worker_filesystem_policy(worker_paths(options));
+    if (!options.weight_store.directory.empty()) files.read_write.push_back(options.weight_store.directory);
+    const std::string shader_cache = prepare_shader_cache(label, client_fd, options, needs_tls);
+    if (!shader_cache.empty()) files.read_write.push_back(shader_cache);
+    SandboxReport report;
+    Status status = enter_sandbox(files, &report);
+    if (status && !shader_cache.empty() && report.filesystem_confined) {
+        use_shader_cache(shader_cache);
+        log_line(label + ": shader cache " + shader_cache);
+    }
+    return status;
+}
+
 // Everything before the guest's first byte: undumpable, only the descriptors the
 // worker needs, the keys read, the worker's own user, the sandbox. 0, or the exit code.
 int confine_worker(const std::string &label, int client_fd, const ServerOptions &options, bool needs_tls,
@@ -179,9 +213,7 @@ int confine_worker(const std::string &label, int client_fd, const ServerOptions 
     // The guest's first byte is read inside the sandbox: GnuTLS parses the handshake of
     // a guest that may hold no key, and the backends load only after it authenticated.
     if (options.sandbox) {
-        FilesystemPolicy files = worker_filesystem_policy(worker_paths(options));
-        if (!options.weight_store.directory.empty()) files.read_write.push_back(options.weight_store.directory);
-        status = enter_sandbox(files);
+        status = sandbox_worker(label, client_fd, options, needs_tls);
         if (!status) {
             log_line(label + ": refused: cannot sandbox the worker: " + status.message());
             return 1;

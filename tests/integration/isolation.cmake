@@ -8,3 +8,7 @@ add_integration_test(worker_isolation worker_isolation.sh $<TARGET_FILE:ggml-rem
 
 # Key-less TLS clients, idle or dribbling handshake bytes, never keep out a guest with the key.
 add_integration_test(tls_preauth tls_preauth.sh $<TARGET_FILE:ggml-remote-handshake-client>)
+
+# --shader-cache: a worker writes its own tenant's shader cache, not another's.
+add_integration_test(shader_cache_isolation shader_cache_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
+  $<TARGET_FILE:ggml_remote_worker_probe>)

@@ -13,9 +13,17 @@ require_vulkan0() {
         "mesa-vulkan-drivers)"
 }
 
-# start_vulkan_server NAME [SERVER ARGS...]: start_server with the Vulkan device visible.
+# Where the Vulkan tests' servers keep their sessions' compiled shaders (--shader-cache):
+# in the build tree, so that only the first session of a test run, or of a build tree,
+# compiles each pipeline.
+VULKAN_SHADER_CACHE=$BUILD/vulkan-shader-cache
+
+# start_vulkan_server NAME [SERVER ARGS...]: start_server with the Vulkan device visible
+# and the tests' shader cache (a --shader-cache in ARGS comes later and wins).
 start_vulkan_server() {
-    GGML_VK_VISIBLE_DEVICES=0 start_server "$@"
+    local name=$1
+    shift
+    GGML_VK_VISIBLE_DEVICES=0 start_server "$name" --shader-cache "$VULKAN_SHADER_CACHE" "$@"
 }
 
 # run_local_vulkan NAME MODEL N [ARGS...]: the reference on the local Vulkan0

@@ -10,8 +10,8 @@
 //
 // Targets: the listener (the worker's parent) and every sibling worker (processes with
 // the same parent), and the files named in GGML_REMOTE_PROBE_FILES (colon-separated:
-// the key file, a file in the test's directory); GGML_REMOTE_PROBE_WRITE names a file
-// it tries to create.
+// the key file, a file in the test's directory); GGML_REMOTE_PROBE_WRITE names files
+// (colon-separated) it tries to create.
 //
 // GGML_REMOTE_PROBE_KEY_FILE: a key file of one "identity:hexkey" line, read when the
 // library loads (before any sandbox). The probe also hooks ggml_backend_load_all,
@@ -130,7 +130,9 @@ void probe() {
     std::vector<std::string> files;
     split(std::getenv("GGML_REMOTE_PROBE_FILES"), &files);
     for (const std::string &file : files) try_open("read", file, O_RDONLY);
-    if (const char *target = std::getenv("GGML_REMOTE_PROBE_WRITE")) try_open("create", target, O_WRONLY | O_CREAT);
+    std::vector<std::string> targets;
+    split(std::getenv("GGML_REMOTE_PROBE_WRITE"), &targets);
+    for (const std::string &target : targets) try_open("create", target, O_WRONLY | O_CREAT);
     std::fprintf(stderr, "worker-probe[%d]: done (%zu sibling(s))\n", static_cast<int>(::getpid()), others.size());
     errno = saved_errno;
 }

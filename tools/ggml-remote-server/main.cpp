@@ -2,6 +2,7 @@
 #include "host/listener.h"
 #include "host/sandbox.h"
 #include "host/server_options.h"
+#include "host/shader_cache.h"
 #include "status_command.h"
 #include "host/worker.h"
 #include "host/worker_identity.h"
@@ -75,6 +76,10 @@ options:
          --weight-store-shared  one store for all guests (default: one per user on a
                                 unix socket, TLS identity, or address on plain TCP)
          --weight-store-verify  hash an entry again each time a session uses it
+         --shader-cache DIR     keep what GPU drivers compile in DIR, one directory
+                                per user on a unix socket or address on plain TCP
+                                that only its own sessions may write (needs Landlock;
+                                TLS guests compile anew; see docs/SECURITY.md)
          --max-sessions N       guests served at once (default: 64)
          --max-sessions-per-peer N  sessions one peer may hold: a user on a unix
                                 socket (the server's own user and root: no limit), an
@@ -144,8 +149,8 @@ int parse_int(const std::string &flag, const std::string &text, int min) {
 }
 
 // Workers get the path as the listener resolved it, for their sandbox's rules.
-std::string absolute_path(const std::string &path) {
-    if (path.empty()) fail("--weight-store needs a directory");
+std::string absolute_path(const std::string &flag, const std::string &path) {
+    if (path.empty()) fail(flag + " needs a directory");
     if (path[0] == '/') return path;
     char cwd[PATH_MAX];
     if (::getcwd(cwd, sizeof(cwd)) == nullptr) fail("cannot resolve " + path + ": no working directory");
@@ -164,6 +169,25 @@ void prepare_weight_store(const host::ServerOptions &options, const host::Worker
     host::log_line("weight store: " + store.directory +
                    (store.shared_across_tenants ? ", shared by all guests" : ", one part per user, identity or address") +
                    (store.max_bytes != 0 ? ", at most " + std::to_string(store.max_bytes >> 20) + " MiB" : ""));
+}
+
+// Makes the shader cache's directory, for the workers' user where they run as another,
+// and says whether sessions will use it: only where Landlock keeps tenants apart.
+void prepare_shader_cache(const host::ServerOptions &options, const host::WorkerIdentity &identity,
+                          bool files_confined) {
+    if (options.shader_cache.empty()) return;
+    if (!files_confined) {
+        host::log_line("shader cache: off: session workers' files are not confined (" +
+                       std::string(options.sandbox ? "no Landlock" : "--no-sandbox") +
+                       "), so nothing would keep one guest from planting code in another's cache");
+        return;
+    }
+    const bool other_user = !options.worker_user.empty();
+    Status status = host::prepare_shader_cache_root(options.shader_cache, other_user ? identity.uid : uid_t(-1),
+                                                    other_user ? identity.gid : gid_t(-1));
+    if (!status) fail("--shader-cache: " + status.message());
+    host::log_line("shader cache: " + options.shader_cache +
+                   ", one directory per user or address, written only by its own sessions (TLS guests: none)");
 }
 
 // The metrics endpoint has no authentication: plain TCP beyond loopback only with --insecure.
@@ -339,8 +363,11 @@ bool parse_listener_flag(Arguments &args, CommandLine *line) {
     } else if (flag == "--insecure") {
         line->insecure = true;
     } else if (flag == "--weight-store") {
-        line->options.weight_store.directory = absolute_path(args.value());
+        line->options.weight_store.directory = absolute_path(flag, args.value());
         line->worker_command.insert(line->worker_command.end(), {flag, line->options.weight_store.directory});
+    } else if (flag == "--shader-cache") {
+        line->options.shader_cache = absolute_path(flag, args.value());
+        line->worker_command.insert(line->worker_command.end(), {flag, line->options.shader_cache});
     } else {
         return false;
     }
@@ -450,10 +477,11 @@ void announce_devices(const host::ServerOptions &options) {
 }
 
 // A sandbox that cannot work here is found now, once, rather than by every guest.
-void announce_sandbox(const host::ServerOptions &options, const std::string &worker_identity) {
+// Whether Landlock will confine the workers' files.
+bool announce_sandbox(const host::ServerOptions &options, const std::string &worker_identity) {
     if (!options.sandbox) {
         host::log_line("session workers: NOT sandboxed (--no-sandbox)" + worker_identity);
-        return;
+        return false;
     }
     host::SandboxReport report;
     Status status = host::probe_sandbox(host::worker_filesystem_policy(host::worker_paths(options)), &report);
@@ -462,6 +490,7 @@ void announce_sandbox(const host::ServerOptions &options, const std::string &wor
              "; --no-sandbox serves without (see docs/SECURITY.md)");
     }
     host::log_line("session workers: " + host::describe_sandbox(report) + worker_identity);
+    return report.filesystem_confined;
 }
 
 // The listener: checks its configuration, says what it serves, then serves.
@@ -474,7 +503,7 @@ int serve(CommandLine *line) {
     const std::string worker_identity = resolve_worker_user(options, &identity);
     prepare_weight_store(options, identity);
     announce_devices(options);
-    announce_sandbox(options, worker_identity);
+    prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
     host::log_line(describe_core_scheduling(options.limits));
     return host::run_listener(options, line->worker_command);
 }
