@@ -1,5 +1,6 @@
 #include "guest/last_graph.h"
 #include "guest/log.h"
+#include "guest/node_order.h"
 #include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
@@ -17,6 +18,8 @@ struct RemoteBackend {
     uint64_t handle = 0;
     LastGraph last_graph;
     int n_threads = 0;  // the last count sent; llama.cpp sets it again before every graph
+    bool host_reorders = true;  // until the host says its backend has no graph_optimize
+    NodeOrderCache node_orders;
 };
 
 RemoteBackend *context_of(ggml_backend_t backend) { return static_cast<RemoteBackend *>(backend->context); }
@@ -134,6 +137,62 @@ enum ggml_status finish_compute(RemoteBackend *remote, Status status) {
     return GGML_STATUS_SUCCESS;
 }
 
+// The host backend's node order for a graph (see node_order.h), asked once per
+// graph shape.
+Status ask_node_order(RemoteBackend *remote, const std::string &encoded, uint32_t n_nodes, uint32_t n_tensors,
+                      NodeOrder *order) {
+    GraphOptimize::Reply reply{};
+    std::vector<uint8_t> tail;
+    Status status = remote->device->session()
+                        .call<GraphOptimize>({remote->handle})
+                        .tail(ByteView(encoded.data(), encoded.size()))
+                        .reply(&reply)
+                        .reply_tail(&tail)
+                        .run();
+    if (!status) return status;
+    if (reply.has_optimizer == 0) {
+        remote->host_reorders = false;
+        return Status(Code::unsupported, "no graph_optimize");
+    }
+    return parse_node_order(reply, ByteView(tail), n_nodes, n_tensors, order);
+}
+
+// ggml's scheduler calls this before it allocates a graph: the graph then runs,
+// is allocated and fuses in the order the host's backend would choose locally.
+void backend_graph_optimize(ggml_backend_t backend, ggml_cgraph *graph, ggml_backend_graph_optimize_params *params) {
+    RemoteBackend *remote = context_of(backend);
+    const int n_nodes = ggml_graph_n_nodes(graph);
+    if (!remote->host_reorders || n_nodes < 2) return;
+    TensorListEncoder encoder{TensorListEncoder::Locator()};  // shapes, ops and sources: no data yet
+    for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));
+    if (encoder.failed()) return;  // the compute reports what cannot be sent
+    const std::vector<uint8_t> bytes = encoder.finish();
+    const std::string encoded(bytes.begin(), bytes.end());
+    const NodeOrder *order = remote->node_orders.find(encoded);
+    if (order == nullptr) {
+        NodeOrder asked;
+        Status status = ask_node_order(remote, encoded, static_cast<uint32_t>(n_nodes),
+                                       static_cast<uint32_t>(encoder.order().size()), &asked);
+        if (!status) {
+            if (status.code() != Code::unsupported && status.code() != Code::disconnected) {
+                remote->host_reorders = false;  // an older server, or one that failed: keep our order
+                log(GGML_LOG_LEVEL_WARN, "%s: graph_optimize: %s; graphs keep their order",
+                    remote->device->name().c_str(), status.message().c_str());
+            }
+            return;
+        }
+        remote->node_orders.remember(encoded, std::move(asked));
+        order = remote->node_orders.find(encoded);
+    }
+    apply_node_order(graph, *order);
+    if (params == nullptr || params->add_alloc_dep == nullptr) return;
+    const std::vector<const ggml_tensor *> &tensors = encoder.order();
+    for (const auto &[kept, until] : order->alloc_deps) {
+        params->add_alloc_dep(params->user_data, const_cast<ggml_tensor *>(tensors[kept]),
+                              const_cast<ggml_tensor *>(tensors[until]));
+    }
+}
+
 // The asynchronous stream. The host works through a session's commands in order,
 // so a write is in place for every later command as soon as it is sent, a read
 // can wait in line for its reply (read at synchronize), and an event is a
@@ -238,7 +297,9 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
         log(GGML_LOG_LEVEL_ERROR, "%s: cannot start a backend: %s", device->name().c_str(), status.message().c_str());
         return nullptr;
     }
-    auto *remote = new RemoteBackend{device, reply.backend, {}};
+    auto *remote = new RemoteBackend();
+    remote->device = device;
+    remote->handle = reply.backend;
     auto *backend = new ggml_backend{};
     backend->guid = remote_guid();
     backend->iface.get_name = backend_get_name;
@@ -250,6 +311,7 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
     backend->iface.cpy_tensor_async = backend_cpy_tensor_async;
     backend->iface.event_record = backend_event_record;
     backend->iface.event_wait = backend_event_wait;
+    backend->iface.graph_optimize = backend_graph_optimize;
     backend->device = device->ggml_device();
     backend->context = remote;
     return backend;

@@ -1,6 +1,7 @@
 // Session: the handlers of backends and graph computes, and the threads they compute with.
 #include "host/session.h"
 
+#include "abi/ggml_backend_abi_v3.h"
 #include "host/op_validation.h"
 #include "protocol/printable.h"
 
@@ -22,6 +23,43 @@ ggml_backend_reg_t backend_reg(ggml_backend_t backend) {
 template <class Function>
 Function proc_address(ggml_backend_reg_t reg, const char *name) {
     return reg != nullptr ? reinterpret_cast<Function>(ggml_backend_reg_get_proc_address(reg, name)) : nullptr;
+}
+
+// What a backend's graph_optimize asked to keep allocated: (tensor, until) pairs.
+using AllocDeps = std::vector<std::pair<const ggml_tensor *, const ggml_tensor *>>;
+
+void record_alloc_dep(void *user_data, ggml_tensor *tensor, ggml_tensor *until) {
+    static_cast<AllocDeps *>(user_data)->emplace_back(tensor, until);
+}
+
+// The reply tail of GraphOptimize: each node's place in `original` in the graph's
+// new order, then the alloc deps as list indexes. False when the backend did more
+// than reorder (a node dropped, added or repeated) or named a tensor not in the list.
+bool describe_new_order(const std::vector<ggml_tensor *> &original, ggml_cgraph *graph,
+                        const std::vector<ggml_tensor *> &list, const AllocDeps &deps,
+                        std::vector<uint8_t> *tail, GraphOptimize::Reply *reply) {
+    const int n_nodes = ggml_graph_n_nodes(graph);
+    if (n_nodes != static_cast<int>(original.size())) return false;
+    std::unordered_map<const ggml_tensor *, int32_t> position, list_index;
+    for (size_t i = 0; i < original.size(); ++i) position.emplace(original[i], static_cast<int32_t>(i));
+    for (size_t i = 0; i < list.size(); ++i) list_index.emplace(list[i], static_cast<int32_t>(i));
+    std::vector<bool> placed(original.size(), false);
+    for (int i = 0; i < n_nodes; ++i) {
+        auto found = position.find(ggml_graph_node(graph, i));
+        if (found == position.end() || placed[found->second]) return false;
+        placed[found->second] = true;
+        append_pod(*tail, found->second);
+    }
+    for (const auto &[tensor, until] : deps) {
+        auto kept = list_index.find(tensor), node = list_index.find(until);
+        if (kept == list_index.end() || node == list_index.end()) return false;
+        append_pod(*tail, kept->second);
+        append_pod(*tail, node->second);
+    }
+    reply->has_optimizer = 1;
+    reply->n_nodes = static_cast<uint32_t>(n_nodes);
+    reply->n_alloc_deps = static_cast<uint32_t>(deps.size());
+    return true;
 }
 
 }  // namespace
@@ -144,6 +182,31 @@ Status Session::check_ops_supported(const SessionBackend &backend, ggml_cgraph *
         return error(Code::unsupported, std::string("host device ") + ggml_backend_dev_name(device) +
                                             " cannot compute node '" + printable(node->name) + "' (" +
                                             ggml_op_desc(node) + " of " + ggml_type_name(node->type) + ")");
+    }
+    return Status::success();
+}
+
+// Runs the backend's own graph_optimize on the guest's graph, built without data,
+// and says how it reordered the nodes. Ops are the rule table's, as for a compute.
+Status Session::handle(const GraphOptimize::Request &request, Call<GraphOptimize> &call) {
+    SessionBackend *backend = nullptr;
+    if (Status s = backend_at(request.backend, &backend); !s) return s;
+    call.reply = GraphOptimize::Reply{};
+    auto optimize = backend->backend->iface.graph_optimize;
+    if (optimize == nullptr) return Status::success();  // has_optimizer 0: the order stays
+    BuiltTensors built;
+    if (Status s = build(call.tail, DataPolicy::none, &built); !s) return s;
+    if (built.graph == nullptr) return error(Code::bad_request, "graph_optimize: the graph has no nodes");
+    ggml_cgraph *graph = built.graph;
+    ggml_tensor **nodes = ggml_graph_nodes(graph);
+    const std::vector<ggml_tensor *> original(nodes, nodes + ggml_graph_n_nodes(graph));
+    AllocDeps deps;
+    ggml_backend_graph_optimize_params params{record_alloc_dep, &deps};
+    optimize(backend->backend.get(), graph, &params);
+    if (!describe_new_order(original, graph, built.tensors, deps, &call.reply_tail.owned, &call.reply)) {
+        call.reply = GraphOptimize::Reply{};
+        call.reply_tail.owned.clear();
+        return error(Code::error, "graph_optimize: the host backend changed the graph beyond reordering it");
     }
     return Status::success();
 }

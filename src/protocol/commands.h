@@ -58,7 +58,8 @@ enum class RequestSize : uint8_t { exact, with_tail };
     X(24, buffer_set_usage, BufferSetUsage, exact)           \
     X(25, buffer_written, BufferWritten, exact)              \
     X(26, weight_lookup, WeightLookup, exact)                \
-    X(27, weight_offer, WeightOffer, exact)
+    X(27, weight_offer, WeightOffer, exact)                  \
+    X(28, graph_optimize, GraphOptimize, with_tail)
 
 #define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {
@@ -438,6 +439,26 @@ struct GraphCompute {
         uint8_t mode;  // GraphMode
     };
     using Reply = Empty;
+};
+
+// The order a host backend wants a graph's nodes in (ggml's graph_optimize: Vulkan
+// reorders for parallelism and fusion), asked before the graph is allocated, so
+// that the guest's scheduler allocates and sends what a local run would compute.
+// Request tail: the graph as a tensor list without data. Reply tail: n_nodes
+// int32 indexes into the request's nodes, in their new order; then n_alloc_deps
+// pairs of int32 list indexes (tensor, until): keep tensor allocated until node
+// `until` has run. A backend without graph_optimize replies has_optimizer 0.
+struct GraphOptimize {
+    static constexpr CommandId id = CommandId::graph_optimize;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint64_t backend;
+    };
+    struct Reply {
+        uint8_t has_optimizer;
+        uint32_t n_nodes;
+        uint32_t n_alloc_deps;
+    };
 };
 
 // Waits until everything sent before it is done. The host works through a

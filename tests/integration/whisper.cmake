@@ -10,3 +10,5 @@ add_integration_test(whisper_bench_shm whisper_bench.sh shm)
 # host has no Vulkan device.
 add_integration_test(whisper_cli_vulkan whisper_cli_vulkan.sh)
 set_tests_properties(whisper_cli_vulkan PROPERTIES SKIP_RETURN_CODE 77)
+# Its graphs laid out as on the local Vulkan0 (ggml-vulkan's node order), in seconds.
+add_integration_test(whisper_vulkan_schedule whisper_vulkan_schedule.sh)

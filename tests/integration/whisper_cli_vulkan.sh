@@ -4,8 +4,12 @@
 # transcript. And the work really happened there: the server served Vulkan0 alone,
 # whisper chose REMOTE0 and put the weights on it, and that session ran at least
 # one graph compute per decoder step.
+# And whisper allocated the same compute buffers as locally (ggml-vulkan's graph
+# order reached the guest's scheduler; whisper_vulkan_schedule checks that alone).
 # One short window keeps it quick: the tiny synthetic model on the first 8 s of
-# the WAV, with an audio context of 256 frames (of 1500).
+# the WAV, with an audio context of 256 frames (of 1500). The full context gives
+# the same transcript too (checked by hand), but takes minutes here: a sandboxed
+# worker compiles its Vulkan pipelines afresh (README, "Serving a GPU").
 # Skipped (exit 77) only where no Vulkan device shows up at all.
 # usage: whisper_cli_vulkan.sh
 source "$(dirname "$0")/lib.sh"
@@ -27,6 +31,7 @@ session=$(($(sessions_connected "$srv_LOG") + 1))
 run_whisper_guest remote "$(endpoint_for shm srv)" "$model" "${short[@]}"
 assert_used_remote remote
 assert_same_transcript local remote
+assert_same_compute_buffers local remote
 decodes=$(whisper_runs remote decode)
 if [ -z "$decodes" ] || [ "$decodes" -eq 0 ]; then fail "remote: no decoder steps in whisper's timings"; fi
 assert_session_computed "$srv_LOG" "$session" $((decodes + 3))

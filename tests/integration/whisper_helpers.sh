@@ -115,6 +115,18 @@ assert_same_transcript() {
     fi
 }
 
+# assert_same_compute_buffers EXPECTED ACTUAL: whisper allocated compute buffers of
+# the same sizes in both runs (its scheduler split, ordered and allocated the
+# graphs alike).
+assert_same_compute_buffers() {
+    local expected actual
+    expected=$(grep 'compute buffer (' "$WORK/$1.err")
+    actual=$(grep 'compute buffer (' "$WORK/$2.err")
+    [ -n "$expected" ] || fail "$1: whisper logged no compute buffer sizes"
+    [ "$expected" = "$actual" ] || fail "$2 allocated other compute buffers than $1:" \
+        "$(diff <(echo "$expected") <(echo "$actual") | grep '^[<>]' | tr '\n' ' ')"
+}
+
 # assert_used_remote NAME: whisper chose REMOTE0 as its GPU backend and loaded the
 # weights into it, and the plugin reported no trouble.
 assert_used_remote() {

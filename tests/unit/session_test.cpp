@@ -633,6 +633,38 @@ TEST_F(CpuSession, OpQueryNamingABufferIsRefused) {
     EXPECT_EQ(call<SupportsOp>(SupportsOp::Request{0}).status.code(), Code::bad_request) << "no tensor list";
 }
 
+// graph_optimize: the host backend's node order, asked before the guest allocates.
+
+// A graph of x + y, (x + y) * 2 and x * y, without data: what the guest's scheduler
+// has when it asks. With `arena`, x has data in the arena's buffer instead.
+std::vector<uint8_t> optimize_list(ggml_context *ctx, PlacementArena *arena = nullptr) {
+    ggml_tensor *x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8), *y = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8);
+    ggml_tensor *sum = ggml_add(ctx, x, y);
+    ggml_tensor *twice = ggml_scale(ctx, sum, 2.0f);
+    ggml_tensor *product = ggml_mul(ctx, x, y);
+    if (arena != nullptr) arena->place(x, 0);
+    TensorListEncoder encoder(arena != nullptr ? arena->locator() : TensorListEncoder::Locator());
+    for (ggml_tensor *node : {sum, twice, product}) encoder.add_node(node);
+    return encoder.finish();
+}
+
+TEST_F(CpuSession, GraphOptimizeOnABackendWithoutOneKeepsTheOrder) {
+    hello();
+    const uint64_t cpu_backend = backend();
+    GgmlContext ctx = metadata_context();
+    Outcome outcome = call<GraphOptimize>(GraphOptimize::Request{cpu_backend}, ByteView(optimize_list(ctx.get())));
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<GraphOptimize::Reply>().has_optimizer, 0);
+    EXPECT_TRUE(outcome.tail.empty());
+}
+
+TEST_F(CpuSession, GraphOptimizeOnAnUnknownBackendIsNotFound) {
+    hello();
+    GgmlContext ctx = metadata_context();
+    EXPECT_EQ(call<GraphOptimize>(GraphOptimize::Request{77}, ByteView(optimize_list(ctx.get()))).status.code(),
+              Code::not_found);
+}
+
 // Graph compute: the guest's graph, placed by the guest at offsets in a session buffer.
 class CpuSessionGraph : public CpuSession {
   protected:
@@ -1945,6 +1977,31 @@ TEST_F(VulkanSessionGraph, ASessionThatKeepsFailingIsLoggedAFewTimesOnly) {
     for (int i = 0; i < 50; ++i) EXPECT_FALSE(compute_list(list).status.ok());
     ASSERT_EQ(logged.size(), 9u);
     EXPECT_THAT(logged.back(), HasSubstr("not logged"));
+}
+
+// ggml-vulkan's graph_optimize pulls an independent node forward, next to the one
+// before it; the host says so as the nodes' new places.
+TEST_F(VulkanSessionGraph, GraphOptimizeAnswersTheVulkanBackendsOrder) {
+    Outcome outcome = call<GraphOptimize>(GraphOptimize::Request{compute_backend}, ByteView(optimize_list(ctx.get())));
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    const auto reply = outcome.reply<GraphOptimize::Reply>();
+    EXPECT_EQ(reply.has_optimizer, 1);
+    ASSERT_EQ(reply.n_nodes, 3u);
+    std::vector<int32_t> order(reply.n_nodes + 2 * reply.n_alloc_deps);
+    ASSERT_EQ(outcome.tail.size(), order.size() * sizeof(int32_t));
+    std::memcpy(order.data(), outcome.tail.data(), outcome.tail.size());
+    order.resize(reply.n_nodes);
+    EXPECT_THAT(order, ElementsAre(0, 2, 1)) << "sum, product, then twice (which waits for sum)";
+}
+
+// The question is about shapes: a tensor with data (a buffer handle) is refused,
+// as in supports_op, before the backend sees anything.
+TEST_F(VulkanSessionGraph, GraphOptimizeOfAGraphWithDataIsRefused) {
+    Outcome outcome =
+        call<GraphOptimize>(GraphOptimize::Request{compute_backend}, ByteView(optimize_list(ctx.get(), arena.get())));
+    EXPECT_EQ(outcome.status.code(), Code::bad_request);
+    EXPECT_EQ(call<GraphOptimize>(GraphOptimize::Request{compute_backend}).status.code(), Code::bad_request)
+        << "no graph";
 }
 
 }  // namespace

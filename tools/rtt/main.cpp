@@ -10,6 +10,7 @@
 #include <ggml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -199,6 +200,9 @@ std::string remote_device_name(guest::RemoteSession &session, uint32_t index) {
     return std::string(strings.begin(), std::find(strings.begin(), strings.end(), 0));
 }
 
+constexpr long kMaxDeviceIndex = 1023;        // more than a server serves; the server says which exist
+constexpr long kMaxRoundTrips = 100000000;  // hours of round trips
+
 struct Arguments {
     std::string endpoint;
     int round_trips = 20000;
@@ -216,6 +220,19 @@ void usage(const char *program) {
                 program);
 }
 
+// A whole decimal number in [0, max], or an exit with what was wrong: atoi would
+// take "x" (or "1x") for 0 (1) and measure a device nobody asked for.
+int parse_number(const char *what, const char *text, long max) {
+    errno = 0;
+    char *end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE || value < 0 || value > max) {
+        std::fprintf(stderr, "ggml-remote-rtt: %s must be a whole number from 0 to %ld, not '%s'\n", what, max, text);
+        std::exit(2);
+    }
+    return static_cast<int>(value);
+}
+
 Arguments parse_arguments(int argc, char **argv) {
     Arguments arguments;
     int positional = 0;
@@ -226,12 +243,12 @@ Arguments parse_arguments(int argc, char **argv) {
             std::exit(0);
         } else if ((word == "--device" || word == "--local") && i + 1 < argc) {
             if (word == "--local") arguments.local = argv[++i];
-            else arguments.device = std::atoi(argv[++i]);
+            else arguments.device = parse_number("--device", argv[++i], kMaxDeviceIndex);
         } else if (positional == 0 && word[0] != '-') {
             arguments.endpoint = word;
             ++positional;
         } else if (positional == 1 && word[0] != '-') {
-            arguments.round_trips = std::atoi(word.c_str());
+            arguments.round_trips = parse_number("ROUND_TRIPS", word.c_str(), kMaxRoundTrips);
             ++positional;
         } else {
             usage(argv[0]);
