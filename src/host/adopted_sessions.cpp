@@ -108,6 +108,20 @@ void AdoptedSessions::signal_all(int signal) const {
     for (const auto &entry : sessions_) ::syscall(SYS_pidfd_send_signal, entry.second.pidfd.get(), signal, nullptr, 0);
 }
 
+void AdoptedSessions::end_all(std::chrono::milliseconds grace) {
+    signal_all(SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    while (!sessions_.empty()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        std::vector<pollfd> polled;
+        add_poll_fds(&polled);
+        if (::poll(polled.data(), polled.size(), static_cast<int>(left.count())) > 0) take_ended(polled);
+    }
+    signal_all(SIGKILL);
+    sessions_.clear();
+}
+
 int AdoptedSessions::highest_id() const {
     int highest = 0;
     for (const auto &entry : sessions_) highest = std::max(highest, entry.second.session_id);

@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <string>
@@ -47,6 +48,9 @@ class AdoptedSessions {
     std::vector<std::pair<pid_t, AdoptedSession>> take_ended(const std::vector<pollfd> &polled);
     // Sends `signal` to every adopted worker (through its pidfd).
     void signal_all(int signal) const;
+    // SIGTERM to every adopted worker, up to `grace` for them to end, then SIGKILL
+    // to the rest; forgets them all.
+    void end_all(std::chrono::milliseconds grace);
 
     const std::map<pid_t, AdoptedSession> &sessions() const { return sessions_; }
     // The highest session id adopted (0: none).

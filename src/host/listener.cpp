@@ -25,6 +25,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -202,7 +203,10 @@ class Listener {
         StatusBoard board;
         if (previous->valid()) {
             const Status attached = StatusBoard::attach(previous->release(), &board);
-            if (attached) return board;
+            if (attached) {
+                log_line("took over the previous listener's status board");
+                return board;
+            }
             log_line("cannot take over the previous listener's status board (its sessions go on, uncounted): " +
                      attached.message());
             board = StatusBoard();
@@ -210,7 +214,12 @@ class Listener {
         const auto slots = static_cast<uint32_t>(options.max_sessions + 2 * options.max_unauthenticated);
         Status status = StatusBoard::create(slots, &board);
         // Under systemd the board outlives this process (a restart keeps sessions).
-        if (status) (void)store_with_service_manager(board.fd(), kHandedBoardName);
+        if (status && std::getenv("NOTIFY_SOCKET") != nullptr) {
+            const Status stored = store_with_service_manager(board.fd(), kHandedBoardName);
+            log_line(stored ? std::string("the status board is kept in systemd's file descriptor store")
+                            : "the status board could not be kept by systemd (a restart will not count the live "
+                              "sessions): " + stored.message());
+        }
         if (!status) log_line("no status board (status queries will list no sessions): " + status.message());
         return board;
     }
@@ -523,9 +532,9 @@ class Listener {
         log_line("shutting down; ending " + std::to_string(jail_.workers().size() + adopted_.sessions().size()) +
                  " session(s)");
         unlink_socket_files();
-        adopted_.signal_all(SIGTERM);  // not children: they end alone (SIGKILL if they ignore it)
+        adopted_.signal_all(SIGTERM);  // first, so that both kinds of workers end together
         jail_.shut_down(kShutdownGrace);
-        adopted_.signal_all(SIGKILL);
+        adopted_.end_all(kShutdownGrace);
     }
 
     // --keep-sessions: only the listener stops; each session ends when its guest

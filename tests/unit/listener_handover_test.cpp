@@ -43,9 +43,9 @@ WorkerJail sleeper_jail() {
                       "/bin/sh");
 }
 
-pid_t spawn_sleeper(WorkerJail *jail, int slot, int board_fd) {
+pid_t spawn_sleeper(WorkerJail *jail, int slot, int board_fd, int session_id = 1) {
     pid_t pid = -1;
-    EXPECT_TRUE(jail->spawn({0, 1, "unix:uid 1", board_fd, slot, -1, -1}, &pid).ok());
+    EXPECT_TRUE(jail->spawn({0, session_id, "unix:uid 1", board_fd, slot, -1, -1}, &pid).ok());
     return pid;
 }
 
@@ -121,6 +121,38 @@ TEST(AdoptedSessions, LearnsOfTheEndThroughThePidfd) {
     EXPECT_EQ(ended[0].second.session_id, 3);
     EXPECT_TRUE(adopted.sessions().empty());
     jail.reap();
+}
+
+TEST(AdoptedSessions, EndAllStopsThemWithinTheGrace) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(4, &board).ok());
+    // Session 1's worker ends on SIGTERM; session 2's ignores it and must be killed.
+    WorkerJail jail({"sh", "-c",
+                     "case \"$*\" in *'--session-id 2 '*) trap '' TERM; while :; do sleep 0.1; done;; esac; "
+                     "trap 'kill $! 2>/dev/null; exit 0' TERM; sleep 30 & wait",
+                     "worker"},
+                    empty_mask(), "/bin/sh");
+    const pid_t first = spawn_sleeper(&jail, 0, board.fd(), 1);
+    const pid_t second = spawn_sleeper(&jail, 1, board.fd(), 2);
+    std::this_thread::sleep_for(100ms);
+    list_session(&board, 0, first, 1, "a");
+    list_session(&board, 1, second, 2, "b");
+    AdoptedSessions adopted;
+    ASSERT_EQ(adopted.adopt(&board, is_worker_of_slot), 2);
+    const auto started = std::chrono::steady_clock::now();
+    adopted.end_all(500ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 3s);
+    EXPECT_TRUE(adopted.sessions().empty());
+    std::vector<EndedWorker> ended;
+    for (int i = 0; i < 100 && ended.size() < 2; ++i, std::this_thread::sleep_for(20ms)) {
+        for (EndedWorker &worker : jail.reap()) ended.push_back(worker);
+    }
+    ASSERT_EQ(ended.size(), 2u) << "a worker survived end_all";
+    for (const EndedWorker &worker : ended) {
+        const int expected = worker.pid == second ? SIGKILL : 0;
+        EXPECT_EQ(WIFSIGNALED(worker.wait_status) ? WTERMSIG(worker.wait_status) : 0, expected) << worker.pid;
+    }
+    jail.shut_down(1s);  // none left, unless end_all failed
 }
 
 TEST(AdoptedSessions, UnterminatedBoardTextIsBounded) {
