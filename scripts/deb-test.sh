@@ -418,7 +418,8 @@ service_activated() {
 # generation replaces only the listener (KillMode=process, --keep-sessions): the
 # guest finishes with the tokens of the same generation undisturbed, its worker
 # stays in the unit's cgroup, the new listener says it took the session over (from
-# the board in systemd's file descriptor store), and it serves a new guest.
+# the board in systemd's file descriptor store), and it serves a new guest;
+# `systemctl reload` then reaches the listener (SIGHUP) and replaces nothing.
 restart_keeps_session() {
     local guest_pid old_pid new_pid running=0 procs before
     [ -s "$LOGS/long-remote.out" ] || die "no undisturbed 600-token generation to compare with" || return
@@ -441,11 +442,18 @@ restart_keeps_session() {
     say "the 600-token generation across the restart is the undisturbed one"
     server_log
     grep 'took over' "$SERVER_LOG" | tail -n 1 | sed 's/^/   server: /'
-    server_says 'took over 1 live session(s) from the previous listener' "the new listener took nothing over" || return
+    server_says 'took over 1 live session(s) from the previous listener' "the new listener took nothing over" ||
+        { systemd-analyze fdstore ggml-remote.service 2>&1 | indent; grep 'status board' "$SERVER_LOG" | indent; return 1; }
     before=$(sessions)
     guest_like_local after-restart "unix:$SOCK" || return
     [ "$(sessions)" -gt "$before" ] || die "the new listener logged no new session" || return
-    [ "$(systemctl show -P MainPID ggml-remote.service)" = "$new_pid" ] || die "the listener changed again"
+    [ "$(systemctl show -P MainPID ggml-remote.service)" = "$new_pid" ] || die "the listener changed again" || return
+    # systemctl reload: SIGHUP to the listener alone (without --tls-psk it says so).
+    systemctl reload ggml-remote.service 2>&1 | indent
+    sleep 0.5
+    server_log
+    server_says 'SIGHUP: no --tls-psk file to re-read' "systemctl reload did not reach the listener" || return
+    [ "$(systemctl show -P MainPID ggml-remote.service)" = "$new_pid" ] || die "systemctl reload replaced the listener"
 }
 
 stop_and_reactivate() {

@@ -29,6 +29,20 @@ std::vector<std::string> split_arguments(const std::string &cmdline) {
     return arguments;
 }
 
+// Whether `pid` is listed in this process's own cgroup (v2: the "0::" line).
+bool in_own_cgroup(pid_t pid) {
+    const std::string cgroups = read_proc_file(0, "cgroup");
+    const size_t line = cgroups.rfind("0::", 0) == 0 ? 0 : cgroups.find("\n0::");
+    if (line == std::string::npos) return false;
+    const size_t start = line == 0 ? 3 : line + 4;
+    const std::string path = cgroups.substr(start, cgroups.find('\n', start) - start);
+    std::ifstream procs("/sys/fs/cgroup" + path + "/cgroup.procs");
+    for (long listed; procs >> listed;) {
+        if (listed == pid) return true;
+    }
+    return false;
+}
+
 UniqueFd open_pidfd(pid_t pid) { return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))); }
 
 bool still_running(int pidfd) {
@@ -52,9 +66,12 @@ PeerAccount account_of(const SessionSlot &slot) {
 
 bool is_worker_of_slot(pid_t pid, uint32_t slot) {
     if (pid <= 1 || pid == ::getpid()) return false;
-    const std::string own_cgroup = read_proc_file(0, "cgroup");
-    if (own_cgroup.empty() || read_proc_file(pid, "cgroup") != own_cgroup) return false;
     const std::vector<std::string> arguments = split_arguments(read_proc_file(pid, "cmdline"));
+    // Under ProtectProc=invisible the undumpable workers' /proc entries are hidden
+    // from the listener: then membership of its cgroup is the whole check.
+    if (arguments.empty()) return in_own_cgroup(pid);
+    const std::string own_cgroup = read_proc_file(0, "cgroup");
+    if (!in_own_cgroup(pid) && (own_cgroup.empty() || read_proc_file(pid, "cgroup") != own_cgroup)) return false;
     const auto has_pair = [&arguments](const std::string &flag, const std::string &value) {
         for (size_t i = 0; i + 1 < arguments.size(); ++i) {
             if (arguments[i] == flag && (value.empty() || arguments[i + 1] == value)) return true;

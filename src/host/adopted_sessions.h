@@ -5,9 +5,12 @@
 // systemd they are not its children.
 //
 // The board is writable by every worker, so nothing on it is believed unchecked: a
-// slot is adopted only when its pid is a process of this server's (same cgroup)
+// slot is adopted only when its pid is a process of this server's (in its cgroup)
 // whose command line says it is the worker of that very slot, each pid once, and
 // the pidfd is opened before the checks (a pid reused later cannot pass for it).
+// Where /proc hides the workers (systemd's ProtectProc=invisible hides undumpable
+// processes) membership of the cgroup is the check: its processes are the
+// listener's and its workers, and a worker cannot start one.
 #pragma once
 
 #include "host/status_board.h"
