@@ -11,8 +11,8 @@
 #  2. the same root booted by systemd-nspawn (systemd as PID 1, a private network,
 #     /sys and /proc/sys read-only), the checks run by a unit that powers the
 #     container off when they end: ggml-remote.socket enabled and listening, the
-#     sandboxed ggml-remote.service started by a guest's connection, stop and
-#     re-activation, then apt-get purge stopping and removing it all. Skipped (with
+#     sandboxed ggml-remote.service started by a guest's connection, a restart
+#     during a generation (the session goes on), stop and re-activation, then apt-get purge stopping and removing it all. Skipped (with
 #     the reason) where the container cannot boot; the purge then runs in the chroot.
 # Prints PASS/FAIL per check and a summary; exits non-zero on any failure. Leaves
 # nothing behind: the root lives in a temporary folder, the chroot's mounts in a
@@ -414,6 +414,48 @@ service_activated() {
     systemd-analyze security --no-pager ggml-remote.service 2>/dev/null | tail -n 1 | indent || true
 }
 
+# restart_keeps_session: `systemctl restart ggml-remote.service` during a guest's
+# generation replaces only the listener (KillMode=process, --keep-sessions): the
+# guest finishes with the tokens of the same generation undisturbed, its worker
+# stays in the unit's cgroup, the new listener says it took the session over (from
+# the board in systemd's file descriptor store), and it serves a new guest;
+# `systemctl reload` then reaches the listener (SIGHUP) and replaces nothing.
+restart_keeps_session() {
+    local guest_pid old_pid new_pid running=0 procs before
+    [ -s "$LOGS/long-remote.out" ] || die "no undisturbed 600-token generation to compare with" || return
+    guest restart-remote alice "shm:$SOCK" 600 &
+    guest_pid=$!
+    PIDS+=("$guest_pid")
+    alice_listed_by_status "$guest_pid" || die "the guest's session did not start" || return
+    old_pid=$(systemctl show -P MainPID ggml-remote.service)
+    systemctl restart ggml-remote.service 2>&1 | indent
+    kill -0 "$guest_pid" 2>/dev/null && running=1
+    new_pid=$(systemctl show -P MainPID ggml-remote.service)
+    procs=$(wc -l <"/sys/fs/cgroup$(systemctl show -P ControlGroup ggml-remote.service)/cgroup.procs" 2>/dev/null || echo 0)
+    say "systemctl restart: listener $old_pid -> $new_pid; $procs process(es) in the unit's cgroup;" \
+        "the guest $([ "$running" = 1 ] && echo 'was still generating' || echo 'had already finished')"
+    [ "$running" = 1 ] || die "the guest finished before the restart: nothing was tested" || return
+    [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] || die "no new listener" || return
+    [ "$procs" -ge 2 ] || die "the worker is not in the unit's cgroup" || return
+    wait "$guest_pid" || { tail -n 20 "$LOGS/restart-remote.err" | indent; die "the guest failed across the restart"; return; }
+    cmp -s "$LOGS/long-remote.out" "$LOGS/restart-remote.out" || die "other tokens than undisturbed" || return
+    say "the 600-token generation across the restart is the undisturbed one"
+    server_log
+    grep 'took over' "$SERVER_LOG" | tail -n 1 | sed 's/^/   server: /'
+    server_says 'took over 1 live session(s) from the previous listener' "the new listener took nothing over" ||
+        { systemd-analyze fdstore ggml-remote.service 2>&1 | indent; grep 'status board' "$SERVER_LOG" | indent; return 1; }
+    before=$(sessions)
+    guest_like_local after-restart "unix:$SOCK" || return
+    [ "$(sessions)" -gt "$before" ] || die "the new listener logged no new session" || return
+    [ "$(systemctl show -P MainPID ggml-remote.service)" = "$new_pid" ] || die "the listener changed again" || return
+    # systemctl reload: SIGHUP to the listener alone (without --tls-psk it says so).
+    systemctl reload ggml-remote.service 2>&1 | indent
+    sleep 0.5
+    server_log
+    server_says 'SIGHUP: no --tls-psk file to re-read' "systemctl reload did not reach the listener" || return
+    [ "$(systemctl show -P MainPID ggml-remote.service)" = "$new_pid" ] || die "systemctl reload replaced the listener"
+}
+
 stop_and_reactivate() {
     systemctl stop ggml-remote.service 2>&1 | indent
     say "after systemctl stop ggml-remote.service: service $(unit_state ggml-remote.service)," \
@@ -467,6 +509,7 @@ phase_systemd() {
     check "same tokens as local over shm through the sandboxed service" same_tokens shm
     check "a user outside the group ggml-remote cannot connect" outsider_refused
     check "status (as root) shows the live session during a generation" status_during_generation
+    check "systemctl restart during a generation keeps the session; the new listener serves" restart_keeps_session
     check "systemctl stop ggml-remote.service, then a guest starts it again" stop_and_reactivate
     check "apt-get purge stops and removes the units" purge_under_systemd
     journalctl --no-pager -b >"$LOGS/journal.log" 2>&1 || true

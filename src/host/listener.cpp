@@ -1,7 +1,10 @@
 #include "host/listener.h"
 
+#include "host/adopted_sessions.h"
 #include "host/admission.h"
 #include "host/core_schedule.h"
+#include "host/key_snapshot.h"
+#include "host/listener_handover.h"
 #include "host/metrics.h"
 #include "host/metrics_endpoint.h"
 #include "host/peer_limits.h"
@@ -22,6 +25,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -83,14 +87,23 @@ bool admission_pair(UniqueFd *worker_end, UniqueFd *listener_end) {
 // How long workers have to end after SIGTERM when the server stops.
 constexpr std::chrono::milliseconds kShutdownGrace{5000};
 
-// SIGCHLD reports finished sessions, SIGINT/SIGTERM stop the server; all through
-// one signalfd so that the poll loop is the only place that reacts.
+// SIGCHLD reports finished sessions, SIGINT/SIGTERM stop the server, SIGUSR2
+// replaces the listener, SIGHUP re-reads the key file; all through one signalfd so
+// that the poll loop is the only place that reacts.
 UniqueFd signals_through_one_fd(sigset_t *original_mask) {
     sigset_t handled;
     sigemptyset(&handled);
-    for (int signal : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, signal);
+    for (int signal : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&handled, signal);
     ::sigprocmask(SIG_BLOCK, &handled, original_mask);
     return UniqueFd(::signalfd(-1, &handled, SFD_CLOEXEC));
+}
+
+// The path of this process's program, read at start: after a package upgrade it
+// names the new binary, which SIGUSR2 executes.
+std::string own_program() {
+    char path[4096];
+    const ssize_t length = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+    return length > 0 ? std::string(path, static_cast<size_t>(length)) : std::string("/proc/self/exe");
 }
 
 std::string describe_worker(pid_t pid, const WorkerRecord *record) {
@@ -102,11 +115,15 @@ std::string describe_worker(pid_t pid, const WorkerRecord *record) {
 // workers, and the jail that runs them. run() is the poll loop.
 class Listener {
   public:
-    Listener(const ServerOptions &options, const std::vector<std::string> &worker_command)
+    Listener(const ServerOptions &options, const std::vector<std::string> &worker_command,
+             const std::vector<std::string> &listener_command)
         : options_(options),
           tls_(!options.tls_psk_file.empty()),
+          listener_command_(listener_command),
+          program_(own_program()),
           signals_(signals_through_one_fd(&original_mask_)),
-          board_(open_status_board(options)),
+          inherited_(take_inheritance()),
+          board_(open_status_board(options, &inherited_.status_board)),
           admission_(options.max_sessions, options.max_unauthenticated,
                      std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
           jail_(worker_command, original_mask_),
@@ -119,11 +136,17 @@ class Listener {
         // listener's /proc/PID/mem.
         Status undumpable = make_undumpable();
         if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
-        if (!open_sockets() || !open_metrics()) return 1;
+        if (!open_sockets() || !open_metrics() || !load_keys("")) return 1;
+        adopt_sessions();
+        reap_workers();  // any that ended while the previous listener handed over
         while (serve_once()) {
         }
-        shut_down();
-        return 0;
+        if (options_.keep_sessions || handover_failed_) {
+            leave_sessions();
+        } else {
+            shut_down();
+        }
+        return handover_failed_ ? 1 : 0;
     }
 
   private:
@@ -135,12 +158,16 @@ class Listener {
     }
 
     bool open_sockets() {
-        for (InheritedSocket &inherited : inherited_listening_sockets()) {
-            log_line("listening on " + describe(inherited.endpoint) + " (from systemd)");
-            // Socket activation: systemd owns the socket file, so it is not unlinked at exit.
-            sockets_.push_back({inherited.endpoint, std::move(inherited.fd), false});
+        const char *giver = inherited_.from_listener ? " (from the previous listener)" : " (from systemd)";
+        for (InheritedListener &inherited : inherited_.sockets) {
+            log_line("listening on " + describe(inherited.socket.endpoint) + giver);
+            // Socket activation: systemd owns its socket files, so they are not unlinked at exit.
+            sockets_.push_back({inherited.socket.endpoint, std::move(inherited.socket.fd), inherited.unlink_at_exit});
         }
-        for (const std::string &text : options_.listen) {
+        inherited_.sockets.clear();
+        // A listener's sockets came with it; its --listen are among them.
+        const std::vector<std::string> none;
+        for (const std::string &text : inherited_.from_listener ? none : options_.listen) {
             ListeningSocket socket;
             Status status = parse_endpoint(text, &socket.endpoint);
             if (socket.endpoint.uses_tls()) socket.endpoint.kind = Endpoint::Kind::tcp;  // TLS is the workers' part
@@ -170,11 +197,29 @@ class Listener {
     }
 
     // Room for every session, the unauthenticated connections, and as many again
-    // that were evicted or timed out and are not reaped yet.
-    static StatusBoard open_status_board(const ServerOptions &options) {
+    // that were evicted or timed out and are not reaped yet. The board of the
+    // listener this one replaces, when there was one: its live workers write there.
+    static StatusBoard open_status_board(const ServerOptions &options, UniqueFd *previous) {
         StatusBoard board;
+        if (previous->valid()) {
+            const Status attached = StatusBoard::attach(previous->release(), &board);
+            if (attached) {
+                log_line("took over the previous listener's status board");
+                return board;
+            }
+            log_line("cannot take over the previous listener's status board (its sessions go on, uncounted): " +
+                     attached.message());
+            board = StatusBoard();
+        }
         const auto slots = static_cast<uint32_t>(options.max_sessions + 2 * options.max_unauthenticated);
         Status status = StatusBoard::create(slots, &board);
+        // Under systemd the board outlives this process (a restart keeps sessions).
+        if (status && std::getenv("NOTIFY_SOCKET") != nullptr) {
+            const Status stored = store_with_service_manager(board.fd(), kHandedBoardName);
+            log_line(stored ? std::string("the status board is kept in systemd's file descriptor store")
+                            : "the status board could not be kept by systemd (a restart will not count the live "
+                              "sessions): " + stored.message());
+        }
         if (!status) log_line("no status board (status queries will list no sessions): " + status.message());
         return board;
     }
@@ -187,6 +232,7 @@ class Listener {
         admission_.add_poll_fds(&polled);
         const size_t metrics_first = polled.size();
         metrics_.add_poll_fds(&polled);
+        adopted_.add_poll_fds(&polled);
         const auto now = std::chrono::steady_clock::now();
         const int timeout_ms = earlier_timeout_ms(admission_.poll_timeout_ms(now), metrics_.poll_timeout_ms(now));
         if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
@@ -196,6 +242,7 @@ class Listener {
         }
         if ((polled[0].revents & POLLIN) && !handle_signal()) return false;
         answer_admission_requests(polled);
+        release_adopted(polled);
         end_overdue_unauthenticated();
         for (size_t i = 0; i < sockets_.size(); ++i) {
             if (polled[i + 1].revents & POLLIN) accept_guest(sockets_[i]);
@@ -209,9 +256,89 @@ class Listener {
     bool handle_signal() {
         signalfd_siginfo info{};
         if (::read(signals_.get(), &info, sizeof(info)) != sizeof(info)) return true;
-        if (info.ssi_signo != SIGCHLD) return false;
-        reap_workers();
+        switch (info.ssi_signo) {
+        case SIGCHLD:
+            reap_workers();
+            return true;
+        case SIGUSR2:
+            return replace_listener();
+        case SIGHUP:
+            if (!tls_) log_line("SIGHUP: no --tls-psk file to re-read");
+            if (tls_) (void)load_keys("SIGHUP: ");
+            return true;
+        default:
+            return false;
+        }
+    }
+
+    // The --tls-psk file, checked, for the workers of new TLS sessions; on failure
+    // the keys read before stay (at start-up there are none: the server stops).
+    bool load_keys(const std::string &why) {
+        if (!tls_) return true;
+        size_t count = 0;
+        const Status loaded = keys_.load(options_.tls_psk_file, &count);
+        if (!loaded) {
+            log_line(why + loaded.message() + (keys_.fd() >= 0 ? "; the keys read before stay" : ""));
+            return keys_.fd() >= 0;
+        }
+        if (!why.empty()) log_line(why + "re-read " + options_.tls_psk_file + ": " + std::to_string(count) +
+                                   " key(s) for new sessions");
         return true;
+    }
+
+    // The live sessions of the listener this one replaced: counted, listed, watched.
+    void adopt_sessions() {
+        next_session_ = std::max(board_.next_session_id(), 1);
+        if (adopted_.adopt(&board_, is_worker_of_slot) == 0) return;
+        std::string ids;
+        for (const auto &[pid, session] : adopted_.sessions()) {
+            admission_.add_authenticated(pid, session.slot);
+            peers_.opened(pid, session.account);
+            ids += (ids.empty() ? "" : ", ") + std::to_string(session.session_id);
+        }
+        next_session_ = std::max(next_session_, adopted_.highest_id() + 1);
+        log_line("took over " + std::to_string(adopted_.sessions().size()) +
+                 " live session(s) from the previous listener: " + ids);
+    }
+
+    void release_adopted(const std::vector<pollfd> &polled) {
+        for (auto &[pid, session] : adopted_.take_ended(polled)) {
+            keep_figures_of_ended({session.session_id, session.peer, session.slot});
+            admission_.release(pid);
+            peers_.closed(pid);
+        }
+    }
+
+    // SIGUSR2: this process becomes the program at its own path (the new binary
+    // after an upgrade), handing over its sockets and the status board; the workers
+    // serve on. False (the listener stops) only when the exec failed half-way.
+    bool replace_listener() {
+        if (::access(program_.c_str(), X_OK) != 0) {
+            log_line("SIGUSR2: cannot replace the listener with " + program_ + ": " + std::strerror(errno) +
+                     "; this one serves on");
+            return true;
+        }
+        log_line("SIGUSR2: replacing the listener with " + program_ + "; " +
+                 std::to_string(admission_.sessions()) + " live session(s) go on in their workers");
+        end_unauthenticated();
+        board_.set_next_session_id(next_session_);
+        std::vector<HandedFd> handed;
+        for (const ListeningSocket &socket : sockets_) {
+            handed.push_back({socket.fd.get(), socket.unlink_at_exit ? kHandedUnlinkName : kHandedListenName});
+        }
+        if (board_.fd() >= 0) handed.push_back({board_.fd(), kHandedBoardName});
+        const Status failed = exec_with_fds(program_, listener_command_, handed, original_mask_);
+        log_line("cannot replace the listener: " + failed.message() + "; it stops, its sessions go on");
+        handover_failed_ = true;
+        return false;
+    }
+
+    // Connections still in their handshake hold no session a new listener could
+    // count (their admission pair stays here): they end, and their guests retry.
+    void end_unauthenticated() {
+        for (const auto &entry : jail_.workers()) {
+            if (!admission_.holds_session(entry.first)) jail_.kill(entry.first);
+        }
     }
 
     std::string session_label(pid_t pid) const { return describe_worker(pid, jail_.find(pid)); }
@@ -324,11 +451,13 @@ class Listener {
             return;
         }
         const int id = next_session_++;
+        board_.set_next_session_id(next_session_);
         const int slot = admission_.free_slot();
-        reset_status_slot(slot, id, peer);
+        reset_status_slot(slot, id, peer, account);
         pid_t pid = -1;
+        const int keys = peer.rfind("tls://", 0) == 0 ? keys_.fd() : -1;  // only TLS workers read keys
         const Status spawned =
-            jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get()}, &pid);
+            jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys}, &pid);
         if (!spawned) {
             log_line("refused " + peer + ": " + spawned.message());
             refuse(client, Code::error, "the server could not start a session worker");
@@ -347,13 +476,16 @@ class Listener {
         log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
     }
 
-    void reset_status_slot(int index, int id, const std::string &peer) {
+    void reset_status_slot(int index, int id, const std::string &peer, const PeerAccount &account) {
         SessionSlot *slot = index >= 0 ? board_.slot(index) : nullptr;
         if (slot == nullptr) return;
         slot->id = id;
         slot->pid = 0;
         slot->started_unix = static_cast<int64_t>(::time(nullptr));
         std::snprintf(slot->peer, sizeof(slot->peer), "%s", peer.c_str());
+        slot->peer_kind = static_cast<uint32_t>(account.kind);
+        slot->peer_uid = account.uid;
+        std::snprintf(slot->peer_key, sizeof(slot->peer_key), "%s", account.key.c_str());
         clear_figures(slot);
         clear_core_fields(slot);
     }
@@ -379,14 +511,16 @@ class Listener {
         snapshot.unauthenticated = static_cast<uint64_t>(admission_.unauthenticated());
         snapshot.guests_refused = refused_;
         snapshot.ended = ended_;
-        for (const auto &[pid, session] : jail_.workers()) {
-            const SessionSlot *slot = session.slot >= 0 ? board_.slot(session.slot) : nullptr;
-            if (slot == nullptr || !admission_.holds_session(pid)) continue;
+        const auto list = [&](pid_t pid, int id, const std::string &peer, int slot_index) {
+            const SessionSlot *slot = slot_index >= 0 ? board_.slot(slot_index) : nullptr;
+            if (slot == nullptr || !admission_.holds_session(pid)) return;
             SessionFigures figures = read_figures(*slot);
-            figures.id = session.session_id;
-            figures.peer = session.peer;
+            figures.id = id;
+            figures.peer = peer;
             snapshot.sessions.push_back(std::move(figures));
-        }
+        };
+        for (const auto &[pid, session] : jail_.workers()) list(pid, session.session_id, session.peer, session.slot);
+        for (const auto &[pid, session] : adopted_.sessions()) list(pid, session.session_id, session.peer, session.slot);
         std::sort(snapshot.sessions.begin(), snapshot.sessions.end(),
                   [](const SessionFigures &a, const SessionFigures &b) { return a.id < b.id; });
         return snapshot;
@@ -395,19 +529,41 @@ class Listener {
     // A worker that does not end within a few seconds (stopped, stuck in a
     // backend) is killed: the server's shutdown never waits forever.
     void shut_down() {
-        log_line("shutting down; ending " + std::to_string(jail_.workers().size()) + " session(s)");
+        log_line("shutting down; ending " + std::to_string(jail_.workers().size() + adopted_.sessions().size()) +
+                 " session(s)");
+        unlink_socket_files();
+        adopted_.signal_all(SIGTERM);  // first, so that both kinds of workers end together
+        jail_.shut_down(kShutdownGrace);
+        adopted_.end_all(kShutdownGrace);
+    }
+
+    // --keep-sessions: only the listener stops; each session ends when its guest
+    // leaves. The sessions stay in the service's cgroup (docs/OPERATIONS.md).
+    void leave_sessions() {
+        end_unauthenticated();
+        log_line("the listener stops; " + std::to_string(admission_.sessions()) +
+                 " live session(s) go on in their workers until their guests leave");
+        unlink_socket_files();
+    }
+
+    void unlink_socket_files() const {
         for (const ListeningSocket &socket : sockets_) {
             if (socket.unlink_at_exit) ::unlink(socket.endpoint.path.c_str());
         }
-        jail_.shut_down(kShutdownGrace);
     }
 
     const ServerOptions &options_;
     const bool tls_;  // with --tls-psk every TCP listener speaks TLS; its workers do the handshake
+    const std::vector<std::string> listener_command_;  // this listener's argv, for SIGUSR2
+    const std::string program_;
     std::vector<ListeningSocket> sockets_;
     sigset_t original_mask_{};  // before the listener blocked its signals; workers start with it
     UniqueFd signals_;
+    Inheritance inherited_;  // what systemd or the previous listener handed over
     StatusBoard board_;
+    AdoptedSessions adopted_;
+    KeySnapshot keys_;
+    bool handover_failed_ = false;
     Admission admission_;
     WorkerJail jail_;
     PeerLimits peers_;
@@ -421,8 +577,9 @@ class Listener {
 
 }  // namespace
 
-int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command) {
-    return Listener(options, worker_command).run();
+int run_listener(const ServerOptions &options, const std::vector<std::string> &worker_command,
+                 const std::vector<std::string> &listener_command) {
+    return Listener(options, worker_command, listener_command).run();
 }
 
 }  // namespace ggml_remote::host

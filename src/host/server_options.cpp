@@ -55,17 +55,6 @@ Status read_server_environment(ServerOptions *options) {
 
 WorkerPaths worker_paths(const ServerOptions &options) { return {options.backend_path, options.record_dir}; }
 
-std::vector<InheritedSocket> inherited_listening_sockets() {
-    const char *pid = std::getenv("LISTEN_PID");
-    const char *count = std::getenv("LISTEN_FDS");
-    if (pid == nullptr || count == nullptr || std::atol(pid) != static_cast<long>(::getpid())) return {};
-    std::vector<InheritedSocket> sockets = adopt_listening_sockets(std::atoi(count));
-    unsetenv("LISTEN_PID");
-    unsetenv("LISTEN_FDS");
-    unsetenv("LISTEN_FDNAMES");
-    return sockets;
-}
-
 void load_host_backends(bool verbose) {
     static std::once_flag once;
     std::call_once(once, [verbose] {

@@ -24,12 +24,15 @@ struct ServerOptions {
     int max_unauthenticated = 16;
     // --metrics: where the listener answers Prometheus scrapes (metrics_endpoint.h); empty: nowhere.
     std::string metrics;
+    // --keep-sessions: SIGTERM and SIGINT stop only the listener; live sessions go on
+    // in their workers until their guests leave (a service manager's restart).
+    bool keep_sessions = false;
     bool verbose = false;
     bool sandbox = true;
     // --worker-user: a server started as root runs its workers as this user.
     std::string worker_user;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
     // --tls-psk: every TCP listener speaks TLS with a key from this file (read by
-    // the listener at start-up and by each worker, so a changed file applies to new sessions).
+    // the listener at start-up and on SIGHUP; each TLS worker reads the listener's checked copy).
     std::string tls_psk_file;
     // --weight-store DIR and its limits (weight_store.h).
     WeightStoreOptions weight_store;
@@ -49,6 +52,8 @@ struct ServerOptions {
     int status_slot = -1;
     // Worker only (TLS): where it asks the listener for a session place after its handshake.
     int admission_fd = -1;
+    // Worker only (TLS): the listener's checked copy of the key file, read instead of it.
+    int tls_psk_fd = -1;
 };
 
 // Reads the server's environment variables into `options`, once at start-up; a
@@ -57,10 +62,6 @@ Status read_server_environment(ServerOptions *options);
 
 // The paths of `options` a worker's sandbox grants (landlock.h).
 WorkerPaths worker_paths(const ServerOptions &options);
-
-// The listening sockets systemd handed to this process (LISTEN_FDS, when
-// LISTEN_PID names it); empty otherwise. The variables are then unset.
-std::vector<InheritedSocket> inherited_listening_sockets();
 
 // The host devices a session may use, in the order guests see them.
 Status select_devices(const ServerOptions &options, std::vector<ggml_backend_dev_t> *devices);

@@ -12,10 +12,13 @@ namespace {
 struct BoardHeader {
     uint32_t magic;
     uint32_t slots;
+    uint32_t slot_size;  // sizeof(SessionSlot): a board of another layout is not attached
+    std::atomic<int32_t> next_session_id;
 };
 constexpr uint32_t kBoardMagic = 0x42534752;  // "RGSB"
 static_assert(std::is_standard_layout<SessionSlot>::value, "slots live in shared memory");
 
+static_assert(sizeof(BoardHeader) <= 64, "the header and its padding");
 size_t board_size(uint32_t slots) { return sizeof(BoardHeader) + 64 + size_t(slots) * sizeof(SessionSlot); }
 
 SessionSlot *first_slot(const Mapping &mapping) {
@@ -32,6 +35,8 @@ Status StatusBoard::create(uint32_t slots, StatusBoard *board) {
     auto *header = static_cast<BoardHeader *>(board->mapping_.data());
     header->magic = kBoardMagic;
     header->slots = slots;
+    header->slot_size = sizeof(SessionSlot);
+    header->next_session_id.store(1);
     board->slots_ = slots;
     SessionSlot *slot = first_slot(board->mapping_);
     for (uint32_t i = 0; i < slots; ++i) new (&slot[i]) SessionSlot{};  // the memory file starts zeroed
@@ -50,6 +55,7 @@ Status StatusBoard::attach(int fd, StatusBoard *board) {
     if (header->magic != kBoardMagic || board_size(header->slots) > static_cast<size_t>(st.st_size)) {
         return error(Code::error, "status board: bad header");
     }
+    if (header->slot_size != sizeof(SessionSlot)) return error(Code::error, "status board: another version's layout");
     board->slots_ = header->slots;
     return Status::success();
 }
@@ -77,6 +83,16 @@ std::optional<GuestRefusal> turned_away(const SessionSlot &slot) {
     const uint32_t recorded = slot.turned_away.load(std::memory_order_relaxed);
     if (recorded == 0 || recorded > kGuestRefusalReasons) return std::nullopt;
     return static_cast<GuestRefusal>(recorded - 1);
+}
+
+int StatusBoard::next_session_id() const {
+    if (mapping_.data() == nullptr) return 1;
+    const int id = static_cast<const BoardHeader *>(mapping_.data())->next_session_id.load();
+    return id > 0 ? id : 1;
+}
+
+void StatusBoard::set_next_session_id(int id) {
+    if (mapping_.data() != nullptr) static_cast<BoardHeader *>(mapping_.data())->next_session_id.store(id);
 }
 
 int StatusBoard::find_free() const {

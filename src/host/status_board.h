@@ -20,6 +20,11 @@ struct SessionSlot {
     int32_t pid;
     int64_t started_unix;
     char peer[112];
+    // The peer's account for --max-sessions-per-peer (PeerAccount), written by the
+    // listener when it starts the worker, read by a listener that takes over.
+    uint32_t peer_kind;  // PeerAccount::Kind
+    uint32_t peer_uid;
+    char peer_key[64];
     std::atomic<uint64_t> commands;
     std::atomic<uint64_t> bytes_received;
     std::atomic<uint64_t> bytes_sent;
@@ -63,7 +68,8 @@ class StatusBoard {
   public:
     // The listener's board with room for `slots` sessions.
     static Status create(uint32_t slots, StatusBoard *board);
-    // A worker's view of the listener's board.
+    // A worker's view of the listener's board, or a new listener's of the board of the
+    // listener it replaces; an error for a board of another layout (another version).
     static Status attach(int fd, StatusBoard *board);
 
     int fd() const { return fd_.get(); }
@@ -71,6 +77,10 @@ class StatusBoard {
     SessionSlot *slot(uint32_t index) const;
     // A free slot, or -1.
     int find_free() const;
+    // The next session id, kept on the board so that a listener that takes over
+    // numbers on (only a label: a worker could change it).
+    int next_session_id() const;
+    void set_next_session_id(int id);
 
   private:
     UniqueFd fd_;

@@ -10,6 +10,7 @@
 #include "transport/tls_key.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -191,11 +192,15 @@ int confine_worker(const std::string &label, int client_fd, const ServerOptions 
     std::vector<int> kept{client_fd};
     if (options.status_fd >= 0) kept.push_back(options.status_fd);
     if (options.admission_fd >= 0) kept.push_back(options.admission_fd);
+    if (options.tls_psk_fd >= 0) kept.push_back(options.tls_psk_fd);
     close_descriptors_except(kept);
     // The key file is read before the sandbox, which leaves it unreachable; the keys
     // are wiped from memory once the handshake is over.
     if (needs_tls) {
-        status = read_psk_file(options.tls_psk_file, keys);
+        // The listener's copy: the file as it was at start-up or the last good SIGHUP.
+        status = options.tls_psk_fd >= 0 ? read_psk_fd(options.tls_psk_fd, options.tls_psk_file, keys)
+                                         : read_psk_file(options.tls_psk_file, keys);
+        if (options.tls_psk_fd >= 0) ::close(options.tls_psk_fd);  // the keys are in memory now
         if (!status) {
             log_line(label + ": cannot start TLS: " + status.message());
             return 2;
@@ -333,6 +338,10 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     // --worker-user.
     const uid_t server_uid = ::geteuid();
     const bool needs_tls = !options.tls_psk_file.empty() && is_tcp(client_fd);
+    // The listener's signals (SIGHUP: re-read the keys, SIGUSR2: replace it) may reach
+    // the whole service (`systemctl kill -s HUP`): they must not end a session.
+    ::signal(SIGHUP, SIG_IGN);
+    ::signal(SIGUSR2, SIG_IGN);
     std::vector<PreSharedKey> keys;
     const int refused = confine_worker(label, client_fd, options, needs_tls, &keys);
     if (refused != 0) return refused;

@@ -92,30 +92,34 @@ Status connect_tcp(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
 
 }  // namespace
 
+bool adopt_listening_socket(int fd, InheritedSocket *socket) {
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // workers must not inherit it
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    if (::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length) != 0) return false;
+    if (address.ss_family == AF_UNIX) {
+        socket->endpoint.kind = Endpoint::Kind::unix_socket;
+        socket->endpoint.path = reinterpret_cast<sockaddr_un *>(&address)->sun_path;
+    } else if (address.ss_family == AF_INET || address.ss_family == AF_INET6) {
+        char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "0";
+        ::getnameinfo(reinterpret_cast<sockaddr *>(&address), length, host, sizeof(host), service, sizeof(service),
+                      NI_NUMERICHOST | NI_NUMERICSERV);
+        socket->endpoint.kind = Endpoint::Kind::tcp;
+        socket->endpoint.host = host;
+        socket->endpoint.port = std::atoi(service);
+    } else {
+        return false;
+    }
+    socket->fd.reset(fd);
+    return true;
+}
+
 std::vector<InheritedSocket> adopt_listening_sockets(int count) {
     std::vector<InheritedSocket> sockets;
     constexpr int kFirstFd = 3;  // systemd's SD_LISTEN_FDS_START
     for (int fd = kFirstFd; fd < kFirstFd + count; ++fd) {
-        ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // workers must not inherit them
-        sockaddr_storage address{};
-        socklen_t length = sizeof(address);
-        if (::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length) != 0) continue;
         InheritedSocket socket;
-        if (address.ss_family == AF_UNIX) {
-            socket.endpoint.kind = Endpoint::Kind::unix_socket;
-            socket.endpoint.path = reinterpret_cast<sockaddr_un *>(&address)->sun_path;
-        } else if (address.ss_family == AF_INET || address.ss_family == AF_INET6) {
-            char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "0";
-            ::getnameinfo(reinterpret_cast<sockaddr *>(&address), length, host, sizeof(host), service,
-                          sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV);
-            socket.endpoint.kind = Endpoint::Kind::tcp;
-            socket.endpoint.host = host;
-            socket.endpoint.port = std::atoi(service);
-        } else {
-            continue;
-        }
-        socket.fd.reset(fd);
-        sockets.push_back(std::move(socket));
+        if (adopt_listening_socket(fd, &socket)) sockets.push_back(std::move(socket));
     }
     return sockets;
 }

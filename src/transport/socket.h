@@ -29,6 +29,9 @@ struct InheritedSocket {
 // Takes the `count` listening sockets systemd passed from descriptor 3 on (the
 // server reads LISTEN_FDS and checks LISTEN_PID), made close-on-exec.
 std::vector<InheritedSocket> adopt_listening_sockets(int count);
+// Takes one inherited listening socket `fd` (made close-on-exec); false when it is
+// no unix or TCP socket (then `fd` is left as it is).
+bool adopt_listening_socket(int fd, InheritedSocket *socket);
 
 // Per-connection socket options: no Nagle delay, keep-alive probes on TCP.
 void tune_stream_socket(int fd);

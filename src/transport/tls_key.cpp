@@ -85,27 +85,33 @@ Status parse_psk_text(const std::string &text, std::vector<PreSharedKey> *keys) 
     return Status::success();
 }
 
-Status read_psk_file(const std::string &path, std::vector<PreSharedKey> *keys) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return error(Code::error, "key file " + path + ": " + std::strerror(errno));
+Status read_psk_fd(int fd, const std::string &name, std::vector<PreSharedKey> *keys) {
     std::string text;
     char chunk[4096];
-    for (;;) {
-        const ssize_t got = ::read(fd.get(), chunk, sizeof(chunk));
+    for (off_t offset = 0;;) {
+        // pread: other processes may read the same open file (a listener's key copy).
+        const ssize_t got = ::pread(fd, chunk, sizeof(chunk), offset);
         if (got < 0) {
             if (errno == EINTR) continue;
-            return error(Code::error, "key file " + path + ": " + std::strerror(errno));
+            return error(Code::error, "key file " + name + ": " + std::strerror(errno));
         }
         if (got == 0) break;
+        offset += got;
         text.append(chunk, static_cast<size_t>(got));
-        if (text.size() > kMaxKeyFileSize) return error(Code::error, "key file " + path + ": too large for a key file");
+        if (text.size() > kMaxKeyFileSize) return error(Code::error, "key file " + name + ": too large for a key file");
     }
     Status status = parse_psk_text(text, keys);
     // The text held the key: leave no copy of it in freed memory.
     ::explicit_bzero(text.data(), text.size());
     ::explicit_bzero(chunk, sizeof(chunk));
-    if (!status) return error(status.code(), "key file " + path + ": " + status.message());
+    if (!status) return error(status.code(), "key file " + name + ": " + status.message());
     return Status::success();
+}
+
+Status read_psk_file(const std::string &path, std::vector<PreSharedKey> *keys) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return error(Code::error, "key file " + path + ": " + std::strerror(errno));
+    return read_psk_fd(fd.get(), path, keys);
 }
 
 bool psk_file_readable_by_others(const std::string &path) {

@@ -27,6 +27,8 @@ Status parse_psk_text(const std::string &text, std::vector<PreSharedKey> *keys);
 
 // Reads and parses a key file; errors name the file.
 Status read_psk_file(const std::string &path, std::vector<PreSharedKey> *keys);
+// The same from an open file, read from its start; errors name it `name`.
+Status read_psk_fd(int fd, const std::string &name, std::vector<PreSharedKey> *keys);
 
 // Whether every user of the machine can read a key file (worth a warning).
 bool psk_file_readable_by_others(const std::string &path);

@@ -23,3 +23,10 @@ add_integration_test(errors_server_killed_worker errors_server_killed.sh worker)
 add_integration_test(errors_server_killed_server errors_server_killed.sh server)
 add_integration_test(errors_guest_killed errors_guest_killed.sh)
 add_integration_test(llama_server llama_server.sh)
+
+# The listener replaced (SIGUSR2) or killed while llama-server generates.
+add_integration_test(listener_restart_shm listener_restart.sh shm restart)
+add_integration_test(listener_restart_unix listener_restart.sh unix restart)
+add_integration_test(listener_restart_tcp listener_restart.sh tcp restart)
+add_integration_test(listener_restart_tls listener_restart.sh tls restart)
+add_integration_test(listener_killed listener_restart.sh shm killed)

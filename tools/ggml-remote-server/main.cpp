@@ -104,7 +104,17 @@ options:
          --no-sandbox           workers without their sandbox: seccomp, Landlock, no
                                 capabilities (for debugging;
                                 see docs/SECURITY.md)
+         --keep-sessions        SIGTERM and SIGINT stop only the listener: live
+                                sessions go on in their workers until their guests
+                                leave (what ggml-remote.service uses, so that a
+                                restart ends no session)
   -v,    --verbose              also log ggml's informational messages
+
+signals to the listener:
+  SIGUSR2  replace the listener by the program at its path (e.g. after an upgrade),
+           with the same arguments; it takes over the sockets and the live sessions
+  SIGHUP   re-read the --tls-psk file for new sessions (a bad file keeps the old keys)
+  SIGTERM, SIGINT  stop (and end every session, unless --keep-sessions)
 
 status of a running server (its devices and live sessions):
   %s status --connect unix:/path/to.sock [--json]
@@ -274,6 +284,8 @@ struct CommandLine {
     WorkerArguments worker;
     // Everything but the worker-only flags is passed on to the workers.
     std::vector<std::string> worker_command;
+    // All of argv: SIGUSR2 starts the listener anew with it.
+    std::vector<std::string> listener_command;
 };
 
 int parse_poll(Arguments &args) {
@@ -362,6 +374,8 @@ bool parse_listener_flag(Arguments &args, CommandLine *line) {
         line->options.metrics = args.value();
     } else if (flag == "--insecure") {
         line->insecure = true;
+    } else if (flag == "--keep-sessions") {
+        line->options.keep_sessions = true;
     } else if (flag == "--weight-store") {
         line->options.weight_store.directory = absolute_path(flag, args.value());
         line->worker_command.insert(line->worker_command.end(), {flag, line->options.weight_store.directory});
@@ -389,6 +403,8 @@ bool parse_worker_flag(Arguments &args, CommandLine *line) {
         line->options.status_slot = args.int_value(0);
     } else if (flag == "--admission-fd") {
         line->options.admission_fd = args.int_value(0);
+    } else if (flag == "--tls-psk-fd") {
+        line->options.tls_psk_fd = args.int_value(0);
     } else {
         return false;
     }
@@ -399,6 +415,7 @@ bool parse_worker_flag(Arguments &args, CommandLine *line) {
 // --version, --list-devices).
 std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) {
     line->worker_command = {argv[0]};
+    line->listener_command.assign(argv, argv + argc);
     Arguments args(argc, argv);
     while (args.next()) {
         const std::string flag = args.flag();
@@ -505,7 +522,7 @@ int serve(CommandLine *line) {
     announce_devices(options);
     prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
     host::log_line(describe_core_scheduling(options.limits));
-    return host::run_listener(options, line->worker_command);
+    return host::run_listener(options, line->worker_command, line->listener_command);
 }
 
 }  // namespace

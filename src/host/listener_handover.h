@@ -1,0 +1,57 @@
+// Listener handover: how a listener takes over listening sockets and the status
+// board, from systemd (socket activation, its file descriptor store) or from the
+// listener it replaces (SIGUSR2: the old one execs the new binary in its place).
+//
+// Both speak systemd's protocol: the descriptors from 3 on, LISTEN_FDS their count,
+// LISTEN_PID the process meant, LISTEN_FDNAMES their names separated by ':'.
+// Names this server gives (any other name is a socket of systemd's):
+#pragma once
+
+#include "protocol/status.h"
+#include "transport/socket.h"
+#include "transport/unique_fd.h"
+
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+namespace ggml_remote::host {
+
+constexpr const char *kHandedListenName = "ggml-remote-listen";    // a socket of --listen
+constexpr const char *kHandedUnlinkName = "ggml-remote-unlink";    // ... whose file the listener removes at exit
+constexpr const char *kHandedBoardName = "ggml-remote-status-board";  // the status board
+
+struct InheritedListener {
+    InheritedSocket socket;
+    bool unlink_at_exit = false;  // a unix socket file the server made (systemd removes its own)
+};
+
+// What a new listener starts with.
+struct Inheritance {
+    std::vector<InheritedListener> sockets;
+    UniqueFd status_board;        // the previous listener's board; invalid: none
+    bool from_listener = false;   // handed over by a listener: its --listen sockets are among them
+};
+
+// Takes the descriptors handed to this process (when LISTEN_PID names it), made
+// close-on-exec, and unsets the variables. Descriptors it cannot use are closed.
+Inheritance take_inheritance();
+
+struct HandedFd {
+    int fd;
+    std::string name;  // no ':'
+};
+
+// Replaces this process's program by `program` with `argv`, handing it `fds` from
+// descriptor 3 on as above, with the signal mask `mask`. Returns only on failure,
+// and then descriptors from 3 on may have been replaced: the caller must exit.
+Status exec_with_fds(const std::string &program, const std::vector<std::string> &argv,
+                     const std::vector<HandedFd> &fds, const sigset_t &mask);
+
+// Asks the service manager (systemd, at $NOTIFY_SOCKET) to keep `fd` under `name`
+// while this service restarts (FDSTORE=1); the next listener finds it named in
+// LISTEN_FDNAMES. An error when there is no service manager or the message failed.
+Status store_with_service_manager(int fd, const std::string &name);
+
+}  // namespace ggml_remote::host

@@ -1,0 +1,272 @@
+// Listener handover (src/host/listener_handover.h, adopted_sessions.h,
+// key_snapshot.h): a new listener takes over only real workers of the old one's
+// board, learns when they end without being their parent, receives the descriptors
+// it is handed under their names, and keeps the last good key file.
+#include "host/adopted_sessions.h"
+#include "host/key_snapshot.h"
+#include "host/listener_handover.h"
+#include "host/status_board.h"
+#include "host/worker_jail.h"
+#include "transport/tls_key.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace ggml_remote::host {
+namespace {
+
+using namespace std::chrono_literals;
+
+sigset_t empty_mask() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    return mask;
+}
+
+// A worker's stand-in: a shell that sleeps (not exec'd: its command line keeps the
+// listener's per-connection arguments, --worker-fd and --status-slot), and ends its
+// sleep when it is told to end.
+WorkerJail sleeper_jail() {
+    return WorkerJail({"sh", "-c", "trap 'kill $! 2>/dev/null; exit 0' TERM; sleep 30 & wait", "worker"}, empty_mask(),
+                      "/bin/sh");
+}
+
+pid_t spawn_sleeper(WorkerJail *jail, int slot, int board_fd, int session_id = 1) {
+    pid_t pid = -1;
+    EXPECT_TRUE(jail->spawn({0, session_id, "unix:uid 1", board_fd, slot, -1, -1}, &pid).ok());
+    return pid;
+}
+
+void list_session(StatusBoard *board, int index, pid_t pid, int id, const char *key) {
+    SessionSlot *slot = board->slot(static_cast<uint32_t>(index));
+    slot->live.store(1);
+    slot->pid = pid;
+    slot->id = id;
+    std::snprintf(slot->peer, sizeof(slot->peer), "unix:uid %d", id);
+    slot->peer_kind = static_cast<uint32_t>(PeerAccount::Kind::user);
+    slot->peer_uid = 1000;
+    std::snprintf(slot->peer_key, sizeof(slot->peer_key), "%s", key);
+}
+
+// Polls the adopted sessions' pidfds until one reports its end (up to 10 s).
+std::vector<std::pair<pid_t, AdoptedSession>> ended_within_10s(AdoptedSessions *adopted) {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < deadline;) {
+        std::vector<pollfd> polled;
+        adopted->add_poll_fds(&polled);
+        ::poll(polled.data(), polled.size(), 100);
+        auto ended = adopted->take_ended(polled);
+        if (!ended.empty()) return ended;
+    }
+    return {};
+}
+
+TEST(AdoptedSessions, TakesOverOnlyTheWorkerOfEachSlot) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(8, &board).ok());
+    WorkerJail jail = sleeper_jail();
+    const pid_t worker = spawn_sleeper(&jail, 2, board.fd());
+    const pid_t other = spawn_sleeper(&jail, 5, board.fd());
+    ASSERT_GT(worker, 0);
+    std::this_thread::sleep_for(100ms);  // the shells exec'd
+    list_session(&board, 2, worker, 7, "uid 1000");
+    list_session(&board, 3, worker, 8, "uid 1000");  // the same pid again
+    list_session(&board, 4, other, 9, "uid 1000");   // a worker, but of slot 5
+    list_session(&board, 6, ::getpid(), 10, "uid 1000");  // not a worker at all
+    list_session(&board, 7, 999999, 11, "uid 1000");      // no such process
+
+    AdoptedSessions adopted;
+    EXPECT_EQ(adopted.adopt(&board, is_worker_of_slot), 1);
+    ASSERT_EQ(adopted.sessions().count(worker), 1u);
+    const AdoptedSession &session = adopted.sessions().at(worker);
+    EXPECT_EQ(session.session_id, 7);
+    EXPECT_EQ(session.slot, 2);
+    EXPECT_EQ(session.peer, "unix:uid 7");
+    EXPECT_EQ(session.account.key, "uid 1000");
+    EXPECT_EQ(session.account.kind, PeerAccount::Kind::user);
+    EXPECT_EQ(adopted.highest_id(), 7);
+    for (int refused : {3, 4, 6, 7}) EXPECT_EQ(board.slot(refused)->live.load(), 0u) << "slot " << refused;
+    EXPECT_EQ(board.slot(2)->live.load(), 1u);
+    jail.shut_down(2s);
+}
+
+TEST(AdoptedSessions, LearnsOfTheEndThroughThePidfd) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(4, &board).ok());
+    WorkerJail jail = sleeper_jail();
+    const pid_t worker = spawn_sleeper(&jail, 1, board.fd());
+    std::this_thread::sleep_for(100ms);
+    list_session(&board, 1, worker, 3, "uid 1000");
+    AdoptedSessions adopted;
+    ASSERT_EQ(adopted.adopt(&board, is_worker_of_slot), 1);
+
+    std::vector<pollfd> polled;
+    adopted.add_poll_fds(&polled);
+    ASSERT_EQ(::poll(polled.data(), polled.size(), 0), 0) << "a live worker reported as ended";
+    adopted.signal_all(SIGTERM);
+    const auto ended = ended_within_10s(&adopted);
+    ASSERT_EQ(ended.size(), 1u);
+    EXPECT_EQ(ended[0].first, worker);
+    EXPECT_EQ(ended[0].second.session_id, 3);
+    EXPECT_TRUE(adopted.sessions().empty());
+    jail.reap();
+}
+
+TEST(AdoptedSessions, EndAllStopsThemWithinTheGrace) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(4, &board).ok());
+    // Session 1's worker ends on SIGTERM; session 2's ignores it and must be killed.
+    WorkerJail jail({"sh", "-c",
+                     "case \"$*\" in *'--session-id 2 '*) trap '' TERM; while :; do sleep 0.1; done;; esac; "
+                     "trap 'kill $! 2>/dev/null; exit 0' TERM; sleep 30 & wait",
+                     "worker"},
+                    empty_mask(), "/bin/sh");
+    const pid_t first = spawn_sleeper(&jail, 0, board.fd(), 1);
+    const pid_t second = spawn_sleeper(&jail, 1, board.fd(), 2);
+    std::this_thread::sleep_for(100ms);
+    list_session(&board, 0, first, 1, "a");
+    list_session(&board, 1, second, 2, "b");
+    AdoptedSessions adopted;
+    ASSERT_EQ(adopted.adopt(&board, is_worker_of_slot), 2);
+    const auto started = std::chrono::steady_clock::now();
+    adopted.end_all(500ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 3s);
+    EXPECT_TRUE(adopted.sessions().empty());
+    std::vector<EndedWorker> ended;
+    for (int i = 0; i < 100 && ended.size() < 2; ++i, std::this_thread::sleep_for(20ms)) {
+        for (EndedWorker &worker : jail.reap()) ended.push_back(worker);
+    }
+    ASSERT_EQ(ended.size(), 2u) << "a worker survived end_all";
+    for (const EndedWorker &worker : ended) {
+        const int expected = worker.pid == second ? SIGKILL : 0;
+        EXPECT_EQ(WIFSIGNALED(worker.wait_status) ? WTERMSIG(worker.wait_status) : 0, expected) << worker.pid;
+    }
+    jail.shut_down(1s);  // none left, unless end_all failed
+}
+
+TEST(AdoptedSessions, UnterminatedBoardTextIsBounded) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(2, &board).ok());
+    WorkerJail jail = sleeper_jail();
+    const pid_t worker = spawn_sleeper(&jail, 0, board.fd());
+    std::this_thread::sleep_for(100ms);
+    list_session(&board, 0, worker, 1, "x");
+    SessionSlot *slot = board.slot(0);
+    std::memset(slot->peer, 'p', sizeof(slot->peer));
+    std::memset(slot->peer_key, 'k', sizeof(slot->peer_key));
+    AdoptedSessions adopted;
+    ASSERT_EQ(adopted.adopt(&board, is_worker_of_slot), 1);
+    EXPECT_EQ(adopted.sessions().at(worker).peer.size(), sizeof(slot->peer));
+    EXPECT_EQ(adopted.sessions().at(worker).account.key.size(), sizeof(slot->peer_key));
+    jail.shut_down(2s);
+}
+
+TEST(StatusBoard, RefusesTheBoardOfAnotherLayout) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(2, &board).ok());
+    board.set_next_session_id(42);
+    StatusBoard same;
+    ASSERT_TRUE(StatusBoard::attach(::dup(board.fd()), &same).ok());
+    EXPECT_EQ(same.next_session_id(), 42);
+    // The header's third word is the slot size; another version's differs.
+    void *header = ::mmap(nullptr, 64, PROT_READ | PROT_WRITE, MAP_SHARED, board.fd(), 0);
+    ASSERT_NE(header, MAP_FAILED);
+    static_cast<uint32_t *>(header)[2] += 8;
+    StatusBoard other;
+    const Status attached = StatusBoard::attach(::dup(board.fd()), &other);
+    EXPECT_FALSE(attached.ok());
+    EXPECT_NE(attached.message().find("layout"), std::string::npos) << attached.message();
+    ::munmap(header, 64);
+}
+
+// exec_with_fds in a child: the new program finds the descriptors from 3 on,
+// named, and LISTEN_PID names its own (unchanged) pid.
+TEST(ListenerHandover, ExecHandsDescriptorsInSystemdsWay) {
+    int pipe_fds[2];
+    ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+    int out[2];
+    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::dup2(out[1], 1);
+        const std::string script =
+            "echo $LISTEN_PID $$ $LISTEN_FDS $LISTEN_FDNAMES; "
+            "[ -e /proc/self/fd/3 ] && [ -e /proc/self/fd/4 ] && [ ! -e /proc/self/fd/5 ] && echo fds-ok";
+        (void)exec_with_fds("/bin/sh", {"sh", "-c", script}, {{pipe_fds[1], "first"}, {pipe_fds[0], "second"}},
+                            empty_mask());
+        ::_exit(99);
+    }
+    ::close(out[1]);
+    std::string text;
+    char chunk[256];
+    for (ssize_t got; (got = ::read(out[0], chunk, sizeof(chunk))) > 0;) text.append(chunk, static_cast<size_t>(got));
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ::close(out[0]);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    const std::string pid = std::to_string(child);
+    EXPECT_EQ(text, pid + " " + pid + " 2 first:second\nfds-ok\n");
+}
+
+TEST(ListenerHandover, ExecOfAMissingProgramFails) {
+    const Status status = exec_with_fds("/nonexistent/ggml-remote-server", {"x"}, {}, empty_mask());
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(status.message().find("/nonexistent/ggml-remote-server"), std::string::npos);
+}
+
+TEST(ListenerHandover, NoServiceManagerNoStore) {
+    ::unsetenv("NOTIFY_SOCKET");
+    EXPECT_FALSE(store_with_service_manager(0, kHandedBoardName).ok());
+}
+
+std::string write_file(const std::string &name, const std::string &text) {
+    const std::string path = ::testing::TempDir() + name;
+    std::ofstream(path) << text;
+    return path;
+}
+
+constexpr const char *kGoodKey = "guest:00112233445566778899aabbccddeeff\n";
+
+TEST(KeySnapshot, KeepsTheLastGoodKeysSealed) {
+    KeySnapshot keys;
+    size_t count = 0;
+    const std::string path = write_file("keys.psk", kGoodKey);
+    ASSERT_TRUE(keys.load(path, &count).ok());
+    EXPECT_EQ(count, 1u);
+    const int first = keys.fd();
+    ASSERT_GE(first, 0);
+    EXPECT_LT(::pwrite(first, "x", 1, 0), 0) << "a worker could change the next one's keys";
+
+    write_file("keys.psk", "guest:not-hex\n");
+    const Status bad = keys.load(path, &count);
+    EXPECT_FALSE(bad.ok());
+    EXPECT_EQ(keys.fd(), first) << "a bad file replaced the keys";
+    std::vector<PreSharedKey> read;
+    ASSERT_TRUE(read_psk_fd(keys.fd(), "copy", &read).ok());
+    ASSERT_EQ(read.size(), 1u);
+    EXPECT_EQ(read[0].identity, "guest");
+
+    write_file("keys.psk", std::string(kGoodKey) + "other:ffeeddccbbaa99887766554433221100\n");
+    ASSERT_TRUE(keys.load(path, &count).ok());
+    EXPECT_EQ(count, 2u);
+    EXPECT_FALSE(keys.load(::testing::TempDir() + "missing.psk", &count).ok());
+    read.clear();
+    ASSERT_TRUE(read_psk_fd(keys.fd(), "copy", &read).ok());
+    EXPECT_EQ(read.size(), 2u);
+}
+
+}  // namespace
+}  // namespace ggml_remote::host
