@@ -1,3 +1,4 @@
+#include "guest/graph_retry.h"
 #include "guest/last_graph.h"
 #include "guest/log.h"
 #include "guest/node_order.h"
@@ -13,13 +14,26 @@ using namespace protocol;
 
 namespace {
 
-struct RemoteBackend {
+struct RemoteBackend : Restorable {
     RemoteDevice *device = nullptr;
     uint64_t handle = 0;
     LastGraph last_graph;
+    GraphRetry retry;  // for the last graph: running it again on a new connection
     int n_threads = 0;  // the last count sent; llama.cpp sets it again before every graph
     bool host_reorders = true;  // until the host says its backend has no graph_optimize
     NodeOrderCache node_orders;
+
+    // A new connection: a new host backend under the same ggml backend.
+    void restore(RestoreReport *report) override {
+        RemoteSession &session = device->session();
+        handle = 0;
+        last_graph.forget();
+        BackendInit::Reply reply{};
+        if (!session.call<BackendInit>({device->remote_index()}).reply(&reply).run()) return;
+        handle = reply.backend;
+        ++report->restored;
+        if (n_threads > 0) (void)session.post<SetNThreads>({handle, n_threads});
+    }
 };
 
 RemoteBackend *context_of(ggml_backend_t backend) { return static_cast<RemoteBackend *>(backend->context); }
@@ -35,6 +49,7 @@ const char *backend_get_name(ggml_backend_t backend) { return context_of(backend
 void backend_free(ggml_backend_t backend) {
     RemoteBackend *remote = context_of(backend);
     (void)remote->device->session().post<BackendFree>({remote->handle});
+    remote->device->session().remove_restorable(remote);
     delete remote;
     delete backend;
 }
@@ -70,15 +85,20 @@ void prepare_graph_weights(RemoteBackend *remote, ggml_cgraph *graph) {
         TensorLocation location;
         if (locate_on_host(&session, tensor, &location)) {
             if (tensor->op == GGML_OP_NONE) tell_weights(tensor);
+            RemoteBuffer *owner = remote_buffer_of(tensor);
+            if (tensor->op != GGML_OP_NONE ||
+                ggml_backend_buffer_get_usage(owner->owner) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+                owner->note_graph_use();
+            }
         } else {
             (void)mapped_weights.prepare(tensor);  // a failure is logged; encoding then names the tensor
         }
     });
 }
 
-// Encodes the graph, and which tensors the encoding read (sources first); false
-// (logged) when a tensor is out of the host's reach.
-bool encode_graph(RemoteBackend *remote, ggml_cgraph *graph, std::vector<uint8_t> *encoded,
+// Encodes the graph, and which tensors the encoding read (sources first); fails
+// when a tensor is out of the host's reach.
+Status encode_graph(RemoteBackend *remote, ggml_cgraph *graph, std::vector<uint8_t> *encoded,
                   std::vector<const ggml_tensor *> *order) {
     RemoteSession &session = remote->device->session();
     MappedWeights &mapped_weights = remote->device->mapped_weights();
@@ -87,39 +107,63 @@ bool encode_graph(RemoteBackend *remote, ggml_cgraph *graph, std::vector<uint8_t
     });
     const int n_nodes = ggml_graph_n_nodes(graph);
     for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));
-    if (encoder.failed()) {
-        log(GGML_LOG_LEVEL_ERROR, "%s: cannot compute the graph: %s", remote->device->name().c_str(),
-            encoder.error().c_str());
-        return false;
-    }
+    if (encoder.failed()) return error(Code::bad_request, "cannot encode the graph: " + encoder.error());
     *encoded = encoder.finish();
     *order = encoder.order();
-    return true;
+    return Status::success();
 }
 
-enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
-    RemoteBackend *remote = context_of(backend);
+Status run_graph(RemoteBackend *remote, ggml_cgraph *graph) {
     RemoteSession &session = remote->device->session();
+    if (lost_buffer_count() > 0) {
+        if (Status status = report_lost_buffers_read(graph); !status) return status;
+    }
     // Shared memory is read in place, by this process's own backends too (a CPU
     // split may read a result without any copy), so the compute must be over when
     // we return. Remote buffers are read through the session, after the compute.
     const auto completion = remote->device->shares_memory() ? RemoteSession::Completion::waits
                                                             : RemoteSession::Completion::returns_at_once;
+    // Over shared memory the graph may have to run again, from the inputs it had.
+    const bool may_retry = remote->device->shares_memory();
     bool replayed = false;
     if (remote->last_graph.same_as(graph)) {
+        if (may_retry && remote->retry.safe()) remote->retry.save_inputs();
         Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket(), completion, &replayed);
-        if (replayed) return finish_compute(remote, status);
+        if (replayed) return status;
+    }
+    if (may_retry) {
+        remote->retry.plan(graph);
+        if (remote->retry.safe()) remote->retry.save_inputs();
     }
     prepare_graph_weights(remote, graph);  // before the compute that reads them
     std::vector<uint8_t> encoded;
     std::vector<const ggml_tensor *> order;
-    if (!encode_graph(remote, graph, &encoded, &order)) return GGML_STATUS_FAILED;
+    if (Status status = encode_graph(remote, graph, &encoded, &order); !status) return status;
     RemoteSession::GraphTicket ticket;
     Status status = session.compute_graph(remote->handle, encoded, completion, &ticket);
     if (status) {
         remote->last_graph.record(graph, order, ticket);
     } else {
         remote->last_graph.forget();
+    }
+    return status;
+}
+
+enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
+    RemoteBackend *remote = context_of(backend);
+    RemoteSession &session = remote->device->session();
+    const uint64_t reconnections = session.reconnections();
+    Status status = run_graph(remote, graph);
+    // The connection was lost and made again with nothing lost (over shm, all in
+    // CPU memory): running the graph again from its inputs computes the same values.
+    if (!status && status.code() == Code::disconnected && session.reconnections() != reconnections) {
+        if (session.last_restore_intact() && remote->retry.safe()) {
+            remote->retry.restore_inputs();
+            status = run_graph(remote, graph);
+        } else if (lost_buffer_count() > 0) {
+            // This failure is how the application hears of the loss: name what it lost.
+            if (Status lost = report_lost_buffers_read(graph); !lost) status = lost;
+        }
     }
     return finish_compute(remote, status);
 }
@@ -255,6 +299,7 @@ bool backend_cpy_tensor_async(ggml_backend_t backend_src, ggml_backend_t backend
         return true;
     }
     CopyTensor::Request request{from->range(src, 0, ggml_nbytes(src)), to->range(dst, 0, ggml_nbytes(dst))};
+    to->note_write(request.dst.offset, request.dst.size, nullptr);
     Status status = remote->device->session().call<CopyTensor>(request).run_later("cpy_tensor_async");
     if (!status) {
         report(remote, "cpy_tensor_async", status);
@@ -281,6 +326,22 @@ void backend_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
 
 }  // namespace
 
+Status report_lost_buffers_read(ggml_cgraph *graph) {
+    Status found = Status::success();
+    for_each_tensor(graph, [&found](const ggml_tensor *tensor) {
+        RemoteBuffer *owner = remote_buffer_of(tensor);
+        if (owner == nullptr || !owner->lost) return;
+        if (found) {
+            found = error(Code::error, "tensor '" + std::string(tensor->name) + "' is in the " + owner->describe() +
+                                           ", whose contents were lost with the connection to " +
+                                           owner->device->session().endpoint() +
+                                           "; it now holds zeros, which later computes read");
+        }
+        owner->lost_was_reported();
+    });
+    return found;
+}
+
 void remote_event_synchronize(RemoteDevice *device, ggml_backend_event_t event) {
     auto *mark = static_cast<RemoteEvent *>(event->context);
     if (mark->session == nullptr) return;  // never recorded
@@ -300,6 +361,7 @@ ggml_backend_t create_remote_backend(RemoteDevice *device) {
     auto *remote = new RemoteBackend();
     remote->device = device;
     remote->handle = reply.backend;
+    device->session().add_restorable(remote);
     auto *backend = new ggml_backend{};
     backend->guid = remote_guid();
     backend->iface.get_name = backend_get_name;

@@ -27,7 +27,6 @@ void report(const RemoteBuffer *buffer, const char *what, const Status &status) 
 void buffer_free(ggml_backend_buffer_t buffer) {
     RemoteBuffer *remote = context_of(buffer);
     (void)remote->device->session().free_buffer(remote->handle);
-    if (remote->reservation != nullptr) ::munmap(remote->reservation, remote->reservation_size);
     delete remote;
 }
 
@@ -55,7 +54,9 @@ enum ggml_status buffer_init_tensor(ggml_backend_buffer_t buffer, ggml_tensor *t
 void buffer_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, uint8_t value, size_t offset,
                           size_t size) {
     RemoteBuffer *remote = context_of(buffer);
-    Status status = remote->device->session().post<MemsetTensor>({remote->range(tensor, offset, size), value});
+    const BufferRange range = remote->range(tensor, offset, size);
+    remote->note_write(range.offset, size, nullptr);
+    Status status = remote->device->session().post<MemsetTensor>({range, value});
     if (!status) report(remote, "memset_tensor", status);
 }
 
@@ -93,8 +94,9 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
     return reply.found != 0;
 }
 
-void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
-                       size_t size) {
+// Sends bytes of a tensor: named by digest when the server's store may hold
+// them, else in chunks, each within the server's message limit.
+void upload(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset, size_t size) {
     if (filled_from_store(buffer, tensor, data, offset, size)) return;
     RemoteBuffer *remote = context_of(buffer);
     const auto *bytes = static_cast<const uint8_t *>(data);
@@ -109,6 +111,13 @@ void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
         }
         done += chunk;
     }
+}
+
+void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
+                       size_t size) {
+    RemoteBuffer *remote = context_of(buffer);
+    remote->note_write(remote->range(tensor, offset, size).offset, size, data);
+    upload(buffer, tensor, data, offset, size);
 }
 
 void buffer_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *tensor, void *data, size_t offset,
@@ -131,6 +140,7 @@ void buffer_set_tensor_2d(ggml_backend_buffer_t buffer, ggml_tensor *tensor, con
         }
         return;
     }
+    remote->note_write(remote->range(tensor, offset, size).offset, size * n_copies, nullptr);
     std::vector<uint8_t> packed;
     for (size_t first = 0; first < n_copies; first += rows_per_message) {
         const size_t rows = std::min(rows_per_message, n_copies - first);
@@ -182,6 +192,7 @@ bool buffer_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *src, ggm
     // Only a copy inside one server can stay there; ggml copies the rest itself.
     if (source == nullptr || &source->device->session() != &remote->device->session()) return false;
     CopyTensor::Request request{source->range(src, 0, ggml_nbytes(src)), remote->range(dst, 0, ggml_nbytes(dst))};
+    remote->note_write(request.dst.offset, request.dst.size, nullptr);
     CopyTensor::Reply reply{};
     Status status = remote->device->session().call<CopyTensor>(request).reply(&reply).run();
     if (!status) {
@@ -193,6 +204,7 @@ bool buffer_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *src, ggm
 
 void buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
     RemoteBuffer *remote = context_of(buffer);
+    remote->note_clear(value);
     Status status = remote->device->session().post<BufferClear>({remote->handle, value});
     if (!status) report(remote, "clear", status);
 }
@@ -286,7 +298,22 @@ ggml_backend_buffer_i buffer_interface(RemoteBuffer::Kind kind, bool needs_init_
 }
 
 
+ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote, size_t size);
+
 }  // namespace
+
+void upload_to(RemoteBuffer *remote, uint64_t offset, const void *data, size_t size) {
+    // A tensor of the bytes, as ggml would pass one, so that the store may be asked.
+    ggml_tensor bytes{};
+    bytes.type = GGML_TYPE_I8;
+    bytes.ne[0] = static_cast<int64_t>(size);
+    bytes.ne[1] = bytes.ne[2] = bytes.ne[3] = 1;
+    bytes.nb[0] = 1;
+    bytes.nb[1] = bytes.nb[2] = bytes.nb[3] = size;
+    bytes.buffer = remote->owner;
+    bytes.data = static_cast<uint8_t *>(remote->base) + offset;
+    upload(remote->owner, &bytes, data, 0, size);
+}
 
 BufferRange RemoteBuffer::range(const ggml_tensor *tensor, size_t offset, size_t size) const {
     BufferRange range;
@@ -376,10 +403,8 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
         }
         remote->kind = RemoteBuffer::Kind::shared;
         remote->base = remote->mapping.data();
-        ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
-            buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), reply.size);
-        remote.release();
-        return buffer;
+        remote->memory_file = std::move(memory_file);  // handed back on a new connection
+        return wrap(buft, std::move(remote), reply.size);
     }
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     const size_t alignment = std::max<size_t>(device->info().buffer_alignment, 1);
@@ -394,10 +419,7 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     }
     const auto start = reinterpret_cast<uintptr_t>(remote->reservation);
     remote->base = reinterpret_cast<void *>((start + alignment - 1) / alignment * alignment);
-    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
-        buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), reply.size);
-    remote.release();
-    return buffer;
+    return wrap(buft, std::move(remote), reply.size);
 }
 
 ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
@@ -408,7 +430,29 @@ ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *
     remote->kind = RemoteBuffer::Kind::file;
     remote->device = device;
     remote->base = ptr;
+    remote->max_tensor_size = max_tensor_size;
+    if (!host_buffer_of_memory(device, ptr, size, max_tensor_size, &remote->handle)) return nullptr;
+    return wrap(device->buffer_type(), std::move(remote), size);
+}
 
+namespace {
+
+// Gives the ggml buffer its interface and the session the buffer to restore.
+ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote, size_t size) {
+    RemoteDevice *device = remote->device;
+    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
+        buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), size);
+    if (buffer == nullptr) return nullptr;
+    remote->owner = buffer;
+    device->session().add_restorable(remote.get());
+    remote.release();
+    return buffer;
+}
+
+}  // namespace
+
+bool host_buffer_of_memory(RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size,
+                           uint64_t *handle) {
     UniqueFd file;
     uint64_t file_offset = 0;
     Status status = open_mapped_file(ptr, size, &file, &file_offset);
@@ -419,29 +463,25 @@ ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *
                      .send_fd(file.get())
                      .reply(&reply)
                      .run();
-        remote->handle = reply.buffer;
+        *handle = reply.buffer;
         if (status) device->session().count_mapped_file(size);
     }
-    if (!status) {
-        // Not a file the host can map (or it refused): give the host a copy instead.
-        log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of CPU memory (%s)", device->name().c_str(), size,
-            status.message().c_str());
-        ggml_backend_buffer_t staging = allocate_remote_buffer(device->buffer_type(), size);
-        if (staging == nullptr) return nullptr;
-        RemoteBuffer *copy = context_of(staging);
-        std::memcpy(copy->base, ptr, size);
-        // Keep the host's buffer, drop this side's mapping of it.
-        remote->handle = copy->handle;
-        copy->handle = 0;
-        staging->iface.free_buffer = nullptr;
-        delete copy;
-        ggml_backend_buffer_free(staging);
-    }
-    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
-        device->buffer_type(), buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(),
-        size);
-    remote.release();
-    return buffer;
+    if (status) return true;
+    if (status.code() == Code::disconnected) return false;
+    // Not a file the host can map (or it refused): give the host a copy instead.
+    log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of CPU memory (%s)", device->name().c_str(), size,
+        status.message().c_str());
+    ggml_backend_buffer_t staging = allocate_remote_buffer(device->buffer_type(), size);
+    if (staging == nullptr) return false;
+    RemoteBuffer *copy = context_of(staging);
+    std::memcpy(copy->base, ptr, size);
+    // Keep the host's buffer, drop this side's mapping of it.
+    *handle = copy->handle;
+    copy->handle = 0;
+    staging->iface.free_buffer = nullptr;
+    delete copy;
+    ggml_backend_buffer_free(staging);
+    return true;
 }
 
 }  // namespace ggml_remote::guest

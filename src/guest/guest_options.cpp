@@ -56,6 +56,11 @@ GuestOptions read_guest_options(const Environment &environment) {
     options.mapped_weights = switch_setting(environment("GGML_REMOTE_MAPPED_WEIGHTS"), true);
     options.store_min_bytes = store_min_bytes_from(environment);
     options.cache_dir = cache_dir_from(environment);
+    options.reconnect = switch_setting(environment("GGML_REMOTE_RECONNECT"), true);
+    uint64_t delay_ms = static_cast<uint64_t>(options.reconnect_max_delay_ms);
+    report(number_setting("GGML_REMOTE_RECONNECT_MAX_DELAY_MS", environment("GGML_REMOTE_RECONNECT_MAX_DELAY_MS"), 10,
+                          kMaxTimeoutMs, &delay_ms));
+    options.reconnect_max_delay_ms = static_cast<int>(delay_ms);
     report(parse_wait_options(environment("GGML_REMOTE_RING_SPIN_US"), environment("GGML_REMOTE_SPIN_SPARE"),
                               environment("GGML_REMOTE_FOLLOW_WORKER"), &options.waiting));
     return options;

@@ -31,6 +31,13 @@ struct GuestOptions {
     // GGML_REMOTE_CACHE_DIR, else $XDG_CACHE_HOME/ggml-remote, else ~/.cache/ggml-remote:
     // where digests of model files are kept (empty: nowhere).
     std::string cache_dir;
+    // GGML_REMOTE_RECONNECT=0: a lost connection stays lost (its devices fail).
+    bool reconnect = true;
+    // GGML_REMOTE_RECONNECT_MAX_DELAY_MS: the longest pause between two connect
+    // attempts (they start 10 ms apart and double); a series of attempts lasts at
+    // most connect_timeout_ms, and after a failed series the next starts no sooner
+    // than this pause later (calls in between fail at once).
+    int reconnect_max_delay_ms = 1000;
     // GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE, GGML_REMOTE_FOLLOW_WORKER.
     WaitOptions waiting;
 };

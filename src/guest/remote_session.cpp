@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace ggml_remote::guest {
 
@@ -77,7 +78,8 @@ Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &k
 
 }  // namespace
 
-Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *out) {
+// A new connection to `endpoint` within timeout_ms, TLS included, up to the handshake.
+static Status connect_stream(const Endpoint &endpoint, const GuestOptions &options, int timeout_ms, FramedStream *out) {
     const std::string name = endpoint.to_string();
     PreSharedKey key;
     if (endpoint.uses_tls()) {
@@ -85,19 +87,31 @@ Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options
         if (!status) return error(status.code(), name + ": " + status.message());
     }
     UniqueFd fd;
-    Status status = connect_endpoint(endpoint, options.connect_timeout_ms, &fd);
+    Status status = connect_endpoint(endpoint, timeout_ms, &fd);
     if (!status) return status;
     FramedStream stream(std::move(fd), name);
-    set_io_timeout(stream.fd(), options.connect_timeout_ms);
+    set_io_timeout(stream.fd(), timeout_ms);
     if (endpoint.uses_tls()) {
-        status = start_tls(endpoint, options.connect_timeout_ms, key, &stream);
+        status = start_tls(endpoint, timeout_ms, key, &stream);
         ::explicit_bzero(key.key.data(), key.key.size());
         if (!status) return status;
     }
-    std::unique_ptr<RemoteSession> session(new RemoteSession(name, options));
+    *out = std::move(stream);
+    return Status::success();
+}
+
+Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *out) {
+    FramedStream stream;
+    Status status = connect_stream(endpoint, options, options.connect_timeout_ms, &stream);
+    if (!status) return status;
+    std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string(), options));
     session->stream_ = std::move(stream);
     status = session->handshake(endpoint.kind == Endpoint::Kind::shared_memory);
-    if (status) *out = std::move(session);
+    if (!status) return status;
+    session->connector_ = [endpoint, options](FramedStream *stream, int timeout_ms) {
+        return connect_stream(endpoint, options, timeout_ms, stream);
+    };
+    *out = std::move(session);
     return status;
 }
 
@@ -146,6 +160,7 @@ Status RemoteSession::exchange_hello(const Hello::Request &hello, Hello::Reply *
 }
 
 Status RemoteSession::handshake(bool shared_memory) {
+    asked_shared_memory_ = shared_memory;
     // The handshake is done by hand, with a time limit: a peer that accepts and
     // never answers must not hang the application at start-up.
     set_io_timeout(stream_.fd(), options_.connect_timeout_ms);
@@ -182,14 +197,16 @@ Status RemoteSession::lost(const Status &cause) {
     if (!broken_) {
         broken_ = true;
         stream_.close();
-        log(GGML_LOG_LEVEL_ERROR, "lost the connection to ggml-remote-server at %s: %s; its devices fail from now on",
-            endpoint_.c_str(), cause.message().c_str());
+        const bool reconnects = connector_ && options_.reconnect;
+        log(GGML_LOG_LEVEL_ERROR, "lost the connection to ggml-remote-server at %s: %s; %s", endpoint_.c_str(),
+            cause.message().c_str(), reconnects ? "reconnecting" : "its devices fail from now on");
     }
     return cause;
 }
 
 void RemoteSession::set_compute_threads(int threads) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    compute_threads_ = threads;
     stream_.set_compute_threads(threads);
 }
 
@@ -267,8 +284,15 @@ Status RemoteSession::flush_queue() {
 }
 
 Status RemoteSession::run(CommandId id, Exchange &x) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return run_locked(id, x);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    // Freeing what a lost connection held needs no new one.
+    if (broken_ && (id == CommandId::buffer_free || id == CommandId::backend_free)) {
+        return error(Code::disconnected, "no connection to " + endpoint_);
+    }
+    if (Status status = refuse_if_lost_locked(); !status) return status;
+    Status status = run_locked(id, x);
+    recover_locked();
+    return status;
 }
 
 Status RemoteSession::read_pending_replies() {
@@ -294,7 +318,8 @@ Status RemoteSession::read_pending_replies() {
 
 Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t> &graph, Completion completion,
                                     GraphTicket *ticket) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (Status status = refuse_if_lost_locked(); !status) return status;
     const GraphCache::Choice choice = graphs_.choose(graph);
     if (ticket != nullptr) *ticket = {choice.slot, choice.stamp};
     // A graph new to the host is checked there before it runs (the op rules, the
@@ -302,16 +327,24 @@ Status RemoteSession::compute_graph(uint64_t backend, const std::vector<uint8_t>
     // its caller sees it, not a later read. Replays, every token after the first,
     // keep the caller's choice.
     if (choice.mode != kGraphReplay) completion = Completion::waits;
-    return send_compute(backend, choice.slot, choice.mode, choice.mode == kGraphReplay ? ByteView() : ByteView(graph),
-                        completion);
+    Status status = send_compute(backend, choice.slot, choice.mode,
+                                 choice.mode == kGraphReplay ? ByteView() : ByteView(graph), completion);
+    recover_locked();
+    return status;
 }
 
 Status RemoteSession::compute_graph_again(uint64_t backend, const GraphTicket &ticket, Completion completion,
                                           bool *replayed) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (Status status = refuse_if_lost_locked(); !status) {
+        *replayed = true;  // nothing to encode: the call failed
+        return status;
+    }
     *replayed = graphs_.holds(ticket.slot, ticket.stamp);
     if (!*replayed) return Status::success();
-    return send_compute(backend, ticket.slot, kGraphReplay, {}, completion);
+    Status status = send_compute(backend, ticket.slot, kGraphReplay, {}, completion);
+    recover_locked();
+    return status;
 }
 
 Status RemoteSession::send_compute(uint64_t backend, uint32_t slot, GraphMode mode, ByteView graph,
@@ -350,32 +383,158 @@ Status RemoteSession::synchronize_locked(uint64_t backend, uint64_t up_to) {
 }
 
 Status RemoteSession::synchronize(uint64_t backend) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return synchronize_locked(backend, last_compute_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (Status status = refuse_if_lost_locked(); !status) return status;
+    Status status = synchronize_locked(backend, last_compute_);
+    recover_locked();
+    return status;
 }
 
 uint64_t RemoteSession::mark() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     return sent_;
 }
 
 Status RemoteSession::wait_for_mark(uint64_t mark, uint64_t backend) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     if (finished_ >= mark && pending_.empty()) return Status::success();
-    return synchronize_locked(backend, mark);
+    if (Status status = refuse_if_lost_locked(); !status) return status;
+    Status status = synchronize_locked(backend, mark);
+    recover_locked();
+    return status;
 }
 
 Status RemoteSession::free_buffer(uint64_t buffer) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     graphs_.clear();  // in the same order as the host sees the free
+    if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
     BufferFree::Request request{buffer};
     Exchange x;
     x.fixed = ByteView(&request, sizeof(request));
     return run_locked(CommandId::buffer_free, x);
 }
 
+void RemoteSession::set_connector(Connector connector) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    connector_ = std::move(connector);
+}
+
+void RemoteSession::add_restorable(Restorable *object) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    restorables_.push_back(object);
+}
+
+void RemoteSession::remove_restorable(Restorable *object) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    restorables_.erase(std::remove(restorables_.begin(), restorables_.end(), object), restorables_.end());
+}
+
+uint64_t RemoteSession::reconnections() {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return reconnections_;
+}
+
+bool RemoteSession::last_restore_intact() {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return last_restore_intact_;
+}
+
+Status RemoteSession::refuse_if_lost_locked() {
+    if (!broken_) return Status::success();
+    recover_locked();
+    if (broken_) return error(Code::disconnected, "no connection to " + endpoint_);
+    return error(Code::disconnected, "the connection to " + endpoint_ +
+                                         " was made again, but this call, which named the old one's objects, was not sent");
+}
+
+Status RemoteSession::reconnect_once(int timeout_ms) {
+    FramedStream stream;
+    Status status = connector_(&stream, timeout_ms);
+    if (!status) return status;
+    stream_ = std::move(stream);
+    broken_ = false;
+    // Nothing of the old connection is awaited or kept any more.
+    queued_.clear();
+    pending_.clear();
+    graphs_.clear();
+    finished_ = sent_;
+    last_compute_ = sent_;
+    const uint32_t devices = device_count_;
+    status = handshake(asked_shared_memory_);
+    if (status && device_count_ != devices) {
+        status = error(Code::error, "the server now has " + std::to_string(device_count_) + " devices, not " +
+                                        std::to_string(devices));
+    }
+    if (!status) {
+        broken_ = true;
+        stream_.close();
+        return status;
+    }
+    if (compute_threads_ > 0) stream_.set_compute_threads(compute_threads_);
+    return Status::success();
+}
+
+void RemoteSession::restore_objects_locked(RestoreReport *report) {
+    restoring_ = true;
+    // A copy: restoring may add and remove objects of its own (staging buffers).
+    const std::vector<Restorable *> objects = restorables_;
+    for (Restorable *object : objects) {
+        if (broken_) break;
+        if (std::find(restorables_.begin(), restorables_.end(), object) != restorables_.end()) object->restore(report);
+    }
+    restoring_ = false;
+}
+
+namespace {
+
+std::string lost_summary(const RestoreReport &report) {
+    if (report.intact()) return "nothing lost";
+    std::string text = report.scratch_lost ? "the graph being computed must be run again by the application" : "";
+    if (!report.lost.empty()) {
+        if (!text.empty()) text += "; ";
+        text += "contents lost (now zeros; the next compute that reads one fails, naming it):";
+        for (const std::string &name : report.lost) text += " " + name;
+    }
+    return text;
+}
+
+}  // namespace
+
+void RemoteSession::recover_locked() {
+    using namespace std::chrono;
+    if (!broken_ || restoring_ || !connector_ || !options_.reconnect) return;
+    const auto start = steady_clock::now();
+    if (start < next_series_) return;
+    const auto deadline = start + milliseconds(options_.connect_timeout_ms);
+    int attempts = 0;
+    Status last;
+    for (int delay_ms = 10;; delay_ms = std::min(delay_ms * 2, options_.reconnect_max_delay_ms)) {
+        ++attempts;
+        const auto left_ms = duration_cast<milliseconds>(deadline - steady_clock::now()).count();
+        last = reconnect_once(static_cast<int>(std::max<long long>(left_ms, 1)));
+        if (last || steady_clock::now() + milliseconds(delay_ms) >= deadline) break;
+        std::this_thread::sleep_for(milliseconds(delay_ms));
+    }
+    const auto connected = steady_clock::now();
+    const long long took_ms = duration_cast<milliseconds>(connected - start).count();
+    RestoreReport report;
+    if (last) restore_objects_locked(&report);
+    const long long restore_ms = duration_cast<milliseconds>(steady_clock::now() - connected).count();
+    if (!last || broken_) {
+        next_series_ = steady_clock::now() + milliseconds(options_.reconnect_max_delay_ms);
+        log(GGML_LOG_LEVEL_ERROR, "could not reconnect to %s: %d attempt(s) in %lld ms, the last: %s; calls fail "
+            "until a later attempt succeeds", endpoint_.c_str(), attempts, took_ms,
+            last ? "the connection was lost again while restoring" : last.message().c_str());
+        return;
+    }
+    ++reconnections_;
+    last_restore_intact_ = report.intact();
+    log(GGML_LOG_LEVEL_WARN, "reconnected to %s after %d attempt(s) in %lld ms, restored %zu objects in %lld ms; %s",
+        endpoint_.c_str(), attempts, took_ms, report.restored, restore_ms, lost_summary(report).c_str());
+}
+
 RemoteSession::Counters RemoteSession::counters() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     return counters_;
 }
 

@@ -8,7 +8,9 @@
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 
+#include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,14 +19,46 @@
 
 namespace ggml_remote::guest {
 
+// What a reconnection put back, and what it could not.
+struct RestoreReport {
+    size_t restored = 0;             // host objects made again
+    std::vector<std::string> lost;   // buffers whose contents only the host held
+    bool scratch_lost = false;       // compute buffers: the graph in flight cannot run again
+    bool intact() const { return lost.empty() && !scratch_lost; }
+};
+
+// A guest object that names host objects (a buffer, a backend). On a new
+// connection it makes them again under the same guest-side identity, and puts
+// back what it can of their contents.
+class Restorable {
+  public:
+    virtual ~Restorable() = default;
+    virtual void restore(RestoreReport *report) = 0;
+};
+
 class RemoteSession {
   public:
+    // Makes a new connection to the server (within timeout_ms), up to the
+    // handshake: open() makes one for its endpoint; tests give their own.
+    using Connector = std::function<Status(FramedStream *stream, int timeout_ms)>;
+
     // Connects (within options.connect_timeout_ms) and performs the handshake.
     static Status open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *session);
     // Performs the handshake on a stream already connected to a server (plain
     // protocol: no TLS); `name` names the server in messages.
     static Status start(FramedStream stream, const std::string &name, const GuestOptions &options,
                         std::unique_ptr<RemoteSession> *session);
+
+    // How a lost connection is made again (GuestOptions::reconnect); none: it stays lost.
+    void set_connector(Connector connector);
+    // Objects made again, in the order added, on every new connection.
+    void add_restorable(Restorable *object);
+    void remove_restorable(Restorable *object);
+    // Counts the connections made again; with last_restore_intact(), a caller
+    // whose call failed with the connection knows whether running it again (with
+    // handles read afresh) is sound: nothing it could read was lost.
+    uint64_t reconnections();
+    bool last_restore_intact();
 
     // The threads the host's compute now uses: whether waiting behind it may spin
     // (SpinPolicy::set_compute_threads).
@@ -86,7 +120,7 @@ class RemoteSession {
     };
     Counters counters();
     void count_mapped_file(uint64_t bytes) {
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
         counters_.file_bytes_mapped += bytes;
     }
 
@@ -138,9 +172,27 @@ class RemoteSession {
     void queue(protocol::CommandId id, const Exchange &exchange);
     Status flush_queue();
     Status lost(const Status &cause);
+    // After a call: a lost connection is made again (a series of attempts with
+    // back-off, bounded by the connect timeout) and its objects restored.
+    void recover_locked();
+    Status reconnect_once(int timeout_ms);
+    void restore_objects_locked(RestoreReport *report);
+    // Before a call: when the connection is lost, tries to make it again, and
+    // fails the call either way: its request may name the old connection's handles.
+    Status refuse_if_lost_locked();
 
-    std::mutex mutex_;  // one call at a time: replies come back in order
+    // One call at a time: replies come back in order. Recursive: restoring
+    // objects on a new connection makes calls of its own.
+    std::recursive_mutex mutex_;
     FramedStream stream_;
+    Connector connector_;
+    std::vector<Restorable *> restorables_;
+    bool asked_shared_memory_ = false;
+    bool restoring_ = false;
+    uint64_t reconnections_ = 0;
+    bool last_restore_intact_ = true;
+    int compute_threads_ = 0;
+    std::chrono::steady_clock::time_point next_series_{};
     std::string endpoint_;
     GuestOptions options_;
     uint32_t device_count_ = 0;

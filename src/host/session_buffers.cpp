@@ -1,7 +1,11 @@
 // Session: the handlers of buffers (allocation, freeing, usage) and of the weight store.
 #include "host/session.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace ggml_remote::host {
@@ -104,6 +108,58 @@ Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFi
     record.writable = false;
     record.mapped = request.size;
     mapped_file_bytes_ += record.mapped;
+    call.reply.buffer = buffers_.insert(std::move(record));
+    return Status::success();
+}
+
+namespace {
+
+// A memory file the guest hands back must be one the host may map for good: a
+// memory file (only those take seals) that can neither shrink, which would make
+// the host's accesses fault, nor grow, and exactly the size asked for.
+Status check_sealed_memory_file(int fd, uint64_t size) {
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    if (seals < 0) return error(Code::bad_request, std::string("buffer_adopt: not a memory file: ") + std::strerror(errno));
+    constexpr int kNeeded = F_SEAL_SHRINK | F_SEAL_GROW;
+    if ((seals & kNeeded) != kNeeded) {
+        return error(Code::bad_request, "buffer_adopt: the memory file is not sealed against shrinking and growing");
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != size) {
+        return error(Code::bad_request, "buffer_adopt: the memory file is not " + std::to_string(size) + " bytes long");
+    }
+    return Status::success();
+}
+
+}  // namespace
+
+Status Session::handle(const BufferAdopt::Request &request, Call<BufferAdopt> &call) {
+    ggml_backend_dev_t device = nullptr;
+    if (Status s = device_at(request.device, &device); !s) return s;
+    if (!shared_memory_ || !device_shares_memory(device)) {
+        return error(Code::unsupported, "buffer_adopt needs a shared-memory session on a CPU-memory device");
+    }
+    if (call.fds.size() != 1) return error(Code::bad_request, "buffer_adopt needs exactly one file descriptor");
+    if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
+    if (request.size == 0 || !fits_quota(request.size)) {
+        return error(Code::limit_exceeded, "adopting " + std::to_string(request.size) +
+                                               " bytes would exceed the session's memory quota of " +
+                                               std::to_string(limits_.memory_quota) + " bytes");
+    }
+    UniqueFd file = std::move(call.fds.front());
+    call.fds.clear();
+    if (Status s = check_sealed_memory_file(file.get(), request.size); !s) return s;
+    SessionBuffer record;
+    if (Status s = Mapping::map(file.get(), 0, request.size, true, &record.mapping); !s) return s;
+    ggml_backend_buffer_t buffer = ggml_backend_dev_buffer_from_host_ptr(device, record.mapping.data(),
+                                                                         record.mapping.size(), request.size);
+    if (buffer == nullptr) return error(Code::error, "the host device cannot use shared memory");
+    record.buffer.reset(buffer);
+    record.shared_with_guest = true;
+    record.device = request.device;
+    record.size = request.size;
+    record.charged = record.size;
+    memory_in_use_ += record.charged;
     call.reply.buffer = buffers_.insert(std::move(record));
     return Status::success();
 }

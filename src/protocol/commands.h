@@ -59,7 +59,8 @@ enum class RequestSize : uint8_t { exact, with_tail };
     X(25, buffer_written, BufferWritten, exact)              \
     X(26, weight_lookup, WeightLookup, exact)                \
     X(27, weight_offer, WeightOffer, exact)                  \
-    X(28, graph_optimize, GraphOptimize, with_tail)
+    X(28, graph_optimize, GraphOptimize, with_tail)          \
+    X(29, buffer_adopt, BufferAdopt, exact)
 
 #define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {
@@ -205,6 +206,23 @@ struct BufferFromFile {
         uint64_t file_offset;
         uint64_t size;
         uint64_t max_tensor_size;
+    };
+    struct Reply {
+        uint64_t buffer;  // handle
+    };
+};
+
+// A buffer over a memory file whose descriptor comes with the request: a shared
+// buffer of an earlier connection, which the guest still maps and now hands back
+// after reconnecting, contents and all. Only where DeviceInfo says
+// shared_buffers; the file must be sealed against shrinking and growing (as the
+// host seals those it makes) and exactly `size` bytes long.
+struct BufferAdopt {
+    static constexpr CommandId id = CommandId::buffer_adopt;
+    static constexpr bool one_way = false;
+    struct Request {
+        uint32_t device;
+        uint64_t size;
     };
     struct Reply {
         uint64_t buffer;  // handle

@@ -15,6 +15,9 @@ source "$(dirname "$0")/llama_helpers.sh"
 what=${1:?usage: errors_server_killed.sh worker|server}
 case $what in worker | server) ;; *) fail "unknown target '$what'" ;; esac
 EXIT_LIMIT_S=5
+# A guest whose server is gone tries to reconnect for up to its connect timeout
+# (docs/RECONNECT.md) before its compute fails: well inside the limit.
+export GGML_REMOTE_CONNECT_TIMEOUT_MS=2000
 
 small=$(model small)
 tiny=$(model tiny)

@@ -82,6 +82,20 @@ TEST_F(GuestOptionsTest, EachVariableSetsItsOption) {
     EXPECT_THAT(log_lines, IsEmpty());
 }
 
+TEST_F(GuestOptionsTest, ReconnectingIsOnByDefaultAndItsPauseBounded) {
+    GuestOptions options = read({});
+    EXPECT_TRUE(options.reconnect);
+    EXPECT_EQ(options.reconnect_max_delay_ms, 1000);
+    options = read({{"GGML_REMOTE_RECONNECT", "0"}, {"GGML_REMOTE_RECONNECT_MAX_DELAY_MS", "250"}});
+    EXPECT_FALSE(options.reconnect);
+    EXPECT_EQ(options.reconnect_max_delay_ms, 250);
+    EXPECT_THAT(log_lines, IsEmpty());
+    options = read({{"GGML_REMOTE_RECONNECT_MAX_DELAY_MS", "1"}});  // below 10 ms: attempts would spin
+    EXPECT_EQ(options.reconnect_max_delay_ms, 1000);
+    ASSERT_EQ(log_lines.size(), 1u);
+    EXPECT_THAT(log_lines[0], HasSubstr("GGML_REMOTE_RECONNECT_MAX_DELAY_MS"));
+}
+
 TEST_F(GuestOptionsTest, WeightStoreZeroTurnsDigestsOffWhateverTheMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "0"}, {"GGML_REMOTE_STORE_MIN_BYTES", "4194304"}}).store_min_bytes,
               0u);

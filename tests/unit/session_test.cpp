@@ -1111,6 +1111,43 @@ TEST_F(SharedMemorySession, GuestCannotResizeTheMemoryFile) {
     EXPECT_NE(::ftruncate(outcome.fd.get(), 8192), 0);
 }
 
+// After a reconnection the guest hands back the memory file of an earlier
+// session's shared buffer (guest/buffer_restore.cpp): its contents come with it.
+TEST_F(SharedMemorySession, BufferAdoptTakesBackAMemoryFileWithItsContents) {
+    Outcome first = call<BufferAlloc>(BufferAlloc::Request{0, 4096});
+    ASSERT_TRUE(first.fd.valid());
+    Mapping guest_view;
+    ASSERT_TRUE(Mapping::map(first.fd.get(), 0, 4096, true, &guest_view).ok());
+    static_cast<uint8_t *>(guest_view.data())[7] = 0x42;
+
+    restart(SessionLimits{});  // a new worker
+    std::vector<UniqueFd> fds;
+    fds.push_back(std::move(first.fd));
+    Outcome adopted = call<BufferAdopt>(BufferAdopt::Request{0, 4096}, ByteView(), &fds);
+    ASSERT_TRUE(adopted.status.ok()) << adopted.status.message();
+    const uint64_t buffer = adopted.reply<BufferAdopt::Reply>().buffer;
+    EXPECT_EQ(get(buffer, 7, 1), std::vector<uint8_t>{0x42});
+    ASSERT_TRUE(set(buffer, 8, {9}).ok());
+    EXPECT_EQ(static_cast<uint8_t *>(guest_view.data())[8], 9) << "still shared with the guest";
+    EXPECT_EQ(session->memory_in_use(), 4096u);
+}
+
+TEST_F(SharedMemorySession, BufferAdoptRefusesFilesThatCouldShrinkOrDoNotMatch) {
+    auto adopt = [this](UniqueFd file, uint64_t size) {
+        std::vector<UniqueFd> fds;
+        fds.push_back(std::move(file));
+        return call<BufferAdopt>(BufferAdopt::Request{0, size}, ByteView(), &fds).status;
+    };
+    Status status = adopt(file_holding(counting_bytes(4096)), 4096);  // a memory file without seals
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("sealed"));
+    UniqueFd sealed;
+    ASSERT_TRUE(create_shared_memory(4096, "test", &sealed).ok());
+    EXPECT_EQ(adopt(std::move(sealed), 8192).code(), Code::bad_request) << "not the size asked for";
+    EXPECT_EQ(call<BufferAdopt>(BufferAdopt::Request{0, 4096}).status.code(), Code::bad_request) << "no file";
+    EXPECT_EQ(session->memory_in_use(), 0u);
+}
+
 TEST_F(SharedMemorySession, FileBufferShowsTheGuestsFileFromTheOffset) {
     const std::vector<uint8_t> contents = counting_bytes(8192);
     const uint64_t buffer = file_buffer(contents, 4096, 4096);
