@@ -48,8 +48,8 @@ exit 7
 INSIDE
 
 rc=0
-vm_run boot --qemu -object "memory-backend-file,id=region,share=on,mem-path=$region,size=1M" \
-    -device ivshmem-plain,memdev=region -- bash "$WORK/inside.sh" "$port" || rc=$?
+vm_ivshmem_args "$region" 1M
+vm_run boot --qemu "${VM_IVSHMEM_ARGS[@]}" -- bash "$WORK/inside.sh" "$port" || rc=$?
 out=$WORK/boot.out
 failures=()
 [ "$rc" = 7 ] || failures+=("the VM returned $rc, not the command's 7: $(tail -n 20 "$WORK/boot.err")")

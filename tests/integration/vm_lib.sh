@@ -36,3 +36,12 @@ vm_run_ok() {
         fail "$name: the command in the VM exited with $rc"
     fi
 }
+
+# vm_ivshmem_args PATH SIZE: sets VM_IVSHMEM_ARGS to the QEMU arguments that map the
+# host memory file PATH (SIZE bytes, or e.g. 64M) into the VM as an ivshmem-plain
+# PCI device (1af4:1110; the guest maps its BAR2 through sysfs, resource2):
+#   vm_ivshmem_args /dev/shm/x 64M; vm_run NAME --qemu "${VM_IVSHMEM_ARGS[@]}" -- CMD...
+vm_ivshmem_args() {
+    VM_IVSHMEM_ARGS=(-object "memory-backend-file,id=ivshmem0,share=on,mem-path=$1,size=$2"
+        -device ivshmem-plain,memdev=ivshmem0)
+}
