@@ -9,6 +9,7 @@
 # Each round boots one VM that runs every VM variant, in an order rotated from
 # round to round. Prints a table and writes BUILD/bench-vm/results.json.
 #   BENCH_VM_MODELS="small mid"  BENCH_VM_REPS=3  BENCH_VM_RUNS=1  BENCH_VM_PP=32  BENCH_VM_TG=16
+#   BENCH_VM_VARIANTS="vm-cpu vm-tcp vm-rpc" (the VM's; vm-cpu takes most of the time)
 #   VM_CPUS=2 (the VM's vCPUs and every variant's threads)  VM_MEMORY=3G
 # Under TCG (no KVM) the VM's own CPU is many times slower than the host's: the
 # defaults keep a round of the mid model to minutes.
@@ -78,7 +79,7 @@ local_round() {
 }
 
 # vm_round MODEL NAME REP: one VM runs every VM variant.
-vm_variants=(vm-cpu vm-tcp vm-rpc)
+read -r -a vm_variants <<<"${BENCH_VM_VARIANTS:-vm-cpu vm-tcp vm-rpc}"
 vm_round() {
     local shift_by=$((($3 - 1) % ${#vm_variants[@]})) job=$work/job-$2-$3 variant
     local order=("${vm_variants[@]:shift_by}" "${vm_variants[@]:0:shift_by}")
