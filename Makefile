@@ -5,7 +5,7 @@ BUILD ?= build
 RUN := scripts/in-sysroot
 CTEST_ARGS ?=
 
-.PHONY: all build test unit demo conformance bench sysroot clean fuzz
+.PHONY: all build test unit demo conformance bench bench-vm sysroot clean fuzz
 
 all: build
 
@@ -23,6 +23,11 @@ unit: build
 
 bench: build
 	$(RUN) scripts/bench.sh $(BUILD)
+
+# make bench-vm: llama.cpp inside the test VM (scripts/vm/run) beside the host:
+# its own CPU, through our server over its network, through ggml-rpc (scripts/bench_vm.sh).
+bench-vm: build
+	$(RUN) scripts/bench_vm.sh $(BUILD)
 
 demo: build
 	$(RUN) scripts/demo.sh $(BUILD)

@@ -49,7 +49,13 @@ run_load() {
     local model=$1 log=${work:?}/load.log
     shift
     "$@" llama-completion -m "$model" -n 1 -p Hi -no-cnv --no-warmup -t 1 -v </dev/null >/dev/null 2>"$log" || true
-    python3 - "$log" <<'PY'
+    load_seconds "$log"
+}
+
+# load_seconds LOG: the model load's seconds in the log of `llama-completion -v`
+# (run_load's; the VM benchmark's, run inside the VM), or nan.
+load_seconds() {
+    python3 - "$1" <<'PY'
 import re, sys
 def stamp(line):
     m = re.match(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ", line)

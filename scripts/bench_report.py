@@ -128,11 +128,12 @@ def paired_ratio(runs, base_runs, key):
     return f"{statistics.median(ratios):.2f}x" if ratios else "-"
 
 
-def llama_table(rows, results, target=None):
+def llama_table(rows, results, target=None, expected=()):
     """The llama-bench table: each model and transport, its figures and x local;
-    with `target`, whether the remote rows' pp and tg ratios reach it."""
+    with `target`, whether the remote rows' pp and tg ratios reach it; `expected`
+    transports get a row of "-" when they have no runs."""
     models = list(dict.fromkeys(r["model"] for r in rows))
-    transports = list(dict.fromkeys(r["transport"] for r in rows))
+    transports = list(dict.fromkeys([r["transport"] for r in rows] + list(expected)))
     header = (f"| {'model':<6} | {'transport':<9} | {'pp t/s median [min-max]':<26} | {'x local':>7} | "
               f"{'tg t/s median [min-max]':<26} | {'x local':>7} | {'load s median [min-max]':<24} | {'x local':>7} |")
     if target is not None:
@@ -143,7 +144,7 @@ def llama_table(rows, results, target=None):
         local = [r for r in rows if r["model"] == model and r["transport"] == "local"]
         for transport in transports:
             runs = [r for r in rows if r["model"] == model and r["transport"] == transport]
-            if not runs:
+            if not runs and transport not in expected:
                 continue
             stats = {k: spread([r.get(k) for r in runs]) for k in ("pp_tps", "tg_tps", "load_s")}
             x_pp, x_tg = paired_ratio(runs, local, "pp_tps"), paired_ratio(runs, local, "tg_tps")
@@ -166,6 +167,7 @@ def report(path):
     accounting = [r for r in rows if r.get("kind") == "accounting"]
     many = [r for r in rows if (r.get("kind") or "").startswith("many-")]
     vulkan = [r for r in rows if r.get("kind") == "vulkan"]
+    vm = [r for r in rows if r.get("kind") == "vm"]
     rows = [r for r in rows if r.get("kind") is None]
     results = []
     if rows:
@@ -176,6 +178,12 @@ def report(path):
               " (GGML_VK_VISIBLE_DEVICES=0) and through a server serving only Vulkan0")
         llama_table(vulkan, results, target=0.95)
         print("(x local: as above, over local Vulkan0; target: the remote's x local at least 0.95, pp and tg)")
+    if vm:
+        print("llama.cpp from a QEMU VM (issue 18, scripts/bench_vm.sh): local is the host's CPU without a VM")
+        order = ["local", "vm-cpu", "vm-tcp", "vm-ivshmem", "vm-rpc"]
+        llama_table(sorted(vm, key=lambda r: order.index(r["transport"]) if r["transport"] in order else 99),
+                    results, expected=("vm-ivshmem",))
+        print("(x local: as above; vm-ivshmem: not measured yet)")
     if whisper:
         print()
         wheader = (f"| {'model':<13} | {'transport':<9} | {'encode ms median [min-max]':<28} | {'x local':>7} | "

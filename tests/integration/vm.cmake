@@ -1,0 +1,6 @@
+# Guests inside a QEMU virtual machine (scripts/vm/run; KVM where /dev/kvm works,
+# TCG otherwise): the VM boots and runs a command, and llama.cpp in it reaches the
+# host's server over QEMU's user network.
+add_integration_test(vm_boot vm_boot.sh)
+add_integration_test(vm_llama_tokens_tcp vm_llama_tokens.sh tcp)
+add_integration_test(vm_llama_tokens_tls vm_llama_tokens.sh tls)
