@@ -5,8 +5,9 @@
 # model), twice in a row on the same region. whisper: whisper-cli's transcript is
 # the local one. hostile: whatever a guest writes into the region ends only its own
 # session: garbage over the control page, a ring count past the ring, a read count
-# never written, a guest that claims a session and vanishes (its heartbeat stops);
-# after each, an honest guest's session works on the same region.
+# never written, a guest that claims a session and vanishes (its heartbeat stops),
+# a llama-simple killed with SIGKILL mid-generation; after them an honest guest's
+# session works on the same region.
 # usage: ivshmem.sh llama|whisper|hostile
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
@@ -140,6 +141,17 @@ hostile)
     [ $(($(now_ms) - started)) -lt 8000 ] || fail "a vanished guest held the region for $(($(now_ms) - started)) ms"
     note "server: $line"
     region_wiped 4
+    # A real guest killed with SIGKILL mid-generation: the same, then the region serves again.
+    session=$(($(sessions_connected "$srv_LOG") + 1))
+    start_guest killed "$ENDPOINT" "$(model small f16)" 4000
+    wait_generating killed "$GUEST_PID"
+    llama=$(pgrep -P "$GUEST_PID" llama-simple) || fail "no llama-simple under $GUEST_PID"
+    kill -9 "$llama"
+    started=$(now_ms)
+    line=$(session_end "$srv_LOG" "$session")
+    [ $(($(now_ms) - started)) -lt 8000 ] || fail "a killed guest held the region for $(($(now_ms) - started)) ms"
+    note "killed mid-generation; server: $line"
+    region_wiped 5
     llama_same_tokens after-vanished tiny f16
     kill -0 "$srv_PID" || fail "the server died"
     [ -z "$(grep 'worker died' "$srv_LOG")" ] || fail "a worker crashed: $(grep 'worker died' "$srv_LOG")"
