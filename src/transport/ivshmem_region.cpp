@@ -210,8 +210,14 @@ Status GuestRegion::map(const Endpoint &endpoint) {
     mapping_ = std::move(mapping);
     const RegionControl *control = this->control();
     if (control->magic != kRegionMagic || control->version != kRegionVersion) {
-        return error(Code::disconnected, name_ + " holds no ggml-remote region (is the server started with "
-                                                 "--listen ivshmem:PATH,size=...?)");
+        // All ones is what a PCI BAR reads while the device's memory decoding is off.
+        const bool disabled = endpoint.path.empty() && control->magic == 0xffffffffu;
+        return error(Code::disconnected,
+                     name_ + " holds no ggml-remote region (is the server started with --listen "
+                             "ivshmem:PATH,size=...?" +
+                         (disabled ? " The device reads all ones: enable it with echo 1 > " +
+                                         path.substr(0, path.rfind('/')) + "/enable)"
+                                   : ")"));
     }
     std::memcpy(&layout_, &control->layout, sizeof(layout_));
     status = check_layout(layout_, static_cast<uint64_t>(info.st_size));
