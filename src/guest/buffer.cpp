@@ -370,14 +370,43 @@ void tell_weights(const ggml_tensor *tensor) {
     if (!status) report(owner, "set_usage", status);
 }
 
+namespace {
+
+// A buffer the server placed in the ivshmem region's heap: its bytes are right
+// here, as with a memory file. `tail`: the reply's tail, the buffer's offset.
+ggml_backend_buffer_t adopt_region_buffer(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote,
+                                          const BufferAlloc::Reply &reply, const std::vector<uint8_t> &tail) {
+    RemoteDevice *device = remote->device;
+    uint64_t offset = 0;
+    void *at = nullptr;
+    Status status = read_pod(ByteView(tail), 0, &offset) && tail.size() == sizeof(offset)
+                        ? device->session().region_bytes(offset, reply.size, &at)
+                        : error(Code::error, "the server did not say where the buffer is");
+    if (!status) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: %s", device->name().c_str(), status.message().c_str());
+        (void)device->session().free_buffer(reply.buffer);
+        return nullptr;
+    }
+    remote->kind = RemoteBuffer::Kind::shared;
+    remote->base = at;
+    ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
+        buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), reply.size);
+    remote.release();
+    return buffer;
+}
+
+}  // namespace
+
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size) {
     RemoteDevice *device = RemoteDevice::from(buft);
     BufferAlloc::Reply reply{};
     UniqueFd memory_file;
+    std::vector<uint8_t> tail;
     Status status = device->session()
                         .call<BufferAlloc>({device->remote_index(), size})
                         .reply(&reply)
                         .receive_fd(&memory_file)
+                        .reply_tail(&tail)
                         .run();
     if (!status) {
         if (status.code() != Code::disconnected) {
@@ -389,6 +418,9 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     auto remote = std::make_unique<RemoteBuffer>();
     remote->device = device;
     remote->handle = reply.buffer;
+    if (reply.shared == BufferAlloc::kSharedInRegion && device->session().region_heap()) {
+        return adopt_region_buffer(buft, std::move(remote), reply, tail);
+    }
     if (reply.shared) {
         if (!memory_file.valid()) {
             status = error(Code::error, "the server sent no memory file");
@@ -425,7 +457,7 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
 ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
                                                   size_t max_tensor_size) {
     RemoteDevice *device = RemoteDevice::from(dev);
-    if (!device->shares_memory() || size == 0) return nullptr;
+    if (!device->maps_files() || size == 0) return nullptr;
     auto remote = std::make_unique<RemoteBuffer>();
     remote->kind = RemoteBuffer::Kind::file;
     remote->device = device;

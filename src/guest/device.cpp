@@ -42,7 +42,7 @@ void device_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props *props) {
     props->caps.async = true;
     props->caps.host_buffer = false;
     // Over shared memory, llama.cpp's mmap'd weights become buffers the host maps too.
-    props->caps.buffer_from_host_ptr = RemoteDevice::from(dev)->shares_memory();
+    props->caps.buffer_from_host_ptr = RemoteDevice::from(dev)->maps_files();
     props->caps.events = true;
     // Weights read from a memory-mapped model file are fine to upload (or, over
     // shared memory, to map on the host); llama.cpp turns mmap off for every

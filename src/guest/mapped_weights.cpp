@@ -125,7 +125,7 @@ MappedWeights::HostCopy *MappedWeights::copy_of(const ggml_tensor *weight) {
 
 ggml_backend_buffer_t MappedWeights::make_host_copy(const uint8_t *begin, size_t size) {
     // Over shared memory the host maps the same file; otherwise it gets the bytes.
-    if (device_->shares_memory()) {
+    if (device_->maps_files()) {
         return remote_buffer_from_host_ptr(device_->ggml_device(), const_cast<uint8_t *>(begin), size, size);
     }
     ggml_backend_buffer_t buffer = allocate_remote_buffer(device_->buffer_type(), size);

@@ -31,6 +31,8 @@ class RemoteDevice {
     const protocol::DeviceInfo::Reply &info() const { return info_; }
     // In this session the device's buffers are shared memory, mapped here too.
     bool shares_memory() const { return info_.shared_buffers != 0; }
+    // Whether the server maps the guest's files too (shm:, not a VM's region).
+    bool maps_files() const { return info_.shared_buffers == 1; }
 
     // Answers cached per op signature: the same shapes ask the host once.
     bool supports_op(const ggml_tensor *op);

@@ -5,6 +5,7 @@
 
 #include "guest/log.h"
 #include "guest/tls_credentials.h"
+#include "transport/ivshmem_region.h"
 #include "transport/socket.h"
 
 #include <algorithm>
@@ -76,6 +77,17 @@ Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &k
     return error(status.code(), name + ": TLS handshake failed: " + status.message());
 }
 
+// A VM's session through an ivshmem region: the rings in it carry the frames from
+// the handshake on; the stream's descriptor is the region's file, never a socket.
+Status open_region(const Endpoint &endpoint, const GuestOptions &options, FramedStream *stream,
+                   std::shared_ptr<GuestRegion> *region) {
+    Status status = GuestRegion::open(endpoint, options.connect_timeout_ms, region);
+    if (!status) return status;
+    *stream = FramedStream((*region)->duplicate_fd(), endpoint.to_string());
+    stream->attach_ring(GuestRegion::rings(*region));
+    return Status::success();
+}
+
 }  // namespace
 
 // A new connection to `endpoint` within timeout_ms, TLS included, up to the handshake.
@@ -100,7 +112,24 @@ static Status connect_stream(const Endpoint &endpoint, const GuestOptions &optio
     return Status::success();
 }
 
+// A VM's session in an ivshmem region. It does not reconnect: the region is the
+// VM's only channel, and a new session there starts from a fresh region.
+Status RemoteSession::open_in_region(const Endpoint &endpoint, const GuestOptions &options,
+                                     std::unique_ptr<RemoteSession> *out) {
+    FramedStream stream;
+    std::shared_ptr<GuestRegion> region;
+    Status status = open_region(endpoint, options, &stream, &region);
+    if (!status) return status;
+    std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string(), options));
+    session->stream_ = std::move(stream);
+    session->region_ = std::move(region);
+    status = session->handshake(false, true);
+    if (status) *out = std::move(session);
+    return status;
+}
+
 Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *out) {
+    if (endpoint.is_ivshmem()) return open_in_region(endpoint, options, out);
     FramedStream stream;
     Status status = connect_stream(endpoint, options, options.connect_timeout_ms, &stream);
     if (!status) return status;
@@ -159,7 +188,18 @@ Status RemoteSession::exchange_hello(const Hello::Request &hello, Hello::Reply *
     return Status::success();
 }
 
-Status RemoteSession::handshake(bool shared_memory) {
+Status RemoteSession::region_bytes(uint64_t offset, uint64_t size, void **at) const {
+    if (region_ == nullptr) return error(Code::error, "no ivshmem region in this session");
+    const RegionLayout &layout = region_->layout();
+    const uint64_t heap_end = layout.heap_offset + layout.heap_size;
+    if (offset < layout.heap_offset || offset > heap_end || size > heap_end - offset) {
+        return error(Code::error, "the server placed a buffer outside the region's heap");
+    }
+    *at = region_->base() + offset;
+    return Status::success();
+}
+
+Status RemoteSession::handshake(bool shared_memory, bool region_heap) {
     asked_shared_memory_ = shared_memory;
     // The handshake is done by hand, with a time limit: a peer that accepts and
     // never answers must not hang the application at start-up.
@@ -170,6 +210,7 @@ Status RemoteSession::handshake(bool shared_memory) {
         hello.capabilities |= kSessionSharedMemory;
         if (options_.shared_ring) hello.capabilities |= kSessionSharedRing;
     }
+    if (region_heap) hello.capabilities |= kSessionRegionHeap;
     Hello::Reply reply{};
     Status status = exchange_hello(hello, &reply);
     if (!status) return status;
@@ -187,6 +228,7 @@ Status RemoteSession::handshake(bool shared_memory) {
     device_count_ = reply.device_count;
     shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
     weight_store_ = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
+    region_heap_ = (hello.capabilities & reply.capabilities & kSessionRegionHeap) != 0;
     if (shared_memory && !shared_memory_) {
         log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", endpoint_.c_str());
     }

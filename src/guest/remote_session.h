@@ -7,6 +7,7 @@
 #include "protocol/commands.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
+#include "transport/ivshmem_region.h"
 
 #include <chrono>
 #include <deque>
@@ -132,13 +133,21 @@ class RemoteSession {
     bool shared_memory() const { return shared_memory_; }
     // The server keeps a weight store for this session (WeightLookup).
     bool weight_store() const { return weight_store_; }
+    // Whether buffers in CPU memory live in the ivshmem region's heap.
+    bool region_heap() const { return region_heap_; }
+    // Where the buffer at `offset` of the region, `size` bytes, is mapped here;
+    // an error when the server named a range outside the region's heap.
+    Status region_bytes(uint64_t offset, uint64_t size, void **at) const;
 
   private:
     RemoteSession(std::string endpoint, const GuestOptions &options)
         : endpoint_(std::move(endpoint)), options_(options) {}
+    // open() for an ivshmem endpoint: a VM's session, which never reconnects.
+    static Status open_in_region(const Endpoint &endpoint, const GuestOptions &options,
+                                 std::unique_ptr<RemoteSession> *session);
     // The hello exchange, within options_.connect_timeout_ms; `shared_memory`
     // asks for shared buffers (shm: endpoints).
-    Status handshake(bool shared_memory);
+    Status handshake(bool shared_memory, bool region_heap = false);
     Status exchange_hello(const protocol::Hello::Request &hello, protocol::Hello::Reply *reply);
     // One request and, unless one-way, its reply.
     struct Exchange {
@@ -198,6 +207,8 @@ class RemoteSession {
     uint32_t device_count_ = 0;
     bool shared_memory_ = false;
     bool weight_store_ = false;
+    std::shared_ptr<GuestRegion> region_;  // ivshmem: the region the session runs in
+    bool region_heap_ = false;
     bool broken_ = false;  // the connection failed; every later call fails at once
     // One-way commands wait here and leave with the next call, in one system call:
     // the inputs of a token and its compute then cost no extra trips.

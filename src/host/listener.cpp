@@ -8,6 +8,7 @@
 #include "host/metrics.h"
 #include "host/metrics_endpoint.h"
 #include "host/peer_limits.h"
+#include "host/region_port.h"
 #include "host/sandbox.h"
 #include "host/status_board.h"
 #include "host/worker_jail.h"
@@ -83,6 +84,10 @@ bool admission_pair(UniqueFd *worker_end, UniqueFd *listener_end) {
     listener_end->reset(pair[1]);
     return true;
 }
+
+// How often the listener looks for a VM's claim on its ivshmem regions (and beats
+// their heartbeat): the most a VM's session start waits.
+constexpr int kRegionPollMs = 20;
 
 // How long workers have to end after SIGTERM when the server stops.
 constexpr std::chrono::milliseconds kShutdownGrace{5000};
@@ -170,6 +175,10 @@ class Listener {
         for (const std::string &text : inherited_.from_listener ? none : options_.listen) {
             ListeningSocket socket;
             Status status = parse_endpoint(text, &socket.endpoint);
+            if (status && socket.endpoint.is_ivshmem()) {
+                if (!open_region(socket.endpoint)) return false;
+                continue;
+            }
             if (socket.endpoint.uses_tls()) socket.endpoint.kind = Endpoint::Kind::tcp;  // TLS is the workers' part
             if (status) status = listen_endpoint(&socket.endpoint, &socket.fd);
             if (!status) {
@@ -181,6 +190,51 @@ class Listener {
             sockets_.push_back(std::move(socket));
         }
         return true;
+    }
+
+    bool open_region(const Endpoint &endpoint) {
+        RegionPort port;
+        Status status = RegionPort::open(endpoint, &port);
+        if (!status) {
+            log_line(status.message());
+            return false;
+        }
+        log_line("serving one VM at a time on " + endpoint.path + " (" + std::to_string(endpoint.size >> 20) +
+                 " MiB; its guests use ivshmem:)");
+        regions_.push_back(std::move(port));
+        return true;
+    }
+
+    // A VM claimed a region: its worker, like a connection's, with the region's
+    // file in place of a socket. A full server turns the claim away.
+    void serve_regions() {
+        for (RegionPort &port : regions_) {
+            if (!port.poll()) continue;
+            const std::string peer = port.name();
+            if (admission_.sessions_full()) {
+                log_line("refused " + peer + ": " + std::to_string(admission_.sessions()) +
+                         " sessions already (--max-sessions)");
+                count_refusal(GuestRefusal::server_full);
+                port.ended(-1);
+                continue;
+            }
+            const int id = next_session_++;
+            const int slot = admission_.free_slot();
+            reset_status_slot(slot, id, peer);
+            pid_t pid = -1;
+            const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1}, &pid);
+            if (!spawned) {
+                log_line("refused " + peer + ": " + spawned.message());
+                count_refusal(GuestRefusal::server_error);
+                port.ended(-1);
+                continue;
+            }
+            if (SessionSlot *listed = slot >= 0 ? board_.slot(slot) : nullptr) listed->pid = pid;
+            admission_.add_authenticated(pid, slot);
+            ++sessions_started_;
+            port.serving(pid);
+            log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
+        }
     }
 
     bool open_metrics() {
@@ -234,7 +288,9 @@ class Listener {
         metrics_.add_poll_fds(&polled);
         adopted_.add_poll_fds(&polled);
         const auto now = std::chrono::steady_clock::now();
-        const int timeout_ms = earlier_timeout_ms(admission_.poll_timeout_ms(now), metrics_.poll_timeout_ms(now));
+        const int timeout_ms = earlier_timeout_ms(earlier_timeout_ms(admission_.poll_timeout_ms(now),
+                                                                     metrics_.poll_timeout_ms(now)),
+                                                  regions_.empty() ? -1 : kRegionPollMs);
         if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
             if (errno == EINTR) return true;
             log_line(std::string("poll: ") + std::strerror(errno));
@@ -244,6 +300,7 @@ class Listener {
         answer_admission_requests(polled);
         release_adopted(polled);
         end_overdue_unauthenticated();
+        serve_regions();
         for (size_t i = 0; i < sockets_.size(); ++i) {
             if (polled[i + 1].revents & POLLIN) accept_guest(sockets_[i]);
         }
@@ -397,6 +454,9 @@ class Listener {
             admission_.release(ended.pid);
             peers_.closed(ended.pid);
             unauthenticated_peers_.erase(ended.pid);
+            for (RegionPort &port : regions_) {
+                if (port.ended(ended.pid)) log_line(port.name() + ": wiped, ready for the next session");
+            }
         }
     }
 
@@ -531,7 +591,7 @@ class Listener {
     void shut_down() {
         log_line("shutting down; ending " + std::to_string(jail_.workers().size() + adopted_.sessions().size()) +
                  " session(s)");
-        unlink_socket_files();
+        close_endpoints();
         adopted_.signal_all(SIGTERM);  // first, so that both kinds of workers end together
         jail_.shut_down(kShutdownGrace);
         adopted_.end_all(kShutdownGrace);
@@ -543,13 +603,14 @@ class Listener {
         end_unauthenticated();
         log_line("the listener stops; " + std::to_string(admission_.sessions()) +
                  " live session(s) go on in their workers until their guests leave");
-        unlink_socket_files();
+        close_endpoints();
     }
 
-    void unlink_socket_files() const {
+    void close_endpoints() {
         for (const ListeningSocket &socket : sockets_) {
             if (socket.unlink_at_exit) ::unlink(socket.endpoint.path.c_str());
         }
+        for (RegionPort &port : regions_) port.close();  // a VM looking sees the region closed
     }
 
     const ServerOptions &options_;
@@ -557,6 +618,7 @@ class Listener {
     const std::vector<std::string> listener_command_;  // this listener's argv, for SIGUSR2
     const std::string program_;
     std::vector<ListeningSocket> sockets_;
+    std::vector<RegionPort> regions_;  // ivshmem: one VM's session at a time each
     sigset_t original_mask_{};  // before the listener blocked its signals; workers start with it
     UniqueFd signals_;
     Inheritance inherited_;  // what systemd or the previous listener handed over

@@ -10,6 +10,7 @@
 #include "host/store_fill.h"
 #include "host/handle_table.h"
 #include "host/refusals.h"
+#include "host/region_heap.h"
 #include "host/status_board.h"
 #include "host/watchdog.h"
 #include "protocol/commands.h"
@@ -82,6 +83,9 @@ class Session {
 
     // Lets the guest ask for shared-memory buffers: only when it is on a unix socket.
     void allow_shared_memory() { shared_memory_allowed_ = true; }
+    // An ivshmem session: buffers in CPU memory may live in the region's heap
+    // [heap_offset, +heap_size), for a guest that asks (kSessionRegionHeap).
+    void use_region_heap(std::shared_ptr<const Mapping> region, uint64_t heap_offset, uint64_t heap_size);
 
     // Offers the guest the weight store, in the part of `tenant` (weight_store.h).
     Status use_weight_store(const WeightStoreOptions &options, const std::string &tenant) {
@@ -164,6 +168,8 @@ class Session {
         bool weights = false;  // the guest said it holds weights (BufferSetUsage)
         bool shared_with_guest = false;  // a memory file the guest maps too
         bool private_memory = false;     // `mapping` is the worker's own memory (allocate_private)
+        bool in_region = false;          // at region_offset in the ivshmem region's heap
+        uint64_t region_offset = 0;
     };
     // A CPU backend computes with a thread pool of its own, kept across computes
     // as llama.cpp does: without one, ggml starts and stops its threads on every
@@ -264,6 +270,12 @@ class Session {
     // Whether buffers of this device can live in shared memory.
     bool device_shares_memory(ggml_backend_dev_t device) const;
     Status allocate_shared(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, UniqueFd *fd);
+    // A buffer in the ivshmem region's heap, which the guest reads and writes in place.
+    Status allocate_in_region(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
+    // Whether this session's buffers of `device` are memory the guest maps too.
+    bool shares_with_guest(ggml_backend_dev_t device) const {
+        return (shared_memory_ || region_heap_granted_) && device_shares_memory(device);
+    }
     // A CPU-memory device's buffer that only the host sees: our own mapping, so
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
     Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
@@ -315,6 +327,10 @@ class Session {
     std::vector<ggml_backend_dev_t> devices_;
     SessionLimits limits_;
     Dispatcher dispatcher_;
+    // Before buffers_: the buffers in it end first.
+    std::shared_ptr<const Mapping> region_;
+    RegionHeap region_heap_;
+    bool region_heap_granted_ = false;
     HandleTable<SessionBuffer> buffers_;
     HandleTable<SessionBackend> backends_;
     std::array<std::unique_ptr<BuiltTensors>, protocol::kGraphSlots> graph_slots_;

@@ -48,7 +48,12 @@ Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &c
     if (shared_memory_ && device_shares_memory(device)) {
         if (Status s = allocate_shared(device, request.size, &record, &call.reply_tail.fd); !s) return s;
         record.shared_with_guest = true;
-        call.reply.shared = 1;
+        call.reply.shared = BufferAlloc::kSharedFile;
+    } else if (region_heap_granted_ && device_shares_memory(device)) {
+        if (Status s = allocate_in_region(device, request.size, &record); !s) return s;
+        record.shared_with_guest = true;
+        call.reply.shared = BufferAlloc::kSharedInRegion;
+        append_pod(call.reply_tail.owned, record.region_offset);
     } else if (device_shares_memory(device)) {
         if (Status s = allocate_private(device, request.size, &record); !s) return s;
         record.private_memory = true;
@@ -169,6 +174,7 @@ Status Session::handle(const BufferFree::Request &request, Call<BufferFree> &) {
     if (Status s = buffer_at(request.buffer, &buffer); !s) return s;
     memory_in_use_ -= buffer->charged;
     mapped_file_bytes_ -= buffer->mapped;
+    if (buffer->in_region) (void)region_heap_.release(buffer->region_offset);
     // Kept graphs may point into the buffer (or its repacked weights); the guest forgets them too.
     for (auto &slot : graph_slots_) slot.reset();
     memory_in_use_ -= weight_repack_.forget(request.buffer);
@@ -272,6 +278,27 @@ Status Session::allocate_shared(ggml_backend_dev_t device, uint64_t size, Sessio
         ggml_backend_dev_buffer_from_host_ptr(device, record->mapping.data(), record->mapping.size(), size);
     if (buffer == nullptr) return error(Code::error, "the host device cannot use shared memory");
     record->buffer.reset(buffer);
+    return Status::success();
+}
+
+void Session::use_region_heap(std::shared_ptr<const Mapping> region, uint64_t heap_offset, uint64_t heap_size) {
+    region_ = std::move(region);
+    region_heap_ = RegionHeap(heap_offset, heap_size, BufferAlloc::kRegionAlignment);
+}
+
+Status Session::allocate_in_region(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record) {
+    uint64_t offset = 0;
+    if (Status s = region_heap_.allocate(size, &offset); !s) return s;
+    // The device computes in place, in the pages the guest writes.
+    ggml_backend_buffer_t buffer = ggml_backend_dev_buffer_from_host_ptr(
+        device, static_cast<uint8_t *>(region_->data()) + offset, static_cast<size_t>(size), size);
+    if (buffer == nullptr) {
+        (void)region_heap_.release(offset);
+        return error(Code::error, "the host device cannot use the region's memory");
+    }
+    record->buffer.reset(buffer);
+    record->in_region = true;
+    record->region_offset = offset;
     return Status::success();
 }
 

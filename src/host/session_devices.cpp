@@ -88,6 +88,8 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
     call.reply.capabilities = shared_memory_ ? uint64_t(kSessionSharedMemory) : 0;
     weight_store_granted_ = store_fill_.enabled() && (request.capabilities & kSessionWeightStore) != 0;
     if (weight_store_granted_) call.reply.capabilities |= kSessionWeightStore;
+    region_heap_granted_ = region_ != nullptr && (request.capabilities & kSessionRegionHeap) != 0;
+    if (region_heap_granted_) call.reply.capabilities |= kSessionRegionHeap;
     if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {
         // serve() switches to the ring once this reply, which carries it, is out.
         if (Status s = RingChannel::create(kRingCapacity, &call.reply_tail.fd, &pending_ring_); !s) return s;
@@ -116,7 +118,7 @@ Status Session::handle(const DeviceInfo::Request &request, Call<DeviceInfo> &cal
     call.reply.buffer_max_size = ggml_backend_buft_get_max_size(buft);
     call.reply.buffer_in_cpu_memory = ggml_backend_buft_is_host(buft) ? 1 : 0;
     describe_buffer_hooks(buft, &call.reply);
-    call.reply.shared_buffers = shared_memory_ && device_shares_memory(device) ? 1 : 0;
+    call.reply.shared_buffers = !shares_with_guest(device) ? 0 : shared_memory_ ? 1 : 2;
     for (const char *text : {props.name, props.description, ggml_backend_buft_name(buft)}) {
         const std::string s = text != nullptr ? text : "";
         call.reply_tail.owned.insert(call.reply_tail.owned.end(), s.begin(), s.end());

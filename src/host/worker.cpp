@@ -5,6 +5,7 @@
 #include "host/shader_cache.h"
 #include "host/worker_identity.h"
 #include "transport/connection.h"
+#include "transport/ivshmem_region.h"
 #include "transport/peer_account.h"
 #include "transport/socket.h"
 #include "transport/tls_key.h"
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 namespace ggml_remote::host {
@@ -227,6 +229,33 @@ int confine_worker(const std::string &label, int client_fd, const ServerOptions 
     return 0;
 }
 
+// An ivshmem region's session: the listener names its peer after the region, and
+// hands over the region's file in place of a socket.
+bool is_region_peer(const std::string &peer) { return peer.rfind("ivshmem:", 0) == 0; }
+
+// An ivshmem session's region, whose heap holds the guest's buffers; no mapping otherwise.
+struct RegionShare {
+    std::shared_ptr<const Mapping> mapping;
+    RegionLayout layout;
+};
+
+// An ivshmem session's stream: the region's rings, over one end of a socket pair of
+// the worker's own (the other end in *other_end) whose only use is to be shut down
+// by the watchdog, which ends a wait on the guest that way.
+Status region_stream(int region_fd, const std::string &peer, FramedStream *stream, RegionShare *region,
+                     UniqueFd *other_end) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+        return error(Code::error, std::string("socketpair: ") + std::strerror(errno));
+    }
+    other_end->reset(pair[1]);
+    std::unique_ptr<RingChannel> rings;
+    Status status = serve_region_rings(region_fd, pair[0], &rings, &region->mapping, &region->layout);
+    *stream = FramedStream(UniqueFd(pair[0]), peer);
+    if (status) stream->attach_ring(std::move(rings));
+    return status;
+}
+
 // Whether the guest on `client_fd` is on this machine, and trusted with status
 // queries: root or the user the server runs as (`server_uid`).
 bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
@@ -239,6 +268,7 @@ bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
 // kernel says of its socket (its user, or its address).
 std::string weight_store_tenant(const FramedStream &stream, int client_fd) {
     if (stream.tls() != nullptr) return "tls " + stream.tls()->peer_identity();
+    if (is_region_peer(stream.peer())) return stream.peer();  // one VM's region
     PeerAccount peer;
     return peer_account(client_fd, &peer).ok() ? peer.key : "unknown";
 }
@@ -260,8 +290,12 @@ SessionSlot *attach_status_slot(const ServerOptions &options, StatusBoard *board
 // A guest whose handshake fails is recorded in `slot` as turned away.
 Status serve_guest(const std::string &label, FramedStream *stream, int client_fd, uid_t server_uid,
                    const std::vector<ggml_backend_dev_t> &devices, const ServerOptions &options,
-                   const StatusBoard &board, SessionSlot *slot, SessionCounters *counters, CoreStats *cores) {
+                   const RegionShare &region, const StatusBoard &board, SessionSlot *slot,
+                   SessionCounters *counters, CoreStats *cores) {
     Session session(devices, options.limits);
+    if (region.mapping != nullptr) {
+        session.use_region_heap(region.mapping, region.layout.heap_offset, region.layout.heap_size);
+    }
     session.log_compute_failures([&label](const std::string &message) { log_line(label + ": " + message); });
     offer_weight_store(label, *stream, client_fd, options, &session);
     int domain = 0;
@@ -345,7 +379,19 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     std::vector<PreSharedKey> keys;
     const int refused = confine_worker(label, client_fd, options, needs_tls, &keys);
     if (refused != 0) return refused;
-    FramedStream stream(UniqueFd(client_fd), peer);
+    FramedStream stream;
+    RegionShare region;
+    UniqueFd region_file, watchdog_end;
+    if (is_region_peer(peer)) {
+        region_file.reset(client_fd);
+        Status opened = region_stream(client_fd, peer, &stream, &region, &watchdog_end);
+        if (!opened) {
+            log_line(label + ": " + opened.message());
+            return 1;
+        }
+    } else {
+        stream = FramedStream(UniqueFd(client_fd), peer);
+    }
     stream.set_wait_options(options.waiting);
     StatusBoard board;
     SessionSlot *slot = attach_status_slot(options, &board);
@@ -361,7 +407,7 @@ int run_worker(int client_fd, int session_id, const std::string &peer, const Ser
     SessionCounters counters;
     CoreStats cores;
     const Status outcome =
-        serve_guest(label, &stream, client_fd, server_uid, devices, options, board, slot, &counters, &cores);
+        serve_guest(label, &stream, client_fd, server_uid, devices, options, region, board, slot, &counters, &cores);
     return log_session_end(label, outcome, counters, cores, started);
 }
 

@@ -97,6 +97,10 @@ enum SessionCaps : uint64_t {
     // The server keeps a store of weights by content (--weight-store): a guest names
     // a weight tensor by its digest before sending its bytes (WeightLookup).
     kSessionWeightStore = 1 << 2,
+    // ivshmem: buffers in CPU memory live in the region's heap, which the guest maps
+    // too (BufferAlloc says where); model files stay the guest's (no descriptors
+    // reach a VM's host).
+    kSessionRegionHeap = 1 << 3,
 };
 
 #pragma pack(push, 1)
@@ -191,8 +195,12 @@ struct BufferAlloc {
     struct Reply {
         uint64_t buffer;  // handle
         uint64_t size;
-        uint8_t shared;   // 1: the buffer's memory file comes with the reply
+        uint8_t shared;   // kSharedFile: the buffer's memory file comes with the reply;
+                          // kSharedInRegion: it lives in the ivshmem region's heap, and
+                          // the reply's tail is its offset there (a uint64_t)
     };
+    static constexpr uint8_t kSharedFile = 1, kSharedInRegion = 2;
+    static constexpr uint64_t kRegionAlignment = 4096;  // of a buffer in the region
 };
 
 // A read-only buffer over [file_offset, +size) of a file whose descriptor comes

@@ -2,6 +2,7 @@
 
 #include <sys/un.h>
 
+#include <cctype>
 #include <cstdlib>
 
 namespace ggml_remote {
@@ -10,7 +11,57 @@ namespace {
 
 Status bad_endpoint(const std::string &text, const std::string &why) {
     return error(Code::bad_request, "invalid endpoint '" + text + "': " + why +
-                                        " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port or tls://host:port)");
+                                        " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port, tls://host:port, "
+                                        "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES)");
+}
+
+// "64M", "1G", "4096": bytes, with an optional K, M or G (powers of 1024).
+bool parse_size(const std::string &text, uint64_t *size) {
+    char *end = nullptr;
+    const unsigned long long number = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || end == text.c_str() || text[0] == '-') return false;
+    const std::string unit(end);
+    int shift = 0;
+    if (unit == "K" || unit == "k") shift = 10;
+    else if (unit == "M" || unit == "m") shift = 20;
+    else if (unit == "G" || unit == "g") shift = 30;
+    else if (!unit.empty()) return false;
+    if (number == 0 || number > (~0ull >> shift)) return false;
+    *size = static_cast<uint64_t>(number) << shift;
+    return true;
+}
+
+// "0000:00:04.0": domain, bus, device and function, in hex, as sysfs names them.
+bool is_pci_address(const std::string &text) {
+    static const char kShape[] = "hhhh:hh:hh.h";
+    if (text.size() != sizeof(kShape) - 1) return false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const bool hex = std::isxdigit(static_cast<unsigned char>(text[i])) != 0;
+        if (kShape[i] == 'h' ? !hex : text[i] != kShape[i]) return false;
+    }
+    return true;
+}
+
+Status parse_ivshmem(const std::string &text, Endpoint *result) {
+    result->kind = Endpoint::Kind::ivshmem;
+    std::string rest = text.substr(8);
+    const size_t comma = rest.find(",size=");
+    if (comma != std::string::npos) {
+        if (!parse_size(rest.substr(comma + 6), &result->size)) {
+            return bad_endpoint(text, "size must be a number of bytes, with K, M or G");
+        }
+        rest.resize(comma);
+    }
+    if (rest.rfind("file:", 0) == 0) rest.erase(0, 5);
+    if (is_pci_address(rest)) {
+        result->pci_address = rest;
+    } else if (!rest.empty()) {
+        if (rest[0] != '/') return bad_endpoint(text, "an ivshmem path must be absolute");
+        if (rest.find('\0') != std::string::npos) return bad_endpoint(text, "NUL in the path");
+        result->path = rest;
+    }
+    if (result->size != 0 && result->path.empty()) return bad_endpoint(text, "size= goes with a file path");
+    return Status::success();
 }
 
 }  // namespace
@@ -18,12 +69,13 @@ Status bad_endpoint(const std::string &text, const std::string &why) {
 std::string Endpoint::to_string() const {
     if (kind == Kind::unix_socket) return "unix:" + path;
     if (kind == Kind::shared_memory) return "shm:" + path;
+    if (kind == Kind::ivshmem) return "ivshmem:" + (path.empty() ? pci_address : "file:" + path);
     const bool v6 = host.find(':') != std::string::npos;
     return (kind == Kind::tls ? "tls://" : "tcp://") + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 bool Endpoint::is_loopback() const {
-    if (uses_unix_socket()) return true;
+    if (uses_unix_socket() || kind == Kind::ivshmem) return true;
     return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
@@ -35,6 +87,9 @@ Status parse_endpoint(const std::string &text, Endpoint *endpoint) {
         result.path = text.substr(shm ? 4 : 5);
         if (result.path.empty()) return bad_endpoint(text, "empty socket path");
         if (result.path.size() >= sizeof(sockaddr_un{}.sun_path)) return bad_endpoint(text, "socket path too long");
+    } else if (text.rfind("ivshmem:", 0) == 0) {
+        Status status = parse_ivshmem(text, &result);
+        if (!status) return status;
     } else if (text.rfind("tcp://", 0) == 0 || text.rfind("tls://", 0) == 0) {
         result.kind = text.rfind("tls://", 0) == 0 ? Endpoint::Kind::tls : Endpoint::Kind::tcp;
         std::string rest = text.substr(6);

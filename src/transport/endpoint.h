@@ -4,6 +4,11 @@
 // guest also asks for shared-memory buffers; a server's unix socket serves both.
 // tls: is TCP with TLS and a pre-shared key; a server started with --tls-psk speaks
 // it on its tcp:// listeners.
+// ivshmem: is a memory region shared with a virtual machine (ivshmem_region.h): a
+// server listens on "ivshmem:/dev/shm/NAME,size=64M" (a memory file it creates); a
+// guest writes "ivshmem:" (the VM's first ivshmem PCI device), "ivshmem:0000:00:04.0"
+// (one device's PCI address) or "ivshmem:file:/dev/shm/NAME" (the file itself, on
+// the host: tests without a VM).
 #pragma once
 
 #include "protocol/status.h"
@@ -14,16 +19,19 @@
 namespace ggml_remote {
 
 struct Endpoint {
-    enum class Kind { unix_socket, shared_memory, tcp, tls };
+    enum class Kind { unix_socket, shared_memory, tcp, tls, ivshmem };
     Kind kind = Kind::unix_socket;
     std::string path;  // unix, shared_memory
     std::string host;  // tcp, tls
     int port = 0;      // tcp, tls
+    std::string pci_address;  // ivshmem guest: a PCI device; empty with neither it nor path: the first one
+    uint64_t size = 0;        // ivshmem server: the region's bytes
 
     std::string to_string() const;
     bool uses_unix_socket() const { return kind == Kind::unix_socket || kind == Kind::shared_memory; }
     bool uses_tls() const { return kind == Kind::tls; }
     bool is_loopback() const;
+    bool is_ivshmem() const { return kind == Kind::ivshmem; }
 };
 
 // Parses one endpoint; the error names the accepted forms.

@@ -59,8 +59,27 @@ Status corrupt(const char *what) {
 
 RingChannel::RingChannel(Side side, Mapping mapping, size_t capacity)
     : side_(side), mapping_(std::move(mapping)), capacity_(capacity) {
-    auto *header = static_cast<RegionHeader *>(mapping_.data());
-    auto *data = static_cast<uint8_t *>(mapping_.data()) + kRingHeaderBytes;
+    header_ = static_cast<RegionHeader *>(mapping_.data());
+    locate_rings();
+}
+
+RingChannel::RingChannel(Side side, std::shared_ptr<const Mapping> region, size_t header_offset, size_t capacity)
+    : side_(side), region_(std::move(region)), capacity_(capacity) {
+    header_ = reinterpret_cast<RegionHeader *>(static_cast<uint8_t *>(region_->data()) + header_offset);
+    locate_rings();
+}
+
+std::unique_ptr<RingChannel> RingChannel::in_region(Side side, std::shared_ptr<const Mapping> region,
+                                                    size_t header_offset, size_t capacity,
+                                                    std::function<bool()> peer_gone) {
+    std::unique_ptr<RingChannel> channel(new RingChannel(side, std::move(region), header_offset, capacity));
+    channel->peer_gone_ = std::move(peer_gone);
+    return channel;
+}
+
+void RingChannel::locate_rings() {
+    RegionHeader *header = header_;
+    auto *data = reinterpret_cast<uint8_t *>(header) + kRingHeaderBytes;
     const int out = side_ == Side::guest ? 0 : 1;
     out_.state = &header->rings[out];
     out_.data = data + static_cast<size_t>(out) * capacity_;
@@ -117,8 +136,7 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
 void RingChannel::follow_worker() {
     constexpr uint64_t kMinIntervalNs = 100 * 1000 * 1000;
     if (side_ != Side::guest || !follow_worker_) return;
-    const auto *header = static_cast<const RegionHeader *>(mapping_.data());
-    const int worker = header->worker_cpu.load(std::memory_order_relaxed);
+    const int worker = header_->worker_cpu.load(std::memory_order_relaxed);
     const int here = ::sched_getcpu();
     if (worker < 0 || worker >= CPU_SETSIZE || here < 0 || here == worker) return;
     const uint64_t now = SpinPolicy::now_ns();
@@ -144,6 +162,7 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
         }
         cpu_relax();
     }
+    if (peer_gone_) return poll_until(ready, start);
     if (spin_.peer_busy()) follow_worker();
     for (;;) {
         const uint32_t seen = doorbell->load(std::memory_order_acquire);
@@ -184,7 +203,7 @@ Status RingChannel::next_free_piece(size_t want, size_t *at, size_t *size, int p
 
 Status RingChannel::next_data_piece(size_t want, size_t *at, size_t *size, int peer_socket) {
     if (side_ == Side::host) {
-        static_cast<RegionHeader *>(mapping_.data())->worker_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+        header_->worker_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
     }
     for (;;) {
         const uint64_t peer_written = in_.state->written.load(std::memory_order_acquire);
@@ -210,6 +229,30 @@ void RingChannel::publish_read(size_t bytes) {
     in_.own += bytes;
     in_.state->read.store(in_.own, std::memory_order_release);
     ring_doorbell(&in_.state->space_doorbell, &in_.state->writer_sleeping);
+}
+
+// Pauses start short, for a peer that answers within microseconds, and double up
+// to a limit that grows once the peer has been idle for a while: a VM's guest that
+// waits for its user costs the host a few wake-ups a second, not thousands.
+template <class Ready>
+Status RingChannel::poll_until(Ready ready, uint64_t start) {
+    constexpr uint64_t kFirstPauseNs = 10 * 1000, kBusyPauseNs = 500 * 1000, kIdlePauseNs = 20 * 1000 * 1000;
+    constexpr uint64_t kIdleAfterNs = 1000ull * 1000 * 1000, kCheckEveryNs = kLivenessCheckMs * 1000000ull;
+    uint64_t pause_ns = kFirstPauseNs, checked = start;
+    for (bool first = true;; first = false) {
+        if (ready()) {
+            spin_.note_wait(SpinPolicy::now_ns() - start);
+            return Status::success();
+        }
+        const uint64_t now = SpinPolicy::now_ns();
+        if (first || now - checked >= kCheckEveryNs) {
+            checked = now;
+            if (peer_gone_()) return error(Code::disconnected, "shared ring: the peer is gone");
+        }
+        timespec pause{0, static_cast<long>(pause_ns)};
+        ::nanosleep(&pause, nullptr);
+        pause_ns = std::min(pause_ns * 2, now - start < kIdleAfterNs ? kBusyPauseNs : kIdlePauseNs);
+    }
 }
 
 Status RingChannel::write(const iovec *parts, size_t count, int peer_socket) {

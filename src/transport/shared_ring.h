@@ -46,6 +46,16 @@ class RingChannel {
     static Status create(size_t capacity, UniqueFd *fd, std::unique_ptr<RingChannel> *channel);
     // Guest: maps the memory file the host created.
     static Status attach(int fd, std::unique_ptr<RingChannel> *channel);
+    // A ring pair inside a larger region (ivshmem: a VM's memory, see
+    // ivshmem_region.h): its RegionHeader at `header_offset`, its data right after
+    // kRingHeaderBytes, both inside `region` (the caller checked). The channel keeps
+    // `region` mapped. No futex doorbells (a VM's kernel cannot wake the host's
+    // threads, nor the host a VM's): a waiting side polls, backing off, and asks
+    // `peer_gone` every kLivenessCheckMs; the peer socket passed to read() and
+    // write() is not used.
+    static std::unique_ptr<RingChannel> in_region(Side side, std::shared_ptr<const Mapping> region,
+                                                  size_t header_offset, size_t capacity,
+                                                  std::function<bool()> peer_gone);
 
     // Writes every byte of `parts`, waiting while the ring is full.
     // `peer_socket` is watched for the peer's death while waiting.
@@ -105,6 +115,8 @@ class RingChannel {
 
   private:
     RingChannel(Side side, Mapping mapping, size_t capacity);
+    RingChannel(Side side, std::shared_ptr<const Mapping> region, size_t header_offset, size_t capacity);
+    void locate_rings();
     // A side's view of one direction, with its own copy of the count it owns.
     struct Direction {
         RingState *state = nullptr;
@@ -122,9 +134,15 @@ class RingChannel {
     Status next_data_piece(size_t want, size_t *at, size_t *size, int peer_socket);
     void publish_written(size_t bytes);
     void publish_read(size_t bytes);
+    // wait() without doorbells (in_region): sleeps between looks, longer and longer.
+    template <class Ready>
+    Status poll_until(Ready ready, uint64_t start);
 
     Side side_;
-    Mapping mapping_;
+    Mapping mapping_;                              // create(), attach()
+    std::shared_ptr<const Mapping> region_;        // in_region()
+    RegionHeader *header_ = nullptr;
+    std::function<bool()> peer_gone_;              // in_region(): polls instead of doorbells
     size_t capacity_;
     Direction out_, in_;
     SpinPolicy spin_;

@@ -206,5 +206,32 @@ TEST(EndpointList, OneBadItemFailsTheListWithItsReason) {
     EXPECT_THAT(status.message(), HasSubstr("'tcp://h:notaport'"));
 }
 
+TEST(Endpoint, IvshmemGuestFormsNameTheFirstDeviceAnAddressOrAFile) {
+    const Endpoint first = parse_ok("ivshmem:");
+    EXPECT_EQ(first.kind, Endpoint::Kind::ivshmem);
+    EXPECT_EQ(first.path, "");
+    EXPECT_EQ(first.pci_address, "");
+    EXPECT_EQ(parse_ok("ivshmem:0000:00:04.0").pci_address, "0000:00:04.0");
+    const Endpoint file = parse_ok("ivshmem:file:/dev/shm/vm1");
+    EXPECT_EQ(file.path, "/dev/shm/vm1");
+    EXPECT_EQ(file.to_string(), "ivshmem:file:/dev/shm/vm1");
+    EXPECT_TRUE(file.is_loopback());
+    EXPECT_FALSE(file.uses_unix_socket());
+}
+
+TEST(Endpoint, IvshmemServerFormTakesASize) {
+    const Endpoint endpoint = parse_ok("ivshmem:/dev/shm/vm1,size=64M");
+    EXPECT_EQ(endpoint.path, "/dev/shm/vm1");
+    EXPECT_EQ(endpoint.size, 64ull << 20);
+    EXPECT_EQ(parse_ok("ivshmem:/dev/shm/vm1,size=1G").size, 1ull << 30);
+    EXPECT_EQ(parse_ok("ivshmem:/dev/shm/vm1,size=65536").size, 65536u);
+    EXPECT_THAT(parse_error("ivshmem:/dev/shm/vm1,size=").message(), HasSubstr("size must be"));
+    EXPECT_THAT(parse_error("ivshmem:/dev/shm/vm1,size=64Q").message(), HasSubstr("size must be"));
+    EXPECT_THAT(parse_error("ivshmem:/dev/shm/vm1,size=-1").message(), HasSubstr("size must be"));
+    EXPECT_THAT(parse_error("ivshmem:/dev/shm/vm1,size=99999999999G").message(), HasSubstr("size must be"));
+    EXPECT_THAT(parse_error("ivshmem:relative,size=64M").message(), HasSubstr("absolute"));
+    EXPECT_THAT(parse_error("ivshmem:0000:00:04.0,size=64M").message(), HasSubstr("goes with a file"));
+}
+
 }  // namespace
 }  // namespace ggml_remote

@@ -43,7 +43,9 @@ options:
          --version              show the version and protocol version and exit
   -l,    --listen ENDPOINT      where to listen; repeatable (default: %s, or the
                                 sockets systemd passes with socket activation)
-                                ENDPOINT is unix:/path/to.sock or tcp://host:port
+                                ENDPOINT is unix:/path/to.sock or tcp://host:port,
+                                or ivshmem:/dev/shm/NAME,size=64M: a memory file
+                                that QEMU maps into one VM (ivshmem-plain)
          --tls-psk FILE         every tcp:// listener speaks TLS 1.3 and admits only
                                 guests that hold a key of FILE (identity:hexkey lines,
                                 made with psktool -u NAME -p FILE); guests connect to

@@ -74,13 +74,10 @@ std::vector<double> memcpy_rates(uint8_t *to, const uint8_t *from) {
 }
 
 // A shared-memory session's set_tensor and get_tensor are a memcpy into the
-// buffer's memory file, mapped here as the plugin maps it; local copies beside them.
-void measure_shared_memory(const std::string &where, int shared_fd) {
-    Mapping mapping;
-    const Status status = Mapping::map(shared_fd, 0, kTransferSize, true, &mapping);
-    if (!status) fail(status.message());
+// buffer's memory (a memory file, or an ivshmem region's heap), mapped here as the
+// plugin maps it; local copies beside them.
+void measure_shared_memory(const std::string &where, uint8_t *base) {
     std::vector<uint8_t> data(kTransferSize, 0x5a), local(kTransferSize, 0);
-    auto *base = static_cast<uint8_t *>(mapping.data());
     const std::vector<double> rates[4] = {memcpy_rates(local.data(), data.data()),
                                           memcpy_rates(data.data(), local.data()), memcpy_rates(base, data.data()),
                                           memcpy_rates(data.data(), base)};
@@ -92,6 +89,25 @@ void measure_shared_memory(const std::string &where, int shared_fd) {
         if (i >= 2) std::printf(", %.2fx local", percentile(rates[i], 0.5) / percentile(rates[i - 2], 0.5));
         std::printf("\n");
     }
+}
+
+// Where a shared buffer's bytes are mapped here: its memory file's mapping (kept
+// until the process exits), or its place in the ivshmem region.
+uint8_t *shared_base(const guest::RemoteSession &session, const BufferAlloc::Reply &buffer, int shared_fd,
+                     const std::vector<uint8_t> &tail) {
+    void *at = nullptr;
+    Status status;
+    if (buffer.shared == BufferAlloc::kSharedInRegion) {
+        uint64_t offset = 0;
+        status = read_pod(ByteView(tail), 0, &offset) ? session.region_bytes(offset, kTransferSize, &at)
+                                                      : error(Code::error, "no offset in the region");
+    } else {
+        static Mapping mapping;
+        status = Mapping::map(shared_fd, 0, kTransferSize, true, &mapping);
+        at = mapping.data();
+    }
+    if (!status) fail(status.message());
+    return static_cast<uint8_t *>(at);
 }
 
 // GB/s of one kTransferSize copy that started at `start`.
@@ -290,10 +306,15 @@ int main(int argc, char **argv) {
 
     BufferAlloc::Reply buffer{};
     UniqueFd shared_fd;
-    status = session->call<BufferAlloc>({device, kTransferSize}).reply(&buffer).receive_fd(&shared_fd).run();
+    std::vector<uint8_t> tail;
+    status = session->call<BufferAlloc>({device, kTransferSize})
+                 .reply(&buffer)
+                 .receive_fd(&shared_fd)
+                 .reply_tail(&tail)
+                 .run();
     if (!status) fail(status.message());
     if (buffer.shared) {
-        measure_shared_memory(where, shared_fd.get());
+        measure_shared_memory(where, shared_base(*session, buffer, shared_fd.get(), tail));
         return 0;
     }
     Transfers transfers = measure_command_transfers(*session, backend.backend, buffer.buffer);

@@ -1,0 +1,5 @@
+# The ivshmem transport on the host, without a VM: guests map the server's region
+# file (ivshmem:file:PATH). See ivshmem.sh's header for what each asserts.
+add_integration_test(ivshmem_llama ivshmem.sh llama)
+add_integration_test(ivshmem_whisper ivshmem.sh whisper)
+add_integration_test(ivshmem_hostile ivshmem.sh hostile)
