@@ -219,10 +219,13 @@ class Listener {
                 continue;
             }
             const int id = next_session_++;
+            board_.set_next_session_id(next_session_);
             const int slot = admission_.free_slot();
-            reset_status_slot(slot, id, peer);
+            PeerAccount account;  // a region is its own tenant, named by its file
+            account.key = "region " + peer;
+            reset_status_slot(slot, id, peer, account);
             pid_t pid = -1;
-            const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1}, &pid);
+            const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1}, &pid);
             if (!spawned) {
                 log_line("refused " + peer + ": " + spawned.message());
                 count_refusal(GuestRefusal::server_error);
