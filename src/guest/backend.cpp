@@ -22,6 +22,11 @@ struct RemoteBackend : Restorable {
     int n_threads = 0;  // the last count sent; llama.cpp sets it again before every graph
     bool host_reorders = true;  // until the host says its backend has no graph_optimize
     NodeOrderCache node_orders;
+    // The last graph reordered, as it came (llama.cpp's decode graph is the same
+    // every token: no encoding then), its order and the tensors its encoding read.
+    LastGraph last_reordered;
+    NodeOrder last_order;
+    std::vector<const ggml_tensor *> last_order_tensors;
 
     // A new connection: a new host backend under the same ggml backend.
     void restore(RestoreReport *report) override {
@@ -201,12 +206,28 @@ Status ask_node_order(RemoteBackend *remote, const std::string &encoded, uint32_
     return parse_node_order(reply, ByteView(tail), n_nodes, n_tensors, order);
 }
 
+// Puts the graph in `order` and hands its allocation dependencies to the
+// scheduler; `tensors` are those the graph's encoding read, in list order.
+void reorder(ggml_cgraph *graph, const NodeOrder &order, const std::vector<const ggml_tensor *> &tensors,
+             ggml_backend_graph_optimize_params *params) {
+    apply_node_order(graph, order);
+    if (params == nullptr || params->add_alloc_dep == nullptr) return;
+    for (const auto &[kept, until] : order.alloc_deps) {
+        params->add_alloc_dep(params->user_data, const_cast<ggml_tensor *>(tensors[kept]),
+                              const_cast<ggml_tensor *>(tensors[until]));
+    }
+}
+
 // ggml's scheduler calls this before it allocates a graph: the graph then runs,
 // is allocated and fuses in the order the host's backend would choose locally.
 void backend_graph_optimize(ggml_backend_t backend, ggml_cgraph *graph, ggml_backend_graph_optimize_params *params) {
     RemoteBackend *remote = context_of(backend);
     const int n_nodes = ggml_graph_n_nodes(graph);
     if (!remote->host_reorders || n_nodes < 2) return;
+    if (remote->last_reordered.same_as(graph)) {
+        reorder(graph, remote->last_order, remote->last_order_tensors, params);
+        return;
+    }
     TensorListEncoder encoder{TensorListEncoder::Locator()};  // shapes, ops and sources: no data yet
     for (int i = 0; i < n_nodes; ++i) encoder.add_node(ggml_graph_node(graph, i));
     if (encoder.failed()) return;  // the compute reports what cannot be sent
@@ -228,13 +249,10 @@ void backend_graph_optimize(ggml_backend_t backend, ggml_cgraph *graph, ggml_bac
         remote->node_orders.remember(encoded, std::move(asked));
         order = remote->node_orders.find(encoded);
     }
-    apply_node_order(graph, *order);
-    if (params == nullptr || params->add_alloc_dep == nullptr) return;
-    const std::vector<const ggml_tensor *> &tensors = encoder.order();
-    for (const auto &[kept, until] : order->alloc_deps) {
-        params->add_alloc_dep(params->user_data, const_cast<ggml_tensor *>(tensors[kept]),
-                              const_cast<ggml_tensor *>(tensors[until]));
-    }
+    remote->last_reordered.record(graph, encoder.order(), {});  // as it came, before reordering
+    remote->last_order = *order;
+    remote->last_order_tensors = encoder.order();
+    reorder(graph, *order, encoder.order(), params);
 }
 
 // The asynchronous stream. The host works through a session's commands in order,
