@@ -44,3 +44,23 @@ assert_remote_device() {
     grep -q "using device REMOTE$2 ($3" "$WORK/$1.err" ||
         fail "$1: REMOTE$2 is not the server's $3: $(grep -m2 'using device' "$WORK/$1.err")"
 }
+
+# warm_whisper_shader_cache SERVERS MODEL [ARGS...]: once per build tree (and model),
+# one whisper-cli run through SERVERS that fills this tenant's --shader-cache, bounded
+# by WHISPER_WARM_TIMEOUT rather than WHISPER_TIMEOUT. Why: lavapipe compiles three
+# of ggml-vulkan's pipelines for whisper in 18-20 s each on an idle 2-core machine
+# and up to 110 s each on a busy one (Mesa 26.2 with LLVM 22), so a cold cache alone
+# can exceed a run's bound; the runs a test checks then find them compiled.
+# (A sandboxed worker is not slower otherwise: docs/SECURITY.md, "Shader cache".)
+WHISPER_WARM_TIMEOUT=${WHISPER_WARM_TIMEOUT:-600}
+warm_whisper_shader_cache() {
+    local servers=$1 model=$2
+    shift 2
+    local stamp
+    stamp="$VULKAN_SHADER_CACHE/warm-whisper-$(basename "$model").stamp"
+    [ -e "$stamp" ] && return 0
+    local started=$SECONDS
+    WHISPER_TIMEOUT=$WHISPER_WARM_TIMEOUT run_whisper_guest warm-cache "$servers" "$model" "$@"
+    note "warmed the shader cache for $(basename "$model") in $((SECONDS - started)) s"
+    touch "$stamp"
+}

@@ -10,6 +10,9 @@
 # the WAV, with an audio context of 256 frames (of 1500). The full context gives
 # the same transcript too (checked by hand), but takes minutes here: a sandboxed
 # worker compiles its Vulkan pipelines afresh (README, "Serving a GPU").
+# The first run in a build tree fills the tests' shader cache first, in a step of
+# its own with a longer bound (warm_whisper_shader_cache): lavapipe needs minutes
+# for three of whisper's pipelines on a busy machine.
 # Skipped (exit 77) only where no Vulkan device shows up at all.
 # usage: whisper_cli_vulkan.sh
 source "$(dirname "$0")/lib.sh"
@@ -24,6 +27,8 @@ start_vulkan_server srv -d Vulkan0
 # shellcheck disable=SC2154 # start_server sets srv_LOG
 served=$(sed -n 's/.*ggml-remote-server: serving //p' "$srv_LOG")
 [ "$served" = "Vulkan0: $VULKAN0_DESCRIPTION" ] || fail "the server should serve Vulkan0 alone, it serves: $served"
+
+warm_whisper_shader_cache "$(endpoint_for shm srv)" "$model" "${short[@]}"
 
 run_whisper_local_vulkan local "$model" "${short[@]}"
 
