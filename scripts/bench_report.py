@@ -134,7 +134,8 @@ def llama_table(rows, results, target=None, expected=()):
     transports get a row of "-" when they have no runs."""
     models = list(dict.fromkeys(r["model"] for r in rows))
     transports = list(dict.fromkeys([r["transport"] for r in rows] + list(expected)))
-    header = (f"| {'model':<6} | {'transport':<9} | {'pp t/s median [min-max]':<26} | {'x local':>7} | "
+    width = max([9] + [len(t) for t in transports])  # "vm-ivshmem" is 10
+    header = (f"| {'model':<6} | {'transport':<{width}} | {'pp t/s median [min-max]':<26} | {'x local':>7} | "
               f"{'tg t/s median [min-max]':<26} | {'x local':>7} | {'load s median [min-max]':<24} | {'x local':>7} |")
     if target is not None:
         header += f" {'target':<7} |"
@@ -148,7 +149,7 @@ def llama_table(rows, results, target=None, expected=()):
                 continue
             stats = {k: spread([r.get(k) for r in runs]) for k in ("pp_tps", "tg_tps", "load_s")}
             x_pp, x_tg = paired_ratio(runs, local, "pp_tps"), paired_ratio(runs, local, "tg_tps")
-            line = (f"| {model:<6} | {transport:<9} | {fmt(stats['pp_tps']):<26} | {x_pp:>7} | "
+            line = (f"| {model:<6} | {transport:<{width}} | {fmt(stats['pp_tps']):<26} | {x_pp:>7} | "
                     f"{fmt(stats['tg_tps']):<26} | {x_tg:>7} | "
                     f"{fmt(stats['load_s'], 3):<24} | {paired_ratio(runs, local, 'load_s'):>7} |")
             if target is not None:
@@ -183,7 +184,7 @@ def report(path):
         order = ["local", "vm-cpu", "vm-tcp", "vm-ivshmem", "vm-rpc"]
         llama_table(sorted(vm, key=lambda r: order.index(r["transport"]) if r["transport"] in order else 99),
                     results, expected=("vm-ivshmem",))
-        print("(x local: as above; vm-ivshmem: not measured yet)")
+        print("(x local: as above; a variant that was not run shows -)")
     if whisper:
         print()
         wheader = (f"| {'model':<13} | {'transport':<9} | {'encode ms median [min-max]':<28} | {'x local':>7} | "

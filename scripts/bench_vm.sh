@@ -4,12 +4,13 @@
 #   local      the host's own CPU, no VM (the reference of "x local")
 #   vm-cpu     the VM's own CPU
 #   vm-tcp     from the VM through our server over QEMU's user network
-#   vm-ivshmem from the VM through ivshmem (an empty row until that transport lands)
+#   vm-ivshmem from the VM through ivshmem: the server's region (BENCH_VM_REGION_SIZE,
+#              default 1G) mapped into the VM as an ivshmem-plain PCI device
 #   vm-rpc     from the VM through ggml-rpc-server on the host
 # Each round boots one VM that runs every VM variant, in an order rotated from
 # round to round. Prints a table and writes BUILD/bench-vm/results.json.
 #   BENCH_VM_MODELS="small mid"  BENCH_VM_REPS=3  BENCH_VM_RUNS=1  BENCH_VM_PP=32  BENCH_VM_TG=16
-#   BENCH_VM_VARIANTS="vm-cpu vm-tcp vm-rpc" (the VM's; vm-cpu takes most of the time)
+#   BENCH_VM_VARIANTS="vm-cpu vm-tcp vm-ivshmem vm-rpc" (the VM's; vm-cpu takes most of the time)
 #   VM_CPUS=2 (the VM's vCPUs and every variant's threads)  VM_MEMORY=3G
 # Under TCG (no KVM) the VM's own CPU is many times slower than the host's: the
 # defaults keep a round of the mid model to minutes.
@@ -30,24 +31,29 @@ raw=$out/raw.jsonl
 : >"$raw"
 # In /tmp, which the VM sees read-only (--share), with its job folders inside.
 work=$(mktemp -d /tmp/ggml-remote-bench-vm.XXXXXX)
+# The ivshmem region: a memory file (sparse) that holds the mid model's weights too.
+region=/dev/shm/ggml-remote-bench-vm.$$
+region_size=${BENCH_VM_REGION_SIZE:-1G}
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    rm -rf "$work"
+    rm -rf "$work" "$region"
 }
 trap cleanup EXIT
 # shellcheck source=bench_lib.sh
 source "$here/bench_lib.sh"  # free_port, wait_for, ensure_model, cache_as_read, run_load, load_seconds
 
 port=$(free_port)
-"$build/bin/ggml-remote-server" --listen "tcp://127.0.0.1:$port" --threads "$threads" >"$work/remote.log" 2>&1 &
+"$build/bin/ggml-remote-server" --listen "tcp://127.0.0.1:$port" --listen "ivshmem:$region,size=$region_size" \
+    --threads "$threads" >"$work/remote.log" 2>&1 &
 pids+=($!)
 rpc_port=$(free_port)
 "$rpc_server" -H 127.0.0.1 -p "$rpc_port" -t "$threads" >"$work/rpc.log" 2>&1 &
 pids+=($!)
 wait_for tcp_open "$port"
 wait_for tcp_open "$rpc_port"
+wait_for test -s "$region"
 
 # The VM's side of a round: MODEL, then the variants in this round's order. Each
 # leaves VARIANT.json (llama-bench) and VARIANT-load.log (llama-completion -v) in
@@ -58,6 +64,8 @@ for variant in "\$@"; do
     case \$variant in
         vm-cpu) runner=(env); offload=() ;;
         vm-tcp) runner=(env GGML_BACKEND_PATH=$build/lib/libggml-remote.so GGML_REMOTE_SERVERS=tcp://10.0.2.2:$port)
+                offload=(-ngl 99) ;;
+        vm-ivshmem) runner=(env GGML_BACKEND_PATH=$build/lib/libggml-remote.so GGML_REMOTE_SERVERS=ivshmem:)
                 offload=(-ngl 99) ;;
         vm-rpc) runner=(env); offload=(--rpc 10.0.2.2:$rpc_port -ngl 99) ;;
     esac
@@ -79,12 +87,14 @@ local_round() {
 }
 
 # vm_round MODEL NAME REP: one VM runs every VM variant.
-read -r -a vm_variants <<<"${BENCH_VM_VARIANTS:-vm-cpu vm-tcp vm-rpc}"
+read -r -a vm_variants <<<"${BENCH_VM_VARIANTS:-vm-cpu vm-tcp vm-ivshmem vm-rpc}"
 vm_round() {
     local shift_by=$((($3 - 1) % ${#vm_variants[@]})) job=$work/job-$2-$3 variant
     local order=("${vm_variants[@]:shift_by}" "${vm_variants[@]:0:shift_by}")
     echo "bench-vm: $2 ${order[*]} in one VM (round $3 of $reps)" >&2
-    "$here/vm/run" --build "$build" --share "$work" --job "$job" --timeout 3000 -- \
+    "$here/vm/run" --build "$build" --share "$work" --job "$job" --timeout 3000 --qemu \
+        -object "memory-backend-file,id=ivshmem0,share=on,mem-path=$region,size=$region_size" \
+        -device ivshmem-plain,memdev=ivshmem0 -- \
         bash "$work/in-vm.sh" "$1" "${order[@]}" >&2 || echo "bench-vm: the VM run failed" >&2
     [ ! -f "$job/timing" ] || echo "bench-vm: $(cat "$job/timing")" >&2
     for variant in "${order[@]}"; do

@@ -391,6 +391,10 @@ ggml_backend_buffer_t adopt_region_buffer(ggml_backend_buffer_type_t buft, std::
     remote->base = at;
     ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
         buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), reply.size);
+    if (buffer == nullptr) return nullptr;
+    // Graph preparation asks the ggml buffer for its usage. Not restorable: a
+    // region's buffers end with its session (the region is wiped).
+    remote->owner = buffer;
     remote.release();
     return buffer;
 }

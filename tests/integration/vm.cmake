@@ -4,3 +4,8 @@
 add_integration_test(vm_boot vm_boot.sh)
 add_integration_test(vm_llama_tokens_tcp vm_llama_tokens.sh tcp)
 add_integration_test(vm_llama_tokens_tls vm_llama_tokens.sh tls)
+# Through ivshmem: the server's region mapped into the VM as a PCI device (see
+# vm_ivshmem.sh's header for what each asserts).
+add_integration_test(vm_ivshmem_llama vm_ivshmem.sh llama)
+add_integration_test(vm_ivshmem_whisper vm_ivshmem.sh whisper)
+add_integration_test(vm_ivshmem_killed vm_ivshmem.sh killed)
