@@ -145,8 +145,11 @@ if [ "${BENCH_VULKAN:-1}" = 1 ]; then
     if GGML_VK_VISIBLE_DEVICES=0 "$build/bin/ggml-remote-server" --list-devices 2>/dev/null | grep -q 'Vulkan0'; then
         vulkan=1
         vulkan_port=$(free_port)
+        # With a shader cache, as the packaged unit runs: a session compiles its
+        # pipelines once, not in every round.
         GGML_VK_VISIBLE_DEVICES=0 "$build/bin/ggml-remote-server" -d Vulkan0 --listen "unix:$work/vulkan.sock" \
-            --listen "tcp://127.0.0.1:$vulkan_port" --threads "$threads" >"$work/vulkan.log" 2>&1 &
+            --listen "tcp://127.0.0.1:$vulkan_port" --threads "$threads" --shader-cache "$work/shader-cache" \
+            >"$work/vulkan.log" 2>&1 &
         pids+=($!)
         wait_for test -S "$work/vulkan.sock"
         wait_for tcp_open "$vulkan_port"
