@@ -38,6 +38,9 @@ SOCK=$SOCK_DIR/ggml-remote.sock
 ACTIVATED_SOCK=$SOCK_DIR/activated.sock
 PLUGIN=/usr/lib/x86_64-linux-gnu/ggml-remote/libggml-remote.so
 PROMPT="Hello world"
+# The long generation: long enough that a restart lands inside it on an idle
+# machine too (600 tokens took under a second), within the model's 2048 context.
+LONG_TOKENS=2000
 RESULTS=()
 PIDS=()  # every background process started, stopped at exit
 SERVER_PID=""
@@ -290,8 +293,8 @@ alice_listed_by_status() {
 
 status_during_generation() {
     local guest_pid running=0
-    local_run long-local 600 || return
-    guest long-remote alice "shm:$SOCK" 600 &
+    local_run long-local "$LONG_TOKENS" || return
+    guest long-remote alice "shm:$SOCK" "$LONG_TOKENS" &
     guest_pid=$!
     PIDS+=("$guest_pid")
     alice_listed_by_status "$guest_pid" || die "status showed no session of alice" || return
@@ -311,9 +314,9 @@ status_during_generation() {
     # Over hundreds of greedy tokens of a random model, near-ties may tip either way
     # (other thread counts sum in another order): reported, not a failure.
     if cmp -s "$LOGS/long-local.out" "$LOGS/long-remote.out"; then
-        say "the 600-token generation over shm is the CPU's"
+        say "the $LONG_TOKENS-token generation over shm is the CPU's"
     else
-        say "the 600-token generation starts as the CPU's; $(cmp "$LOGS/long-local.out" "$LOGS/long-remote.out" |
+        say "the $LONG_TOKENS-token generation starts as the CPU's; $(cmp "$LOGS/long-local.out" "$LOGS/long-remote.out" |
             sed 's/.*: //') (not checked)"
     fi
 }
@@ -422,8 +425,8 @@ service_activated() {
 # `systemctl reload` then reaches the listener (SIGHUP) and replaces nothing.
 restart_keeps_session() {
     local guest_pid old_pid new_pid running=0 procs before
-    [ -s "$LOGS/long-remote.out" ] || die "no undisturbed 600-token generation to compare with" || return
-    guest restart-remote alice "shm:$SOCK" 600 &
+    [ -s "$LOGS/long-remote.out" ] || die "no undisturbed $LONG_TOKENS-token generation to compare with" || return
+    guest restart-remote alice "shm:$SOCK" "$LONG_TOKENS" &
     guest_pid=$!
     PIDS+=("$guest_pid")
     alice_listed_by_status "$guest_pid" || die "the guest's session did not start" || return
@@ -439,7 +442,7 @@ restart_keeps_session() {
     [ "$procs" -ge 2 ] || die "the worker is not in the unit's cgroup" || return
     wait "$guest_pid" || { tail -n 20 "$LOGS/restart-remote.err" | indent; die "the guest failed across the restart"; return; }
     cmp -s "$LOGS/long-remote.out" "$LOGS/restart-remote.out" || die "other tokens than undisturbed" || return
-    say "the 600-token generation across the restart is the undisturbed one"
+    say "the $LONG_TOKENS-token generation across the restart is the undisturbed one"
     server_log
     grep 'took over' "$SERVER_LOG" | tail -n 1 | sed 's/^/   server: /'
     server_says 'took over 1 live session(s) from the previous listener' "the new listener took nothing over" ||
