@@ -302,16 +302,21 @@ ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<Remo
 
 }  // namespace
 
-void upload_to(RemoteBuffer *remote, uint64_t offset, const void *data, size_t size) {
-    // A tensor of the bytes, as ggml would pass one, so that the store may be asked.
+ggml_tensor byte_tensor(ggml_backend_buffer_t buffer, void *data, size_t size) {
     ggml_tensor bytes{};
     bytes.type = GGML_TYPE_I8;
     bytes.ne[0] = static_cast<int64_t>(size);
     bytes.ne[1] = bytes.ne[2] = bytes.ne[3] = 1;
     bytes.nb[0] = 1;
     bytes.nb[1] = bytes.nb[2] = bytes.nb[3] = size;
-    bytes.buffer = remote->owner;
-    bytes.data = static_cast<uint8_t *>(remote->base) + offset;
+    bytes.buffer = buffer;
+    bytes.data = data;
+    return bytes;
+}
+
+void upload_to(RemoteBuffer *remote, uint64_t offset, const void *data, size_t size) {
+    // A tensor of the bytes, as ggml would pass one, so that the store may be asked.
+    ggml_tensor bytes = byte_tensor(remote->owner, static_cast<uint8_t *>(remote->base) + offset, size);
     upload(remote->owner, &bytes, data, 0, size);
 }
 

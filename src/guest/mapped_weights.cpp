@@ -132,14 +132,7 @@ ggml_backend_buffer_t MappedWeights::make_host_copy(const uint8_t *begin, size_t
     if (buffer == nullptr) return nullptr;
     // Weights, so that the server's weight store may already hold them.
     ggml_backend_buffer_set_usage(buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    ggml_tensor whole{};
-    whole.type = GGML_TYPE_I8;
-    whole.ne[0] = static_cast<int64_t>(size);
-    whole.ne[1] = whole.ne[2] = whole.ne[3] = 1;
-    whole.nb[0] = 1;
-    whole.nb[1] = whole.nb[2] = whole.nb[3] = size;
-    whole.buffer = buffer;
-    whole.data = ggml_backend_buffer_get_base(buffer);
+    ggml_tensor whole = byte_tensor(buffer, ggml_backend_buffer_get_base(buffer), size);
     ggml_backend_tensor_set(&whole, begin, 0, size);
     return buffer;
 }

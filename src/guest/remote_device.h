@@ -162,6 +162,9 @@ void tell_weights(const ggml_tensor *tensor);
 bool host_buffer_of_memory(RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size, uint64_t *handle);
 // Writes bytes into a remote buffer as set_tensor does (the store first, else
 // chunks), without noting the write: restoring weights from their source.
+// A tensor of `size` bytes at `data` in `buffer`, as ggml would pass one to a
+// buffer's set_tensor.
+ggml_tensor byte_tensor(ggml_backend_buffer_t buffer, void *data, size_t size);
 void upload_to(RemoteBuffer *remote, uint64_t offset, const void *data, size_t size);
 
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size);
