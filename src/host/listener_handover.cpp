@@ -1,4 +1,5 @@
 #include "host/listener_handover.h"
+#include "transport/socket.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -113,13 +114,7 @@ Status store_with_service_manager(int fd, const std::string &name) {
     header.msg_namelen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length);
     header.msg_iov = &data;
     header.msg_iovlen = 1;
-    header.msg_control = control;
-    header.msg_controllen = sizeof(control);
-    cmsghdr *rights = CMSG_FIRSTHDR(&header);
-    rights->cmsg_level = SOL_SOCKET;
-    rights->cmsg_type = SCM_RIGHTS;
-    rights->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(rights), &fd, sizeof(int));
+    attach_fds(&header, control, sizeof(control), &fd, 1);
     if (::sendmsg(notify.get(), &header, MSG_NOSIGNAL) < 0) {
         return error(Code::error, std::string("FDSTORE to ") + path + ": " + std::strerror(errno));
     }

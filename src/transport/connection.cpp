@@ -1,4 +1,5 @@
 #include "transport/connection.h"
+#include "transport/socket.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,22 +14,6 @@ namespace ggml_remote {
 
 using protocol::ByteView;
 using protocol::FrameHeader;
-
-namespace {
-
-// Puts `count` descriptors (at most kMaxFdsPerFrame) on a message, in `control`.
-void attach_fds(msghdr *message, char *control, size_t control_size, const int *fds, size_t count) {
-    std::memset(control, 0, control_size);
-    message->msg_control = control;
-    message->msg_controllen = CMSG_SPACE(sizeof(int) * count);
-    cmsghdr *cmsg = CMSG_FIRSTHDR(message);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * count);
-    std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * count);
-}
-
-}  // namespace
 
 Status FramedStream::failure(const char *what, int err) {
     std::string reason = err == 0 ? "connection closed by peer" : std::strerror(err);

@@ -231,4 +231,15 @@ int poll_one(int fd, short events, int timeout_ms) {
     return ready;
 }
 
+void attach_fds(msghdr *message, char *control, size_t control_size, const int *fds, size_t count) {
+    std::memset(control, 0, control_size);
+    message->msg_control = control;
+    message->msg_controllen = CMSG_SPACE(sizeof(int) * count);
+    cmsghdr *cmsg = CMSG_FIRSTHDR(message);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * count);
+}
+
 }  // namespace ggml_remote

@@ -5,6 +5,8 @@
 #include "transport/endpoint.h"
 #include "transport/unique_fd.h"
 
+#include <sys/socket.h>
+
 #include <string>
 #include <vector>
 
@@ -39,5 +41,9 @@ void tune_stream_socket(int fd);
 // poll() on one descriptor for `events`, retried when a signal interrupts it:
 // 1 when ready, 0 on timeout (-1 waits forever), -1 with errno on failure.
 int poll_one(int fd, short events, int timeout_ms);
+
+// Puts `count` descriptors on `message` (SCM_RIGHTS), in `control`, which must
+// hold CMSG_SPACE(sizeof(int) * count) bytes.
+void attach_fds(msghdr *message, char *control, size_t control_size, const int *fds, size_t count);
 
 }  // namespace ggml_remote
