@@ -141,6 +141,19 @@ assert_session_computed() {
     note "server: $line"
 }
 
+# assert_session_transport LOG ID TRANSPORT: the server saw session ID come over
+# TRANSPORT (an shm guest connects over the unix socket).
+assert_session_transport() {
+    local scheme=${3/shm/unix}
+    grep -q "session $2 ($scheme:" "$1" || fail "session $2 did not come over $3: $(grep "session $2 " "$1")"
+}
+
+# assert_session_tls13 LOG ID: session ID logged its TLS 1.3 identity, 'guest'.
+assert_session_tls13() {
+    grep -q "session $2 (.*): TLS as 'guest': (TLS1.3)" "$1" ||
+        fail "session $2 did not log its TLS 1.3 identity: $(grep "session $2 " "$1")"
+}
+
 # wait_pid_exit PID SECONDS: waits until PID has exited; 1 if it is still running.
 wait_pid_exit() {
     local pid=$1 deadline

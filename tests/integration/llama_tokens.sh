@@ -28,9 +28,6 @@ case $transport in
     shm) endpoint=shm:${srv_UNIX#unix:} ;;
     tls) endpoint=tls://${srv_TCP#tcp://} ;;
 esac
-# The server sees an shm guest on its unix socket.
-server_side=$transport
-[ "$transport" = shm ] && server_side=unix
 N=32
 
 for spec in "tiny f16" "tiny q8_0" "small f16" "small q4_0" "moe f16" "moe q4_0"; do
@@ -51,12 +48,8 @@ for spec in "tiny f16" "tiny q8_0" "small f16" "small q4_0" "moe f16" "moe q4_0"
         fail "$name-remote: the plugin reported trouble: $(plugin_lines "$name-remote")"
     # One graph compute per decoded batch at least: the prompt and every new token.
     assert_session_computed "$srv_LOG" "$session" $((N - 1))
-    grep -q "session $session ($server_side" "$srv_LOG" ||
-        fail "session $session did not come over $transport: $(grep "session $session " "$srv_LOG")"
-    if [ "$transport" = tls ]; then
-        grep -q "session $session (.*): TLS as 'guest': (TLS1.3)" "$srv_LOG" ||
-            fail "session $session did not log its TLS 1.3 identity: $(grep "session $session " "$srv_LOG")"
-    fi
+    assert_session_transport "$srv_LOG" "$session" "$transport"
+    if [ "$transport" = tls ]; then assert_session_tls13 "$srv_LOG" "$session"; fi
     if [ "$transport" = shm ]; then
         # Weights mapped, not copied: the session received far less than the model's size
         # (for models big enough that their weights would dominate the graphs).

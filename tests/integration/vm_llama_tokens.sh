@@ -33,11 +33,7 @@ assert_offloaded vm
 assert_same_tokens local vm
 [ -z "$(plugin_lines vm)" ] || fail "in the VM, the plugin reported trouble: $(plugin_lines vm)"
 assert_session_computed "$srv_LOG" "$session" $((N - 1))
-grep -q "session $session ($transport" "$srv_LOG" ||
-    fail "session $session did not come over $transport: $(grep "session $session " "$srv_LOG")"
-if [ "$transport" = tls ]; then
-    grep -q "session $session (.*): TLS as 'guest': (TLS1.3)" "$srv_LOG" ||
-        fail "session $session did not log its TLS 1.3 identity: $(grep "session $session " "$srv_LOG")"
-fi
+assert_session_transport "$srv_LOG" "$session" "$transport"
+if [ "$transport" = tls ]; then assert_session_tls13 "$srv_LOG" "$session"; fi
 note "in the VM over $transport: same $N tokens as the host's CPU: $(head -c 80 "$WORK/vm.out")..."
 echo PASS

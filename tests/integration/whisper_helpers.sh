@@ -155,10 +155,3 @@ endpoint_for() {
         *) fail "unknown transport '$1' (expected unix, shm or tcp)" ;;
     esac
 }
-
-# assert_session_transport LOG ID TRANSPORT: the server saw session ID come over
-# TRANSPORT (an shm guest connects over the unix socket).
-assert_session_transport() {
-    local scheme=${3/shm/unix}
-    grep -q "session $2 ($scheme:" "$1" || fail "session $2 did not come over $3: $(grep "session $2 " "$1")"
-}
