@@ -25,6 +25,7 @@ namespace {
 using namespace protocol;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
+using test_support::pattern_bytes;
 
 constexpr uint64_t kBufferSize = 8u << 20;
 
@@ -35,16 +36,6 @@ ggml_backend_dev_t ring_test_vulkan_device() {
     return ggml_backend_dev_by_name("Vulkan0");
 }
 
-// Bytes that differ at every offset of a large range (a shifted piece shows).
-std::vector<uint8_t> pattern(size_t size, uint32_t seed) {
-    std::vector<uint8_t> bytes(size);
-    uint32_t state = seed * 2654435761u + 1;
-    for (uint8_t &byte : bytes) {
-        state = state * 1664525u + 1013904223u;
-        byte = static_cast<uint8_t>(state >> 24);
-    }
-    return bytes;
-}
 
 // A session served on a socketpair whose frames, after the handshake, go through
 // a shared ring, as for an shm: guest. The parameter names the served device.
@@ -142,21 +133,21 @@ TEST_P(RingSession, WrittenBytesReadBackTheSameAtAnyOffsetAndSizeAcrossWrapsAndB
     uint64_t offset = 5;
     uint32_t seed = 1;
     for (size_t size : sizes) {
-        const std::vector<uint8_t> data = pattern(size, seed++);
+        const std::vector<uint8_t> data = pattern_bytes(size, seed++);
         set(buffer, offset, data);
         EXPECT_EQ(get(buffer, offset, size), data) << size << " bytes at " << offset;
         offset += size + 77;
     }
     // Every write landed where it was sent and nowhere else: a second look at the first.
-    EXPECT_EQ(get(buffer, 5, 1), pattern(1, 1));
+    EXPECT_EQ(get(buffer, 5, 1), pattern_bytes(1, 1));
 }
 
 TEST_P(RingSession, RowsWrittenAndReadInTwoDimensionsLandOnTheirStrideAndLeaveTheGaps) {
     const uint64_t buffer = alloc(kBufferSize);
     constexpr uint64_t kRow = 3000, kStride = 4096, kRows = 700;  // 2.1 MB of rows: more than the ring
-    const std::vector<uint8_t> background = pattern(kRows * kStride, 9);
+    const std::vector<uint8_t> background = pattern_bytes(kRows * kStride, 9);
     set(buffer, 64, background);
-    const std::vector<uint8_t> rows = pattern(kRow * kRows, 10);
+    const std::vector<uint8_t> rows = pattern_bytes(kRow * kRows, 10);
     send<SetTensor2d>(SetTensor2d::Request{{buffer, 64 + 11, kRow}, kRows, kStride}, ByteView(rows));
 
     std::vector<uint8_t> expected = background;
@@ -173,18 +164,18 @@ TEST_P(RingSession, RowsWrittenAndReadInTwoDimensionsLandOnTheirStrideAndLeaveTh
 
 TEST_P(RingSession, AWriteOutsideTheBufferIsRefusedUnwrittenAndTheFramesStayInStep) {
     const uint64_t buffer = alloc(1 << 20);
-    const std::vector<uint8_t> before = pattern(1 << 20, 3);
+    const std::vector<uint8_t> before = pattern_bytes(1 << 20, 3);
     set(buffer, 0, before);
     // Past the end, by a range that would overflow, and on a handle that does not exist.
-    set(buffer, (1 << 20) - 100, pattern(300000, 4));
+    set(buffer, (1 << 20) - 100, pattern_bytes(300000, 4));
     std::string refusal;
     EXPECT_TRUE(get(buffer, 0, 16, &refusal).empty());
     EXPECT_THAT(refusal, StartsWith("set_tensor: "));
     EXPECT_THAT(refusal, HasSubstr("outside buffer"));
-    send<SetTensor>(SetTensor::Request{{buffer, ~0ull - 10, 600000}}, ByteView(pattern(600000, 5)));
+    send<SetTensor>(SetTensor::Request{{buffer, ~0ull - 10, 600000}}, ByteView(pattern_bytes(600000, 5)));
     EXPECT_TRUE(get(buffer, 0, 16, &refusal).empty());
     EXPECT_THAT(refusal, HasSubstr("outside buffer"));
-    set(buffer + 99, 0, pattern(2 << 20, 6));
+    set(buffer + 99, 0, pattern_bytes(2 << 20, 6));
     EXPECT_TRUE(get(buffer, 0, 16, &refusal).empty());
     EXPECT_THAT(refusal, HasSubstr("not valid"));
     EXPECT_EQ(get(buffer, 0, 1 << 20), before) << "a refused write changed nothing";
@@ -192,18 +183,18 @@ TEST_P(RingSession, AWriteOutsideTheBufferIsRefusedUnwrittenAndTheFramesStayInSt
 
 TEST_P(RingSession, DataOfAnotherLengthThanItsRangeIsRefusedUnwritten) {
     const uint64_t buffer = alloc(4 << 20);
-    const std::vector<uint8_t> before = pattern(4 << 20, 7);
+    const std::vector<uint8_t> before = pattern_bytes(4 << 20, 7);
     set(buffer, 0, before);
-    send<SetTensor>(SetTensor::Request{{buffer, 0, 1000}}, ByteView(pattern(1500000, 8)));
+    send<SetTensor>(SetTensor::Request{{buffer, 0, 1000}}, ByteView(pattern_bytes(1500000, 8)));
     std::string refusal;
     EXPECT_TRUE(get(buffer, 0, 16, &refusal).empty());
     EXPECT_THAT(refusal, HasSubstr("1500000 data bytes for a range of 1000"));
     // Rows: their count times their size is not the data sent.
-    send<SetTensor2d>(SetTensor2d::Request{{buffer, 0, 1000}, 3, 2000}, ByteView(pattern(1200000, 8)));
+    send<SetTensor2d>(SetTensor2d::Request{{buffer, 0, 1000}, 3, 2000}, ByteView(pattern_bytes(1200000, 8)));
     EXPECT_TRUE(get(buffer, 0, 16, &refusal).empty());
     EXPECT_THAT(refusal, HasSubstr("n_copies * size"));
     // Rows whose last lies past the end.
-    send<SetTensor2d>(SetTensor2d::Request{{buffer, 0, 1000}, 1000, 1 << 20}, ByteView(pattern(1000000, 8)));
+    send<SetTensor2d>(SetTensor2d::Request{{buffer, 0, 1000}, 1000, 1 << 20}, ByteView(pattern_bytes(1000000, 8)));
     EXPECT_TRUE(get(buffer, 0, 16, &refusal).empty());
     EXPECT_THAT(refusal, HasSubstr("outside buffer"));
     EXPECT_EQ(get(buffer, 0, 4 << 20), before);
