@@ -5,7 +5,7 @@ BUILD ?= build
 RUN := scripts/in-sysroot
 CTEST_ARGS ?=
 
-.PHONY: all build test unit demo conformance bench bench-vm sysroot clean fuzz
+.PHONY: all build test unit demo conformance bench bench-vm sysroot clean fuzz sanitize
 
 all: build
 
@@ -41,6 +41,12 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 fuzz:
 	$(RUN) env FUZZ_SECONDS=$(FUZZ_SECONDS) $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") scripts/fuzz.sh $(FUZZ_BUILD)
+
+# make sanitize: the unit tests, every fuzz corpus's replay and the race tests, built
+# with ASan + UBSan (clang) in $(SANITIZE_BUILD)/; CI runs it after make test.
+SANITIZE_BUILD ?= build-sanitize
+sanitize:
+	$(RUN) env CTEST_ARGS="$(CTEST_ARGS)" scripts/sanitize.sh $(SANITIZE_BUILD)
 
 clean:
 	rm -rf $(BUILD)

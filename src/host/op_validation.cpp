@@ -23,6 +23,7 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace ggml_remote::host {
 
@@ -883,8 +884,11 @@ uint32_t sources_written_in_place(ggml_op op) {
 
 Status validate_node(const ggml_tensor *node) {
     const std::string name = " node '" + printable(node->name) + "': ";
-    if (node->op < 0 || node->op >= GGML_OP_COUNT) {
-        return error(Code::bad_request, "op " + std::to_string(node->op) + name + "unknown op");
+    // Read as a number: an id outside the enum is not a value of ggml_op.
+    std::underlying_type_t<ggml_op> op_id;
+    std::memcpy(&op_id, &node->op, sizeof op_id);
+    if (op_id < 0 || op_id >= GGML_OP_COUNT) {
+        return error(Code::bad_request, "op " + std::to_string(op_id) + name + "unknown op");
     }
     const char *op = ggml_op_name(node->op);
     const auto refuse = [&](const std::string &why) { return error(Code::bad_request, op + name + why); };

@@ -105,7 +105,7 @@ Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFi
     }
     ggml_backend_buffer_t buffer = ggml_backend_dev_buffer_from_host_ptr(
         device, record.mapping.data(), record.mapping.size(),
-        std::min<uint64_t>(request.max_tensor_size, request.size));
+        std::min(uint64_t{request.max_tensor_size}, uint64_t{request.size}));  // packed: copies, not references
     if (buffer == nullptr) return error(Code::error, "the host device cannot wrap the mapped file");
     record.buffer.reset(buffer);
     record.device = request.device;

@@ -177,7 +177,7 @@ bool FramedStream::reads_ahead() {
 Status FramedStream::receive_through_inbox(uint8_t *out, size_t size) {
     constexpr size_t kInboxBytes = 64 * 1024;
     const size_t held = std::min(size, inbox_end_ - inbox_at_);
-    std::memcpy(out, inbox_.data() + inbox_at_, held);
+    if (held > 0) std::memcpy(out, inbox_.data() + inbox_at_, held);  // an empty inbox has no data()
     inbox_at_ += held;
     out += held;
     size -= held;

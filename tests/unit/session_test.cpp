@@ -2022,8 +2022,8 @@ TEST_F(VulkanSessionGraph, GraphOptimizeAnswersTheVulkanBackendsOrder) {
     Outcome outcome = call<GraphOptimize>(GraphOptimize::Request{compute_backend}, ByteView(optimize_list(ctx.get())));
     ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
     const auto reply = outcome.reply<GraphOptimize::Reply>();
-    EXPECT_EQ(reply.has_optimizer, 1);
-    ASSERT_EQ(reply.n_nodes, 3u);
+    EXPECT_EQ(uint32_t{reply.has_optimizer}, 1u);  // packed fields: copies, not references
+    ASSERT_EQ(uint32_t{reply.n_nodes}, 3u);
     std::vector<int32_t> order(reply.n_nodes + 2 * reply.n_alloc_deps);
     ASSERT_EQ(outcome.tail.size(), order.size() * sizeof(int32_t));
     std::memcpy(order.data(), outcome.tail.data(), outcome.tail.size());
