@@ -205,11 +205,32 @@ class Listener {
         return true;
     }
 
+    // Whether a guest claimed `port`'s region. A region whose file changed size
+    // (truncated by its VM, its worker or another process of this user) ends its
+    // session; the listener never maps the file, so nothing faults here.
+    bool claimed_region(RegionPort &port) {
+        switch (port.poll()) {
+        case RegionPort::Event::claimed:
+            return true;
+        case RegionPort::Event::resized:
+            log_line(port.name() + ": the region's file changed size (" + std::to_string(port.file_size()) +
+                     " bytes): its session ends");
+            jail_.kill(port.worker());
+            return false;
+        case RegionPort::Event::repaired:
+            log_line(port.name() + ": the region's file changed size while idle: sized again, wiped, "
+                                   "ready for the next session");
+            return false;
+        default:
+            return false;
+        }
+    }
+
     // A VM claimed a region: its worker, like a connection's, with the region's
     // file in place of a socket. A full server turns the claim away.
     void serve_regions() {
         for (RegionPort &port : regions_) {
-            if (!port.poll()) continue;
+            if (!claimed_region(port)) continue;
             const std::string peer = port.name();
             if (admission_.sessions_full()) {
                 log_line("refused " + peer + ": " + std::to_string(admission_.sessions()) +
