@@ -6,4 +6,5 @@ add_integration_test(ivshmem_hostile ivshmem.sh hostile)
 # The region file is the listener's own, and a file that shrinks ends only its session
 # (issue 25, class 5).
 add_integration_test(ivshmem_region_owner ivshmem_files.sh owner)
-add_integration_test(ivshmem_region_shrunk ivshmem_files.sh shrunk)
+add_integration_test(ivshmem_region_shrunk_idle ivshmem_files.sh shrunk-idle)
+add_integration_test(ivshmem_region_shrunk_attached ivshmem_files.sh shrunk-attached)

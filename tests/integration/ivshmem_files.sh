@@ -1,18 +1,18 @@
-# ivshmem_region_{owner,shrunk}: the files the listener maps are its own
+# ivshmem_region_{owner,shrunk_idle,shrunk_attached}: the files the listener maps are its own
 # (src/host/region_port.h; issue 25, class 5).
 #  owner: a region file that another user (nobody) created first, and would read
 #      every session through, is refused, with ,reuse too; the server creates its
 #      own file exclusively, mode 0600, and takes over a leftover of its own only
 #      with ,reuse.
-#  shrunk: the region file is truncated while idle, then while a guest is
-#      generating through it (as its VM, its worker or another process of the
-#      server's user can): the listener survives both, the attached session ends,
-#      and the next guest is served through the region with the CPU's tokens.
-# usage: ivshmem_files.sh owner|shrunk
+#  shrunk-idle, shrunk-attached: the region file is truncated while idle, or while
+#      a guest is generating through it (as its VM, its worker or another process
+#      of the server's user can): the listener survives, the attached session
+#      ends, and the next guest is served through the region with the CPU's tokens.
+# usage: ivshmem_files.sh owner|shrunk-idle|shrunk-attached
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
-mode=${1:?usage: ivshmem_files.sh owner|shrunk}
+mode=${1:?usage: ivshmem_files.sh owner|shrunk-idle|shrunk-attached}
 
 # serve_region NAME ENDPOINT: a server on ENDPOINT alone; prints "served" once it
 # serves the region, or its last line once it exited.
@@ -62,37 +62,42 @@ owner)
     [[ $answer == *"mode 0666"* ]] || fail ",reuse took over a file anyone may open: $answer"
     note "own file: mode 0600, kept; again only with ,reuse; not at mode 0666"
     ;;
-shrunk)
+shrunk-idle|shrunk-attached)
     REGION=$WORK/vm.region
     ENDPOINT=ivshmem:file:$REGION
     start_server srv --listen "ivshmem:$REGION,size=128M"
     wait_for_line "$srv_LOG" "serving one VM at a time on $REGION" 10 >/dev/null || fail "no region: $(cat "$srv_LOG")"
     tiny=$(model tiny f16)
     run_local tiny-local "$tiny" 16
-    # Idle: truncated to nothing.
-    truncate -s 0 "$REGION"
-    sleep 0.5
-    kill -0 "$srv_PID" 2>/dev/null || { cat "$srv_LOG" >&2; fail "the listener died when the idle region shrank"; }
-    wait_for_line "$srv_LOG" "changed size while idle" 5 >/dev/null || fail "the listener did not notice: $(cat "$srv_LOG")"
-    run_guest_ok after-idle "$ENDPOINT" "$tiny" 16
-    assert_offloaded after-idle
-    assert_same_tokens tiny-local after-idle
-    note "idle region truncated: the listener lives, sized it again, and served the next guest"
-    # Attached: a guest generating through the region; the file loses all but its control page.
-    session=$(($(sessions_connected "$srv_LOG") + 1))
-    start_guest attached "$ENDPOINT" "$(model small f16)" 4000
-    wait_generating attached "$GUEST_PID"
-    truncate -s 4096 "$REGION"
-    line=$(session_end "$srv_LOG" "$session")
-    note "attached: $line"
-    sleep 0.5
-    kill -0 "$srv_PID" 2>/dev/null || { cat "$srv_LOG" >&2; fail "the listener died when the region shrank under a session"; }
-    kill "$GUEST_PID" 2>/dev/null || true
-    run_guest_ok after-attached "$ENDPOINT" "$tiny" 16
-    assert_offloaded after-attached
-    assert_same_tokens tiny-local after-attached
-    [ "$(stat -c %s "$REGION")" = $((128 << 20)) ] || fail "the region file has $(stat -c %s "$REGION") bytes"
-    note "region truncated under a session: only that session ended; the next guest was served"
+    if [ "$mode" = shrunk-idle ]; then
+        truncate -s 0 "$REGION"
+        sleep 0.5
+        kill -0 "$srv_PID" 2>/dev/null || { cat "$srv_LOG" >&2; fail "the listener died when the idle region shrank"; }
+        wait_for_line "$srv_LOG" "changed size while idle" 5 >/dev/null || fail "the listener did not notice: $(cat "$srv_LOG")"
+    else
+        # A guest generating through the region; the file loses every byte.
+        session=$(($(sessions_connected "$srv_LOG") + 1))
+        start_guest attached "$ENDPOINT" "$(model small f16)" 4000
+        wait_generating attached "$GUEST_PID"
+        truncate -s 0 "$REGION"
+        sleep 0.5
+        kill -0 "$srv_PID" 2>/dev/null ||
+            { cat "$srv_LOG" >&2; fail "the listener died when the region shrank under a session"; }
+        line=$(session_end "$srv_LOG" "$session")
+        note "attached: $line"
+        kill "$GUEST_PID" 2>/dev/null || true
+    fi
+    for _ in $(seq 50); do
+        [ "$(stat -c %s "$REGION")" = $((128 << 20)) ] && break
+        sleep 0.1
+    done
+    [ "$(stat -c %s "$REGION")" = $((128 << 20)) ] ||
+        fail "the region was not made whole again ($(stat -c %s "$REGION") bytes): no next guest can be served"
+    run_guest_ok after "$ENDPOINT" "$tiny" 16
+    assert_offloaded after
+    assert_same_tokens tiny-local after
+    kill -0 "$srv_PID" 2>/dev/null || fail "the listener died"
+    note "region truncated ($mode): the listener lives, only that session ended, and the next guest was served"
     ;;
 *) fail "unknown mode '$mode'" ;;
 esac
