@@ -310,16 +310,20 @@ class Listener {
     // The session ledger of the listener this one replaces, or a new one (kept by
     // systemd, where there is one, like the board).
     static SessionLedger open_ledger(const ServerOptions &options, UniqueFd *previous) {
-        SessionLedger ledger;
-        if (previous->valid()) {
-            const Status attached = SessionLedger::attach(previous->release(), &ledger);
-            if (attached) return ledger;
-            log_line("cannot take over the previous listener's session ledger: " + attached.message());
-            ledger = SessionLedger();
-        }
         const auto capacity = static_cast<uint32_t>(options.max_sessions);
-        Status status = SessionLedger::create(capacity, &ledger);
-        if (status && has_service_manager()) status = store_with_service_manager(ledger.fd(), kHandedLedgerName);
+        SessionLedger ledger, previous_ledger;
+        Status status = error(Code::error, "none");
+        if (previous->valid()) {
+            status = SessionLedger::attach(previous->release(), &previous_ledger);
+            if (status && previous_ledger.capacity() >= capacity) return previous_ledger;
+            if (!status) log_line("cannot take over the previous listener's session ledger: " + status.message());
+        }
+        // A larger --max-sessions than the last listener's: its records, in a larger ledger.
+        status = status ? previous_ledger.grown(capacity, &ledger) : SessionLedger::create(capacity, &ledger);
+        if (status && has_service_manager()) {
+            (void)remove_from_service_manager(kHandedLedgerName);
+            status = store_with_service_manager(ledger.fd(), kHandedLedgerName);
+        }
         if (!status) log_line("the session ledger is not kept (a restart will not count the live sessions): " +
                               status.message());
         return ledger;

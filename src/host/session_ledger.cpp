@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
@@ -72,6 +73,14 @@ Status SessionLedger::attach(int fd, SessionLedger *ledger) {
         return error(Code::error, "session ledger: another version's layout");
     }
     ledger->capacity_ = static_cast<uint32_t>((static_cast<size_t>(st.st_size) - sizeof(LedgerHeader)) / sizeof(Entry));
+    return Status::success();
+}
+
+Status SessionLedger::grown(uint32_t capacity, SessionLedger *ledger) const {
+    Status status = create(std::max(capacity, capacity_), ledger);
+    if (!status) return status;
+    ledger->set_next_session_id(next_session_id());
+    for (uint32_t i = 0; i < capacity_; ++i) *ledger->entry(i) = *entry(i);
     return Status::success();
 }
 

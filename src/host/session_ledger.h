@@ -39,7 +39,12 @@ class SessionLedger {
     // The ledger of the listener this one replaces; an error for another version's.
     static Status attach(int fd, SessionLedger *ledger);
 
+    // A new ledger of `capacity` (at least this one's) holding this one's records:
+    // a listener with a higher --max-sessions takes over a smaller ledger so.
+    Status grown(uint32_t capacity, SessionLedger *ledger) const;
+
     int fd() const { return fd_.get(); }
+    uint32_t capacity() const { return capacity_; }
     // Records `entry` (replacing one of the same pid); false when the ledger is full
     // (the session still counts here, only a next listener cannot label it).
     bool record(const LedgerEntry &entry);

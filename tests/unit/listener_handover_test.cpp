@@ -220,6 +220,11 @@ TEST(SessionLedger, RecordsForgetsAndIsHandedWhole) {
     next.forget(100);
     EXPECT_FALSE(ledger.find(100).has_value());
     EXPECT_EQ(ledger.pids(), std::vector<pid_t>{200});
+    SessionLedger larger;
+    ASSERT_TRUE(next.grown(8, &larger).ok());
+    EXPECT_EQ(larger.capacity(), 8u);
+    EXPECT_EQ(larger.next_session_id(), 42);
+    EXPECT_EQ(larger.pids(), std::vector<pid_t>{200});
     // Only a sealed ledger is taken over.
     SessionLedger unsealed;
     EXPECT_FALSE(SessionLedger::attach(::memfd_create("x", MFD_CLOEXEC), &unsealed).ok());
