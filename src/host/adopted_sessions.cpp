@@ -5,99 +5,59 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
+#include <cstdlib>
 #include <fstream>
-#include <iterator>
+#include <optional>
 #include <set>
+#include <string>
 
 namespace ggml_remote::host {
 
 namespace {
-
-std::string read_proc_file(pid_t pid, const char *name) {
-    std::ifstream file("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/" + name,
-                       std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-std::vector<std::string> split_arguments(const std::string &cmdline) {
-    std::vector<std::string> arguments;
-    size_t start = 0;
-    for (size_t end; (end = cmdline.find('\0', start)) != std::string::npos; start = end + 1) {
-        arguments.push_back(cmdline.substr(start, end - start));
-    }
-    return arguments;
-}
-
-// Whether `pid` is listed in this process's own cgroup (v2: the "0::" line).
-bool in_own_cgroup(pid_t pid) {
-    const std::string cgroups = read_proc_file(0, "cgroup");
-    const size_t line = cgroups.rfind("0::", 0) == 0 ? 0 : cgroups.find("\n0::");
-    if (line == std::string::npos) return false;
-    const size_t start = line == 0 ? 3 : line + 4;
-    const std::string path = cgroups.substr(start, cgroups.find('\n', start) - start);
-    std::ifstream procs("/sys/fs/cgroup" + path + "/cgroup.procs");
-    for (long listed; procs >> listed;) {
-        if (listed == pid) return true;
-    }
-    return false;
-}
-
-UniqueFd open_pidfd(pid_t pid) { return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))); }
 
 bool still_running(int pidfd) {
     pollfd polled{pidfd, POLLIN, 0};
     return ::poll(&polled, 1, 0) == 0;
 }
 
-// The board's text fields, bounded: a worker may have left them unterminated.
-std::string bounded(const char *text, size_t size) { return std::string(text, strnlen(text, size)); }
-
-PeerAccount account_of(const SessionSlot &slot) {
-    PeerAccount account;
-    account.kind = slot.peer_kind == static_cast<uint32_t>(PeerAccount::Kind::user) ? PeerAccount::Kind::user
-                                                                                      : PeerAccount::Kind::address;
-    account.uid = slot.peer_uid;
-    account.key = bounded(slot.peer_key, sizeof(slot.peer_key));
-    return account;
-}
-
 }  // namespace
 
-bool is_worker_of_slot(pid_t pid, uint32_t slot) {
-    if (pid <= 1 || pid == ::getpid()) return false;
-    const std::vector<std::string> arguments = split_arguments(read_proc_file(pid, "cmdline"));
-    // Under ProtectProc=invisible the undumpable workers' /proc entries are hidden
-    // from the listener: then membership of its cgroup is the whole check.
-    if (arguments.empty()) return in_own_cgroup(pid);
-    const std::string own_cgroup = read_proc_file(0, "cgroup");
-    if (!in_own_cgroup(pid) && (own_cgroup.empty() || read_proc_file(pid, "cgroup") != own_cgroup)) return false;
-    const auto has_pair = [&arguments](const std::string &flag, const std::string &value) {
-        for (size_t i = 0; i + 1 < arguments.size(); ++i) {
-            if (arguments[i] == flag && (value.empty() || arguments[i + 1] == value)) return true;
-        }
-        return false;
-    };
-    return has_pair("--worker-fd", "") && has_pair("--status-slot", std::to_string(slot));
+pid_t pid_of_pidfd(int pidfd) {
+    std::ifstream info("/proc/self/fdinfo/" + std::to_string(pidfd));
+    std::string line;
+    while (std::getline(info, line)) {
+        if (line.rfind("Pid:", 0) != 0) continue;
+        const long pid = std::strtol(line.c_str() + 4, nullptr, 10);
+        return pid > 0 ? static_cast<pid_t>(pid) : -1;
+    }
+    return -1;
 }
 
-int AdoptedSessions::adopt(StatusBoard *board, const std::function<bool(pid_t, uint32_t)> &is_worker) {
-    std::set<pid_t> seen;
-    for (uint32_t index = 0; index < board->slots(); ++index) {
-        SessionSlot *slot = board->slot(index);
-        if (slot->live.load() == 0) continue;
-        const pid_t pid = slot->pid;
-        UniqueFd pidfd = pid > 0 && seen.count(pid) == 0 ? open_pidfd(pid) : UniqueFd();
-        if (!pidfd.valid() || !is_worker(pid, index) || !still_running(pidfd.get())) {
-            slot->live.store(0);  // not a session of ours (any more)
+UniqueFd open_pidfd(pid_t pid) { return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))); }
+
+int AdoptedSessions::adopt(std::vector<UniqueFd> pidfds, const SessionLedger &ledger, uint32_t board_slots,
+                           std::vector<pid_t> *gone) {
+    std::set<int> slots_taken;
+    for (UniqueFd &pidfd : pidfds) {
+        const pid_t pid = pid_of_pidfd(pidfd.get());
+        if (pid <= 0 || !still_running(pidfd.get()) || sessions_.count(pid) != 0) {
+            if (gone != nullptr && pid > 0 && sessions_.count(pid) == 0) gone->push_back(pid);
             continue;
         }
-        seen.insert(pid);
         AdoptedSession &session = sessions_[pid];
-        session.session_id = slot->id;
-        session.slot = static_cast<int>(index);
-        session.peer = bounded(slot->peer, sizeof(slot->peer));
-        session.account = account_of(*slot);
+        LedgerEntry entry;
+        if (const std::optional<LedgerEntry> found = ledger.find(pid)) {
+            entry = *found;
+        } else {
+            entry.peer = "worker " + std::to_string(pid);  // counted all the same
+            entry.account.key = "pid " + std::to_string(pid);
+        }
+        session.session_id = entry.session_id;
+        const bool slot_ok = entry.slot >= 0 && static_cast<uint32_t>(entry.slot) < board_slots &&
+                             slots_taken.insert(entry.slot).second;
+        session.slot = slot_ok ? entry.slot : -1;
+        session.peer = entry.peer;
+        session.account = entry.account;
         session.pidfd = std::move(pidfd);
     }
     return static_cast<int>(sessions_.size());

@@ -4,16 +4,15 @@
 // and learns of their end through a pidfd each, since after a restart under
 // systemd they are not its children.
 //
-// The board is writable by every worker, so nothing on it is believed unchecked: a
-// slot is adopted only when its pid is a process of this server's (in its cgroup)
-// whose command line says it is the worker of that very slot, each pid once, and
-// the pidfd is opened before the checks (a pid reused later cannot pass for it).
-// Where /proc hides the workers (systemd's ProtectProc=invisible hides undumpable
-// processes) membership of the cgroup is the check: its processes are the
-// listener's and its workers, and a worker cannot start one.
+// What is adopted comes only from what no worker can write: the pidfds the old
+// listener handed over (SIGUSR2) or kept in systemd's file descriptor store, each
+// opened by a listener while the worker was its unreaped child, and the labels of
+// the listener's own session ledger (session_ledger.h). The status board, which
+// every worker maps writable, decides nothing: a slot forged there is neither
+// adopted, nor counted, nor signalled, and a forged slot count hides nothing.
 #pragma once
 
-#include "host/status_board.h"
+#include "host/session_ledger.h"
 #include "transport/peer_account.h"
 #include "transport/unique_fd.h"
 
@@ -21,7 +20,6 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,14 +34,22 @@ struct AdoptedSession {
     UniqueFd pidfd;
 };
 
-// Whether `pid` is this server's worker for status slot `slot` (see above).
-bool is_worker_of_slot(pid_t pid, uint32_t slot);
+// The pid a pidfd refers to (from /proc/self/fdinfo), or -1 when it is no pidfd
+// or its process is gone.
+pid_t pid_of_pidfd(int pidfd);
+// A pidfd for `pid` (invalid on failure). Only for a child not yet reaped: then the
+// pid cannot have been reused.
+UniqueFd open_pidfd(pid_t pid);
 
 class AdoptedSessions {
   public:
-    // Adopts the board's live slots whose process `is_worker(pid, slot)` confirms;
-    // a slot that fails is freed (its live flag cleared). Returns how many were adopted.
-    int adopt(StatusBoard *board, const std::function<bool(pid_t, uint32_t)> &is_worker);
+    // Adopts the workers of `pidfds` whose processes still run, each once, labelled
+    // by `ledger` (a worker the ledger does not know still counts, unlabelled). A
+    // slot is kept only when it is below `board_slots` and no other adopted session
+    // has it. The pids of the pidfds that are not adopted go to `gone`. Returns how
+    // many were adopted.
+    int adopt(std::vector<UniqueFd> pidfds, const SessionLedger &ledger, uint32_t board_slots,
+              std::vector<pid_t> *gone = nullptr);
 
     // The pidfds to poll, appended to `polled`.
     void add_poll_fds(std::vector<pollfd> *polled) const;

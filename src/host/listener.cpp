@@ -10,6 +10,7 @@
 #include "host/peer_limits.h"
 #include "host/region_port.h"
 #include "host/sandbox.h"
+#include "host/session_ledger.h"
 #include "host/status_board.h"
 #include "host/worker_jail.h"
 #include "transport/socket.h"
@@ -128,7 +129,8 @@ class Listener {
           program_(own_program()),
           signals_(signals_through_one_fd(&original_mask_)),
           inherited_(take_inheritance()),
-          board_(open_status_board(options, &inherited_.status_board)),
+          ledger_(open_ledger(options, &inherited_.ledger)),
+          board_(open_status_board(options, &inherited_.status_board, &board_taken_over_)),
           admission_(options.max_sessions, options.max_unauthenticated,
                      std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
           jail_(worker_command, original_mask_),
@@ -205,11 +207,32 @@ class Listener {
         return true;
     }
 
+    // Whether a guest claimed `port`'s region. A region whose file changed size
+    // (truncated by its VM, its worker or another process of this user) ends its
+    // session; the listener never maps the file, so nothing faults here.
+    bool claimed_region(RegionPort &port) {
+        switch (port.poll()) {
+        case RegionPort::Event::claimed:
+            return true;
+        case RegionPort::Event::resized:
+            log_line(port.name() + ": the region's file changed size (" + std::to_string(port.file_size()) +
+                     " bytes): its session ends");
+            jail_.kill(port.worker());
+            return false;
+        case RegionPort::Event::repaired:
+            log_line(port.name() + ": the region's file changed size while idle: sized again, wiped, "
+                                   "ready for the next session");
+            return false;
+        default:
+            return false;
+        }
+    }
+
     // A VM claimed a region: its worker, like a connection's, with the region's
     // file in place of a socket. A full server turns the claim away.
     void serve_regions() {
         for (RegionPort &port : regions_) {
-            if (!port.poll()) continue;
+            if (!claimed_region(port)) continue;
             const std::string peer = port.name();
             if (admission_.sessions_full()) {
                 log_line("refused " + peer + ": " + std::to_string(admission_.sessions()) +
@@ -219,7 +242,7 @@ class Listener {
                 continue;
             }
             const int id = next_session_++;
-            board_.set_next_session_id(next_session_);
+            ledger_.set_next_session_id(next_session_);
             const int slot = admission_.free_slot();
             PeerAccount account;  // a region is its own tenant, named by its file
             account.key = "region " + peer;
@@ -234,6 +257,7 @@ class Listener {
             }
             if (SessionSlot *listed = slot >= 0 ? board_.slot(slot) : nullptr) listed->pid = pid;
             admission_.add_authenticated(pid, slot);
+            hold_place(pid, {pid, id, slot, peer, account});
             ++sessions_started_;
             port.serving(pid);
             log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
@@ -256,22 +280,24 @@ class Listener {
     // Room for every session, the unauthenticated connections, and as many again
     // that were evicted or timed out and are not reaped yet. The board of the
     // listener this one replaces, when there was one: its live workers write there.
-    static StatusBoard open_status_board(const ServerOptions &options, UniqueFd *previous) {
+    static StatusBoard open_status_board(const ServerOptions &options, UniqueFd *previous, bool *taken_over) {
         StatusBoard board;
         if (previous->valid()) {
             const Status attached = StatusBoard::attach(previous->release(), &board);
             if (attached) {
                 log_line("took over the previous listener's status board");
+                *taken_over = true;
                 return board;
             }
-            log_line("cannot take over the previous listener's status board (its sessions go on, uncounted): " +
+            log_line("cannot take over the previous listener's status board (a new one: the figures of the "
+                     "sessions before are lost, not their count): " +
                      attached.message());
             board = StatusBoard();
         }
         const auto slots = static_cast<uint32_t>(options.max_sessions + 2 * options.max_unauthenticated);
         Status status = StatusBoard::create(slots, &board);
         // Under systemd the board outlives this process (a restart keeps sessions).
-        if (status && std::getenv("NOTIFY_SOCKET") != nullptr) {
+        if (status && has_service_manager()) {
             const Status stored = store_with_service_manager(board.fd(), kHandedBoardName);
             log_line(stored ? std::string("the status board is kept in systemd's file descriptor store")
                             : "the status board could not be kept by systemd (a restart will not count the live "
@@ -279,6 +305,49 @@ class Listener {
         }
         if (!status) log_line("no status board (status queries will list no sessions): " + status.message());
         return board;
+    }
+
+    // The session ledger of the listener this one replaces, or a new one (kept by
+    // systemd, where there is one, like the board).
+    static SessionLedger open_ledger(const ServerOptions &options, UniqueFd *previous) {
+        const auto capacity = static_cast<uint32_t>(options.max_sessions);
+        SessionLedger ledger, previous_ledger;
+        Status status = error(Code::error, "none");
+        if (previous->valid()) {
+            status = SessionLedger::attach(previous->release(), &previous_ledger);
+            if (status && previous_ledger.capacity() >= capacity) return previous_ledger;
+            if (!status) log_line("cannot take over the previous listener's session ledger: " + status.message());
+        }
+        // A larger --max-sessions than the last listener's: its records, in a larger ledger.
+        status = status ? previous_ledger.grown(capacity, &ledger) : SessionLedger::create(capacity, &ledger);
+        if (status && has_service_manager()) {
+            (void)remove_from_service_manager(kHandedLedgerName);
+            status = store_with_service_manager(ledger.fd(), kHandedLedgerName);
+        }
+        if (!status) log_line("the session ledger is not kept (a restart will not count the live sessions): " +
+                              status.message());
+        return ledger;
+    }
+
+    // A worker now holds a session place: the ledger records it, and its pidfd (the
+    // worker is an unreaped child: its pid is its own) goes to the next listener,
+    // handed over or kept by systemd, so that it is counted there too.
+    void hold_place(pid_t pid, const LedgerEntry &entry) {
+        ledger_.record(entry);
+        UniqueFd pidfd = open_pidfd(pid);
+        if (pidfd.valid() && has_service_manager()) {
+            const Status stored = store_with_service_manager(pidfd.get(), kHandedWorkerPrefix + std::to_string(pid));
+            if (!stored) log_line("session of worker " + std::to_string(pid) + ": not kept by systemd (" +
+                                  stored.message() + "); a restart will not count it");
+        }
+        pidfds_[pid] = std::move(pidfd);
+    }
+
+    // A worker that held a place (its own or adopted) ended.
+    void drop_place(pid_t pid) {
+        ledger_.forget(pid);
+        pidfds_.erase(pid);
+        if (has_service_manager()) (void)remove_from_service_manager(kHandedWorkerPrefix + std::to_string(pid));
     }
 
     // One wait for signals, connections and admission requests; false to stop.
@@ -346,16 +415,44 @@ class Listener {
         return true;
     }
 
+    // The pidfds handed over whose processes are not long gone (those systemd may
+    // still keep are dropped from its store).
+    std::vector<UniqueFd> handed_pidfds() {
+        std::vector<UniqueFd> pidfds;
+        for (HandedWorker &worker : inherited_.workers) {
+            if (pid_of_pidfd(worker.pidfd.get()) > 0) {
+                pidfds.push_back(std::move(worker.pidfd));
+            } else if (has_service_manager()) {
+                (void)remove_from_service_manager(worker.name);
+            }
+        }
+        inherited_.workers.clear();
+        return pidfds;
+    }
+
     // The live sessions of the listener this one replaced: counted, listed, watched.
+    // Only the workers whose pidfds were handed over (adopted_sessions.h); every
+    // board slot but theirs is unlisted, whatever a worker wrote there.
     void adopt_sessions() {
-        next_session_ = std::max(board_.next_session_id(), 1);
-        if (adopted_.adopt(&board_, is_worker_of_slot) == 0) return;
+        next_session_ = ledger_.next_session_id();
+        std::vector<pid_t> gone;
+        adopted_.adopt(handed_pidfds(), ledger_, board_taken_over_ ? board_.slots() : 0, &gone);
+        for (pid_t pid : gone) drop_place(pid);
+        for (pid_t pid : ledger_.pids()) {
+            if (adopted_.sessions().count(pid) == 0) ledger_.forget(pid);
+        }
+        std::vector<bool> adopted_slot(board_.slots(), false);
         std::string ids;
         for (const auto &[pid, session] : adopted_.sessions()) {
             admission_.add_authenticated(pid, session.slot);
             peers_.opened(pid, session.account);
+            if (session.slot >= 0) adopted_slot[static_cast<size_t>(session.slot)] = true;
             ids += (ids.empty() ? "" : ", ") + std::to_string(session.session_id);
         }
+        for (uint32_t i = 0; board_taken_over_ && i < board_.slots(); ++i) {
+            if (!adopted_slot[i]) board_.slot(i)->live.store(0);
+        }
+        if (adopted_.sessions().empty()) return;
         next_session_ = std::max(next_session_, adopted_.highest_id() + 1);
         log_line("took over " + std::to_string(adopted_.sessions().size()) +
                  " live session(s) from the previous listener: " + ids);
@@ -366,6 +463,7 @@ class Listener {
             keep_figures_of_ended({session.session_id, session.peer, session.slot});
             admission_.release(pid);
             peers_.closed(pid);
+            drop_place(pid);
         }
     }
 
@@ -381,12 +479,20 @@ class Listener {
         log_line("SIGUSR2: replacing the listener with " + program_ + "; " +
                  std::to_string(admission_.sessions()) + " live session(s) go on in their workers");
         end_unauthenticated();
-        board_.set_next_session_id(next_session_);
+        ledger_.set_next_session_id(next_session_);
         std::vector<HandedFd> handed;
         for (const ListeningSocket &socket : sockets_) {
             handed.push_back({socket.fd.get(), socket.unlink_at_exit ? kHandedUnlinkName : kHandedListenName});
         }
         if (board_.fd() >= 0) handed.push_back({board_.fd(), kHandedBoardName});
+        if (ledger_.fd() >= 0) handed.push_back({ledger_.fd(), kHandedLedgerName});
+        // The workers that hold a place, by their pidfds: all the next listener counts.
+        for (const auto &[pid, pidfd] : pidfds_) {
+            if (pidfd.valid()) handed.push_back({pidfd.get(), kHandedWorkerPrefix + std::to_string(pid)});
+        }
+        for (const auto &[pid, session] : adopted_.sessions()) {
+            handed.push_back({session.pidfd.get(), kHandedWorkerPrefix + std::to_string(pid)});
+        }
         const Status failed = exec_with_fds(program_, listener_command_, handed, original_mask_);
         log_line("cannot replace the listener: " + failed.message() + "; it stops, its sessions go on");
         handover_failed_ = true;
@@ -435,6 +541,7 @@ class Listener {
         for (const Admission::Answer &answer : admission_.answer_requests(polled, peer_may_open)) {
             const auto it = unauthenticated_peers_.find(answer.pid);
             if (answer.admitted) ++sessions_started_;
+            if (answer.admitted) admitted_after_handshake(answer.pid);
             if (answer.admitted && it != unauthenticated_peers_.end()) {
                 peers_.opened(answer.pid, it->second);  // the worker logs its session
             } else if (answer.peer_full && it != unauthenticated_peers_.end()) {
@@ -450,10 +557,20 @@ class Listener {
         }
     }
 
+    // A TLS worker's place, recorded as an authenticated one's is.
+    void admitted_after_handshake(pid_t pid) {
+        const WorkerRecord *record = jail_.find(pid);
+        const auto peer = unauthenticated_peers_.find(pid);
+        if (record == nullptr) return;
+        hold_place(pid, {pid, record->session_id, record->slot, record->peer,
+                         peer != unauthenticated_peers_.end() ? peer->second : PeerAccount{}});
+    }
+
     void reap_workers() {
         for (const EndedWorker &ended : jail_.reap()) {
             log_unexpected_end(ended);
             keep_figures_of_ended(ended.record);
+            if (admission_.holds_session(ended.pid)) drop_place(ended.pid);
             admission_.release(ended.pid);
             peers_.closed(ended.pid);
             unauthenticated_peers_.erase(ended.pid);
@@ -514,7 +631,7 @@ class Listener {
             return;
         }
         const int id = next_session_++;
-        board_.set_next_session_id(next_session_);
+        ledger_.set_next_session_id(next_session_);
         const int slot = admission_.free_slot();
         reset_status_slot(slot, id, peer, account);
         pid_t pid = -1;
@@ -530,6 +647,7 @@ class Listener {
         if (SessionSlot *listed = slot >= 0 ? board_.slot(slot) : nullptr) listed->pid = pid;
         if (authenticated) {
             admission_.add_authenticated(pid, slot);
+            hold_place(pid, {pid, id, slot, peer, account});
             peers_.opened(pid, account);
             ++sessions_started_;
         } else {
@@ -625,6 +743,8 @@ class Listener {
     sigset_t original_mask_{};  // before the listener blocked its signals; workers start with it
     UniqueFd signals_;
     Inheritance inherited_;  // what systemd or the previous listener handed over
+    SessionLedger ledger_;   // the sessions that hold a place, for the next listener
+    bool board_taken_over_ = false;
     StatusBoard board_;
     AdoptedSessions adopted_;
     KeySnapshot keys_;
@@ -633,6 +753,7 @@ class Listener {
     WorkerJail jail_;
     PeerLimits peers_;
     std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake
+    std::map<pid_t, UniqueFd> pidfds_;  // this listener's workers that hold a place
     int next_session_ = 1;
     MetricsEndpoint metrics_;
     uint64_t sessions_started_ = 0;

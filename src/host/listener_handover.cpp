@@ -16,8 +16,9 @@ namespace ggml_remote::host {
 namespace {
 
 constexpr int kFirstFd = 3;  // systemd's SD_LISTEN_FDS_START
-// More than any listener hands over; also bounds what a bad LISTEN_FDS makes us touch.
-constexpr int kMostHandedFds = 256;
+// More than any listener hands over (its sockets, the board, the ledger and a pidfd
+// per session); also bounds what a bad LISTEN_FDS makes us touch.
+constexpr int kMostHandedFds = 1 << 16;
 
 std::vector<std::string> split_names(const char *names) {
     std::vector<std::string> split;
@@ -26,14 +27,22 @@ std::vector<std::string> split_names(const char *names) {
     return split;
 }
 
+// Keeps `fd` in `slot` unless it already holds one.
+void take_single(int fd, UniqueFd *slot) {
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (!slot->valid()) {
+        slot->reset(fd);
+        return;
+    }
+    ::close(fd);  // one only
+}
+
 void take_one(int fd, const std::string &name, Inheritance *inheritance) {
-    if (name == kHandedBoardName) {
+    if (name == kHandedBoardName) return take_single(fd, &inheritance->status_board);
+    if (name == kHandedLedgerName) return take_single(fd, &inheritance->ledger);
+    if (name.rfind(kHandedWorkerPrefix, 0) == 0) {
         ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-        if (!inheritance->status_board.valid()) {
-            inheritance->status_board.reset(fd);
-            return;
-        }
-        ::close(fd);  // one board only
+        inheritance->workers.push_back({name, UniqueFd(fd)});
         return;
     }
     InheritedListener listener;
@@ -95,7 +104,10 @@ Status exec_with_fds(const std::string &program, const std::vector<std::string> 
     return error(Code::error, "exec " + program + ": " + std::strerror(failure));
 }
 
-Status store_with_service_manager(int fd, const std::string &name) {
+namespace {
+
+// One message to the service manager, with `fd` attached (-1: none).
+Status notify_service_manager(const std::string &message, int fd) {
     const char *path = std::getenv("NOTIFY_SOCKET");
     if (path == nullptr || (path[0] != '/' && path[0] != '@')) return error(Code::error, "no service manager");
     sockaddr_un address{};
@@ -106,19 +118,31 @@ Status store_with_service_manager(int fd, const std::string &name) {
     if (path[0] == '@') address.sun_path[0] = '\0';  // an abstract socket
     UniqueFd notify(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!notify.valid()) return error(Code::error, std::string("socket: ") + std::strerror(errno));
-    std::string message = "FDSTORE=1\nFDNAME=" + name + "\n";
-    iovec data{message.data(), message.size()};
+    std::string text = message;
+    iovec data{text.data(), text.size()};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msghdr header{};
     header.msg_name = &address;
     header.msg_namelen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length);
     header.msg_iov = &data;
     header.msg_iovlen = 1;
-    attach_fds(&header, control, sizeof(control), &fd, 1);
+    if (fd >= 0) attach_fds(&header, control, sizeof(control), &fd, 1);
     if (::sendmsg(notify.get(), &header, MSG_NOSIGNAL) < 0) {
-        return error(Code::error, std::string("FDSTORE to ") + path + ": " + std::strerror(errno));
+        return error(Code::error, "notify " + std::string(path) + ": " + std::strerror(errno));
     }
     return Status::success();
+}
+
+}  // namespace
+
+bool has_service_manager() { return std::getenv("NOTIFY_SOCKET") != nullptr; }
+
+Status store_with_service_manager(int fd, const std::string &name) {
+    return notify_service_manager("FDSTORE=1\nFDNAME=" + name + "\n", fd);
+}
+
+Status remove_from_service_manager(const std::string &name) {
+    return notify_service_manager("FDSTOREREMOVE=1\nFDNAME=" + name + "\n", -1);
 }
 
 }  // namespace ggml_remote::host

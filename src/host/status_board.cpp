@@ -1,5 +1,6 @@
 #include "host/status_board.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <new>
@@ -44,19 +45,22 @@ Status StatusBoard::create(uint32_t slots, StatusBoard *board) {
 }
 
 Status StatusBoard::attach(int fd, StatusBoard *board) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(BoardHeader))) {
-        return error(Code::error, "status board: not a board");
-    }
     board->fd_.reset(fd);
+    struct stat st {};
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    // Unsealed, a worker could shrink it under the listener's mapping.
+    if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(board_size(0)) || seals < 0 ||
+        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        return error(Code::error, "status board: not a sealed board");
+    }
     Status status = Mapping::map(fd, 0, static_cast<size_t>(st.st_size), true, &board->mapping_);
     if (!status) return status;
     const auto *header = static_cast<const BoardHeader *>(board->mapping_.data());
-    if (header->magic != kBoardMagic || board_size(header->slots) > static_cast<size_t>(st.st_size)) {
-        return error(Code::error, "status board: bad header");
-    }
+    if (header->magic != kBoardMagic) return error(Code::error, "status board: bad header");
     if (header->slot_size != sizeof(SessionSlot)) return error(Code::error, "status board: another version's layout");
-    board->slots_ = header->slots;
+    // The number of slots comes from the file's size, which its seals fix; the
+    // header's count is a worker's to write.
+    board->slots_ = static_cast<uint32_t>((static_cast<size_t>(st.st_size) - board_size(0)) / sizeof(SessionSlot));
     return Status::success();
 }
 
@@ -83,16 +87,6 @@ std::optional<GuestRefusal> turned_away(const SessionSlot &slot) {
     const uint32_t recorded = slot.turned_away.load(std::memory_order_relaxed);
     if (recorded == 0 || recorded > kGuestRefusalReasons) return std::nullopt;
     return static_cast<GuestRefusal>(recorded - 1);
-}
-
-int StatusBoard::next_session_id() const {
-    if (mapping_.data() == nullptr) return 1;
-    const int id = static_cast<const BoardHeader *>(mapping_.data())->next_session_id.load();
-    return id > 0 ? id : 1;
-}
-
-void StatusBoard::set_next_session_id(int id) {
-    if (mapping_.data() != nullptr) static_cast<BoardHeader *>(mapping_.data())->next_session_id.store(id);
 }
 
 int StatusBoard::find_free() const {

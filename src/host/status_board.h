@@ -69,7 +69,8 @@ class StatusBoard {
     // The listener's board with room for `slots` sessions.
     static Status create(uint32_t slots, StatusBoard *board);
     // A worker's view of the listener's board, or a new listener's of the board of the
-    // listener it replaces; an error for a board of another layout (another version).
+    // listener it replaces; an error for a board of another layout (another version),
+    // or one whose size is not sealed. Its number of slots comes from its size.
     static Status attach(int fd, StatusBoard *board);
 
     int fd() const { return fd_.get(); }
@@ -77,10 +78,6 @@ class StatusBoard {
     SessionSlot *slot(uint32_t index) const;
     // A free slot, or -1.
     int find_free() const;
-    // The next session id, kept on the board so that a listener that takes over
-    // numbers on (only a label: a worker could change it).
-    int next_session_id() const;
-    void set_next_session_id(int id);
 
   private:
     UniqueFd fd_;

@@ -2,6 +2,7 @@
 
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 
@@ -12,7 +13,7 @@ namespace {
 Status bad_endpoint(const std::string &text, const std::string &why) {
     return error(Code::bad_request, "invalid endpoint '" + text + "': " + why +
                                         " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port, tls://host:port, "
-                                        "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES)");
+                                        "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES[,reuse][,group=NAME])");
 }
 
 // "64M", "1G", "4096": bytes, with an optional K, M or G (powers of 1024).
@@ -42,14 +43,35 @@ bool is_pci_address(const std::string &text) {
     return true;
 }
 
+// The options after a server's region path: size=BYTES, reuse, group=NAME.
+Status parse_ivshmem_options(const std::string &text, const std::string &options, Endpoint *result) {
+    size_t start = 0;
+    while (start < options.size()) {
+        const size_t end = std::min(options.find(',', start), options.size());
+        const std::string option = options.substr(start, end - start);
+        start = end + 1;
+        if (option.rfind("size=", 0) == 0) {
+            if (!parse_size(option.substr(5), &result->size)) {
+                return bad_endpoint(text, "size must be a number of bytes, with K, M or G");
+            }
+        } else if (option == "reuse") {
+            result->reuse = true;
+        } else if (option.rfind("group=", 0) == 0 && option.size() > 6) {
+            result->group = option.substr(6);
+        } else {
+            return bad_endpoint(text, "unknown ivshmem option '" + option + "' (size=, reuse, group=)");
+        }
+    }
+    return Status::success();
+}
+
 Status parse_ivshmem(const std::string &text, Endpoint *result) {
     result->kind = Endpoint::Kind::ivshmem;
     std::string rest = text.substr(8);
-    const size_t comma = rest.find(",size=");
+    const size_t comma = rest.find(',');
     if (comma != std::string::npos) {
-        if (!parse_size(rest.substr(comma + 6), &result->size)) {
-            return bad_endpoint(text, "size must be a number of bytes, with K, M or G");
-        }
+        Status status = parse_ivshmem_options(text, rest.substr(comma + 1), result);
+        if (!status) return status;
         rest.resize(comma);
     }
     if (rest.rfind("file:", 0) == 0) rest.erase(0, 5);
@@ -61,6 +83,9 @@ Status parse_ivshmem(const std::string &text, Endpoint *result) {
         result->path = rest;
     }
     if (result->size != 0 && result->path.empty()) return bad_endpoint(text, "size= goes with a file path");
+    if ((result->reuse || !result->group.empty()) && result->size == 0) {
+        return bad_endpoint(text, "reuse and group= go with a server's region (path,size=...)");
+    }
     return Status::success();
 }
 

@@ -5,7 +5,8 @@
 // tls: is TCP with TLS and a pre-shared key; a server started with --tls-psk speaks
 // it on its tcp:// listeners.
 // ivshmem: is a memory region shared with a virtual machine (ivshmem_region.h): a
-// server listens on "ivshmem:/dev/shm/NAME,size=64M" (a memory file it creates); a
+// server listens on "ivshmem:/dev/shm/NAME,size=64M[,reuse][,group=NAME]" (a memory
+// file it creates, see host/region_port.h); a
 // guest writes "ivshmem:" (the VM's first ivshmem PCI device), "ivshmem:0000:00:04.0"
 // (one device's PCI address) or "ivshmem:file:/dev/shm/NAME" (the file itself, on
 // the host: tests without a VM).
@@ -26,6 +27,8 @@ struct Endpoint {
     int port = 0;      // tcp, tls
     std::string pci_address;  // ivshmem guest: a PCI device; empty with neither it nor path: the first one
     uint64_t size = 0;        // ivshmem server: the region's bytes
+    bool reuse = false;       // ivshmem server: may take over an existing file of its own (region_port.h)
+    std::string group;        // ivshmem server: the group the region file is given (mode 0660), for QEMU
 
     std::string to_string() const;
     bool uses_unix_socket() const { return kind == Kind::unix_socket || kind == Kind::shared_memory; }

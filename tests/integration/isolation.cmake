@@ -12,3 +12,10 @@ add_integration_test(tls_preauth tls_preauth.sh $<TARGET_FILE:ggml-remote-handsh
 # --shader-cache: a worker writes its own tenant's shader cache, not another's.
 add_integration_test(shader_cache_isolation shader_cache_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
   $<TARGET_FILE:ggml_remote_worker_probe>)
+
+# A worker that forges the status board changes nothing a new listener adopts,
+# counts or ends (issue 25, class 6).
+add_integration_test(listener_board_decoys listener_board.sh decoys $<TARGET_FILE:ggml-remote-handshake-client>
+  $<TARGET_FILE:ggml_remote_worker_probe>)
+add_integration_test(listener_board_zero listener_board.sh zero $<TARGET_FILE:ggml-remote-handshake-client>
+  $<TARGET_FILE:ggml_remote_worker_probe>)

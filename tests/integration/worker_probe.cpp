@@ -19,6 +19,12 @@
 // worker's writable memory for that key, as bytes and as hex text:
 //   worker-probe[PID]: key in memory after authentication: refused (not found)
 // It keeps the key only masked, so that it never finds its own copy.
+//
+// GGML_REMOTE_PROBE_BOARD forges the status board (which every worker maps) for the
+// next listener (listener_board.sh):
+//   decoys:PID:SLOT,PID:SLOT   marks SLOT live for process PID (a decoy) in each
+//   zero                       writes 0 as the board's slot count
+// and reports "worker-probe[PID]: forged the status board: WHAT".
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -121,8 +127,54 @@ void split(const char *list, std::vector<std::string> *out) {
     }
 }
 
+// The board's mapping in this worker (the listener's memfd "ggml-remote-status").
+unsigned char *board_mapping() {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+        if (line.find("ggml-remote-status") == std::string::npos || line.find("rw-s") == std::string::npos) continue;
+        unsigned long start = 0;
+        if (std::sscanf(line.c_str(), "%lx-", &start) == 1) return reinterpret_cast<unsigned char *>(start);
+    }
+    return nullptr;
+}
+
+// The board's layout (src/host/status_board.cpp): a 16-byte header (magic, slots,
+// slot size, next id), 64 bytes of padding, then the slots; a slot starts with
+// live (u32), id (i32), pid (i32).
+void forge_board(const std::string &how) {
+    unsigned char *board = board_mapping();
+    if (board == nullptr) {
+        std::fprintf(stderr, "worker-probe[%d]: forged the status board: no board mapped\n", static_cast<int>(::getpid()));
+        return;
+    }
+    uint32_t slot_size = 0;
+    std::memcpy(&slot_size, board + 8, 4);
+    if (how == "zero") {
+        const uint32_t zero = 0;
+        std::memcpy(board + 4, &zero, 4);
+    } else if (how.rfind("decoys:", 0) == 0) {
+        std::vector<std::string> decoys;
+        std::string list = how.substr(7);
+        for (char &c : list) c = c == ',' ? ':' : c;
+        split(list.c_str(), &decoys);
+        for (size_t i = 0; i + 1 < decoys.size(); i += 2) {
+            unsigned char *slot = board + 80 + size_t(std::atoi(decoys[i + 1].c_str())) * slot_size;
+            const int32_t id = 900 + static_cast<int32_t>(i), pid = std::atoi(decoys[i].c_str());
+            std::memcpy(slot + 4, &id, 4);
+            std::memcpy(slot + 8, &pid, 4);
+            reinterpret_cast<std::atomic<uint32_t> *>(slot)->store(1);
+        }
+    }
+    std::fprintf(stderr, "worker-probe[%d]: forged the status board: %s\n", static_cast<int>(::getpid()), how.c_str());
+}
+
 void probe() {
     if (g_probed.exchange(true)) return;
+    if (const char *board = std::getenv("GGML_REMOTE_PROBE_BOARD")) {
+        forge_board(board);
+        return;
+    }
     const int saved_errno = errno;
     try_process("listener", ::getppid());
     const std::vector<pid_t> others = siblings();

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -71,7 +72,7 @@ struct RegionFixture : ::testing::Test {
     Status open_guest(std::shared_ptr<GuestRegion> *region, pid_t worker = 4242) {
         auto opened = std::async(std::launch::async, [&] { return GuestRegion::open(guest, 2000, region); });
         for (int i = 0; i < 400 && opened.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready; ++i) {
-            if (port.poll()) port.serving(worker);
+            if (port.poll() == RegionPort::Event::claimed) port.serving(worker);
         }
         return opened.get();
     }
@@ -188,7 +189,7 @@ TEST_F(RegionFixture, GarbageInTheControlPageIsNoClaimAndIsRepaired) {
     std::memset(static_cast<void *>(control), 0xff, kRegionControlBytes);
     std::shared_ptr<GuestRegion> region;
     EXPECT_THAT(GuestRegion::open(guest, 100, &region).message(), HasSubstr("no ggml-remote region"));
-    for (int i = 0; i < 3; ++i) EXPECT_FALSE(port.poll());
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(port.poll(), RegionPort::Event::none);
     EXPECT_EQ(control->magic, kRegionMagic);  // the host's fields are published again
     ASSERT_TRUE(open_guest(&region).ok());
 }
@@ -211,10 +212,71 @@ TEST_F(RegionFixture, AGuestRefusesAFileThatIsNoRegion) {
 
 TEST_F(RegionFixture, AServerRefusesARegionFileOfAnotherSize) {
     Endpoint other;
-    ASSERT_TRUE(parse_endpoint("ivshmem:" + path + ",size=16M", &other).ok());
+    ASSERT_TRUE(parse_endpoint("ivshmem:" + path + ",size=16M,reuse", &other).ok());
     RegionPort second;
     Status status = RegionPort::open(other, &second);
     EXPECT_THAT(status.message(), HasSubstr("exists with"));
+}
+
+// The file the listener creates is its own: mode 0600, and no existing file is
+// taken over unless the endpoint says reuse, and then only one of this user's.
+TEST_F(RegionFixture, TheServerCreatesItsFileAloneAndTakesOverOnlyItsOwn) {
+    struct stat info {};
+    ASSERT_EQ(::stat(path.c_str(), &info), 0);
+    EXPECT_EQ(info.st_mode & 07777, 0600u);
+    EXPECT_EQ(info.st_uid, ::geteuid());
+    RegionPort second;
+    EXPECT_THAT(RegionPort::open(server, &second).message(), HasSubstr("exists"));
+    port = RegionPort();  // the listener stopped; its file stays
+    Endpoint reuse;
+    ASSERT_TRUE(parse_endpoint("ivshmem:" + path + ",size=8M,reuse", &reuse).ok());
+    ASSERT_TRUE(RegionPort::open(reuse, &second).ok());
+    second = RegionPort();
+    ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+    EXPECT_THAT(RegionPort::open(reuse, &second).message(), HasSubstr("mode 0644"));
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+    const std::string link = path + ".link";
+    ASSERT_EQ(::link(path.c_str(), link.c_str()), 0);
+    EXPECT_THAT(RegionPort::open(reuse, &second).message(), HasSubstr("2 links"));
+    ::unlink(link.c_str());
+    ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+    Endpoint through_link;
+    ASSERT_TRUE(parse_endpoint("ivshmem:" + link + ",size=8M,reuse", &through_link).ok());
+    EXPECT_FALSE(RegionPort::open(through_link, &second).ok());
+    ::unlink(link.c_str());
+    if (::geteuid() == 0) {  // a file of another user's is refused, reuse or not
+        ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+        EXPECT_THAT(RegionPort::open(reuse, &second).message(), HasSubstr("belongs to uid 65534"));
+    }
+}
+
+TEST(RegionOptions, ReuseAndGroupGoWithAServersRegion) {
+    Endpoint endpoint;
+    ASSERT_TRUE(parse_endpoint("ivshmem:/dev/shm/vm1,size=8M,reuse,group=kvm", &endpoint).ok());
+    EXPECT_TRUE(endpoint.reuse);
+    EXPECT_EQ(endpoint.group, "kvm");
+    EXPECT_EQ(endpoint.size, 8u << 20);
+    EXPECT_FALSE(parse_endpoint("ivshmem:file:/dev/shm/vm1,reuse", &endpoint).ok());
+    EXPECT_FALSE(parse_endpoint("ivshmem:/dev/shm/vm1,size=8M,sharing", &endpoint).ok());
+}
+
+// A file truncated under the listener: no fault (it maps nothing); an idle region
+// is sized again and serves; a region in use reports it once, for its worker's end.
+TEST_F(RegionFixture, AShrunkFileEndsOnlyItsSessionAndTheRegionServesAgain) {
+    ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+    EXPECT_EQ(port.poll(), RegionPort::Event::repaired);
+    EXPECT_EQ(port.file_size(), static_cast<long long>(kSize));
+    std::shared_ptr<GuestRegion> region;
+    ASSERT_TRUE(open_guest(&region).ok());
+    ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
+    EXPECT_EQ(port.poll(), RegionPort::Event::resized);
+    EXPECT_EQ(port.poll(), RegionPort::Event::none);  // once
+    EXPECT_EQ(port.worker(), 4242);
+    EXPECT_TRUE(port.ended(4242));
+    EXPECT_EQ(port.file_size(), static_cast<long long>(kSize));
+    region.reset();
+    std::shared_ptr<GuestRegion> next;
+    ASSERT_TRUE(open_guest(&next, 4343).ok());
 }
 
 }  // namespace

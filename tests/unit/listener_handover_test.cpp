@@ -1,10 +1,12 @@
 // Listener handover (src/host/listener_handover.h, adopted_sessions.h,
-// key_snapshot.h): a new listener takes over only real workers of the old one's
-// board, learns when they end without being their parent, receives the descriptors
-// it is handed under their names, and keeps the last good key file.
+// session_ledger.h, key_snapshot.h): a new listener takes over only the workers
+// whose pidfds it was handed, whatever the board says, learns when they end without
+// being their parent, receives the descriptors it is handed under their names, and
+// keeps the last good key file.
 #include "host/adopted_sessions.h"
 #include "host/key_snapshot.h"
 #include "host/listener_handover.h"
+#include "host/session_ledger.h"
 #include "host/status_board.h"
 #include "host/worker_jail.h"
 #include "transport/tls_key.h"
@@ -49,15 +51,32 @@ pid_t spawn_sleeper(WorkerJail *jail, int slot, int board_fd, int session_id = 1
     return pid;
 }
 
-void list_session(StatusBoard *board, int index, pid_t pid, int id, const char *key) {
+// What a listener records of a session it hands over.
+void record(SessionLedger *ledger, pid_t pid, int slot, int id, const char *key) {
+    LedgerEntry entry;
+    entry.pid = pid;
+    entry.session_id = id;
+    entry.slot = slot;
+    entry.peer = "unix:uid " + std::to_string(id);
+    entry.account.kind = PeerAccount::Kind::user;
+    entry.account.uid = 1000;
+    entry.account.key = key;
+    ASSERT_TRUE(ledger->record(entry));
+}
+
+// What a taken-over worker can write on the board: a live slot for any pid.
+void forge_slot(StatusBoard *board, int index, pid_t pid, int id) {
     SessionSlot *slot = board->slot(static_cast<uint32_t>(index));
     slot->live.store(1);
     slot->pid = pid;
     slot->id = id;
-    std::snprintf(slot->peer, sizeof(slot->peer), "unix:uid %d", id);
-    slot->peer_kind = static_cast<uint32_t>(PeerAccount::Kind::user);
-    slot->peer_uid = 1000;
-    std::snprintf(slot->peer_key, sizeof(slot->peer_key), "%s", key);
+    std::memset(slot->peer_key, 'k', sizeof(slot->peer_key));
+}
+
+std::vector<UniqueFd> pidfds_of(std::initializer_list<pid_t> pids) {
+    std::vector<UniqueFd> pidfds;
+    for (pid_t pid : pids) pidfds.push_back(open_pidfd(pid));
+    return pidfds;
 }
 
 // Polls the adopted sessions' pidfds until one reports its end (up to 10 s).
@@ -72,23 +91,34 @@ std::vector<std::pair<pid_t, AdoptedSession>> ended_within_10s(AdoptedSessions *
     return {};
 }
 
-TEST(AdoptedSessions, TakesOverOnlyTheWorkerOfEachSlot) {
+// Only the handed pidfds are adopted, labelled by the ledger; the board's slots,
+// forged or not, decide nothing.
+TEST(AdoptedSessions, AdoptsOnlyTheHandedWorkers) {
     StatusBoard board;
     ASSERT_TRUE(StatusBoard::create(8, &board).ok());
+    SessionLedger ledger;
+    ASSERT_TRUE(SessionLedger::create(4, &ledger).ok());
     WorkerJail jail = sleeper_jail();
     const pid_t worker = spawn_sleeper(&jail, 2, board.fd());
-    const pid_t other = spawn_sleeper(&jail, 5, board.fd());
+    const pid_t decoy = spawn_sleeper(&jail, 5, board.fd());  // a real process of the same shape, not handed
+    const pid_t ended = spawn_sleeper(&jail, 6, board.fd());
     ASSERT_GT(worker, 0);
-    std::this_thread::sleep_for(100ms);  // the shells exec'd
-    list_session(&board, 2, worker, 7, "uid 1000");
-    list_session(&board, 3, worker, 8, "uid 1000");  // the same pid again
-    list_session(&board, 4, other, 9, "uid 1000");   // a worker, but of slot 5
-    list_session(&board, 6, ::getpid(), 10, "uid 1000");  // not a worker at all
-    list_session(&board, 7, 999999, 11, "uid 1000");      // no such process
+    record(&ledger, worker, 2, 7, "uid 1000");
+    record(&ledger, decoy, 5, 8, "uid 1000");
+    std::vector<UniqueFd> handed = pidfds_of({worker, worker, ended});  // the same worker twice
+    ::kill(ended, SIGKILL);
+    for (int i = 0; i < 100 && pid_of_pidfd(handed[2].get()) > 0; ++i) {
+        jail.reap();
+        std::this_thread::sleep_for(10ms);
+    }
+    forge_slot(&board, 5, decoy, 8);
+    forge_slot(&board, 6, ::getpid(), 9);
 
     AdoptedSessions adopted;
-    EXPECT_EQ(adopted.adopt(&board, is_worker_of_slot), 1);
+    std::vector<pid_t> gone;
+    EXPECT_EQ(adopted.adopt(std::move(handed), ledger, board.slots(), &gone), 1);
     ASSERT_EQ(adopted.sessions().count(worker), 1u);
+    EXPECT_EQ(adopted.sessions().count(decoy), 0u);
     const AdoptedSession &session = adopted.sessions().at(worker);
     EXPECT_EQ(session.session_id, 7);
     EXPECT_EQ(session.slot, 2);
@@ -96,20 +126,40 @@ TEST(AdoptedSessions, TakesOverOnlyTheWorkerOfEachSlot) {
     EXPECT_EQ(session.account.key, "uid 1000");
     EXPECT_EQ(session.account.kind, PeerAccount::Kind::user);
     EXPECT_EQ(adopted.highest_id(), 7);
-    for (int refused : {3, 4, 6, 7}) EXPECT_EQ(board.slot(refused)->live.load(), 0u) << "slot " << refused;
-    EXPECT_EQ(board.slot(2)->live.load(), 1u);
+    adopted.end_all(2s);
+    EXPECT_EQ(::kill(decoy, 0), 0) << "a process that was never handed over was ended";
+    jail.shut_down(2s);
+}
+
+// A worker the ledger does not know (its entry lost) still counts; a slot past
+// the board, or taken twice, is dropped.
+TEST(AdoptedSessions, AnUnlabelledWorkerStillCounts) {
+    SessionLedger ledger;
+    ASSERT_TRUE(SessionLedger::create(4, &ledger).ok());
+    WorkerJail jail = sleeper_jail();
+    const pid_t unknown = spawn_sleeper(&jail, 0, -1);
+    const pid_t far = spawn_sleeper(&jail, 1, -1);
+    const pid_t twice = spawn_sleeper(&jail, 2, -1);
+    record(&ledger, far, 40, 2, "a");
+    record(&ledger, twice, 40, 3, "b");
+    AdoptedSessions adopted;
+    EXPECT_EQ(adopted.adopt(pidfds_of({unknown, far, twice}), ledger, 8), 3);
+    EXPECT_EQ(adopted.sessions().at(unknown).slot, -1);
+    EXPECT_EQ(adopted.sessions().at(unknown).peer, "worker " + std::to_string(unknown));
+    EXPECT_EQ(adopted.sessions().at(far).slot, -1);
+    EXPECT_EQ(adopted.sessions().at(twice).slot, -1);
+    adopted.end_all(2s);
     jail.shut_down(2s);
 }
 
 TEST(AdoptedSessions, LearnsOfTheEndThroughThePidfd) {
-    StatusBoard board;
-    ASSERT_TRUE(StatusBoard::create(4, &board).ok());
+    SessionLedger ledger;
+    ASSERT_TRUE(SessionLedger::create(4, &ledger).ok());
     WorkerJail jail = sleeper_jail();
-    const pid_t worker = spawn_sleeper(&jail, 1, board.fd());
-    std::this_thread::sleep_for(100ms);
-    list_session(&board, 1, worker, 3, "uid 1000");
+    const pid_t worker = spawn_sleeper(&jail, 1, -1);
+    record(&ledger, worker, 1, 3, "uid 1000");
     AdoptedSessions adopted;
-    ASSERT_EQ(adopted.adopt(&board, is_worker_of_slot), 1);
+    ASSERT_EQ(adopted.adopt(pidfds_of({worker}), ledger, 4), 1);
 
     std::vector<pollfd> polled;
     adopted.add_poll_fds(&polled);
@@ -124,21 +174,19 @@ TEST(AdoptedSessions, LearnsOfTheEndThroughThePidfd) {
 }
 
 TEST(AdoptedSessions, EndAllStopsThemWithinTheGrace) {
-    StatusBoard board;
-    ASSERT_TRUE(StatusBoard::create(4, &board).ok());
     // Session 1's worker ends on SIGTERM; session 2's ignores it and must be killed.
     WorkerJail jail({"sh", "-c",
                      "case \"$*\" in *'--session-id 2 '*) trap '' TERM; while :; do sleep 0.1; done;; esac; "
                      "trap 'kill $! 2>/dev/null; exit 0' TERM; sleep 30 & wait",
                      "worker"},
                     empty_mask(), "/bin/sh");
-    const pid_t first = spawn_sleeper(&jail, 0, board.fd(), 1);
-    const pid_t second = spawn_sleeper(&jail, 1, board.fd(), 2);
+    const pid_t first = spawn_sleeper(&jail, 0, -1, 1);
+    const pid_t second = spawn_sleeper(&jail, 1, -1, 2);
     std::this_thread::sleep_for(100ms);
-    list_session(&board, 0, first, 1, "a");
-    list_session(&board, 1, second, 2, "b");
+    SessionLedger ledger;
+    ASSERT_TRUE(SessionLedger::create(4, &ledger).ok());
     AdoptedSessions adopted;
-    ASSERT_EQ(adopted.adopt(&board, is_worker_of_slot), 2);
+    ASSERT_EQ(adopted.adopt(pidfds_of({first, second}), ledger, 4), 2);
     const auto started = std::chrono::steady_clock::now();
     adopted.end_all(500ms);
     EXPECT_LT(std::chrono::steady_clock::now() - started, 3s);
@@ -155,33 +203,44 @@ TEST(AdoptedSessions, EndAllStopsThemWithinTheGrace) {
     jail.shut_down(1s);  // none left, unless end_all failed
 }
 
-TEST(AdoptedSessions, UnterminatedBoardTextIsBounded) {
-    StatusBoard board;
-    ASSERT_TRUE(StatusBoard::create(2, &board).ok());
-    WorkerJail jail = sleeper_jail();
-    const pid_t worker = spawn_sleeper(&jail, 0, board.fd());
-    std::this_thread::sleep_for(100ms);
-    list_session(&board, 0, worker, 1, "x");
-    SessionSlot *slot = board.slot(0);
-    std::memset(slot->peer, 'p', sizeof(slot->peer));
-    std::memset(slot->peer_key, 'k', sizeof(slot->peer_key));
-    AdoptedSessions adopted;
-    ASSERT_EQ(adopted.adopt(&board, is_worker_of_slot), 1);
-    EXPECT_EQ(adopted.sessions().at(worker).peer.size(), sizeof(slot->peer));
-    EXPECT_EQ(adopted.sessions().at(worker).account.key.size(), sizeof(slot->peer_key));
-    jail.shut_down(2s);
+TEST(SessionLedger, RecordsForgetsAndIsHandedWhole) {
+    SessionLedger ledger;
+    ASSERT_TRUE(SessionLedger::create(2, &ledger).ok());
+    ledger.set_next_session_id(42);
+    record(&ledger, 100, 0, 1, "a");
+    record(&ledger, 200, 1, 2, std::string(200, 'x').c_str());
+    LedgerEntry third;
+    third.pid = 300;
+    EXPECT_FALSE(ledger.record(third)) << "a full ledger";
+    SessionLedger next;
+    ASSERT_TRUE(SessionLedger::attach(::dup(ledger.fd()), &next).ok());
+    EXPECT_EQ(next.next_session_id(), 42);
+    ASSERT_TRUE(next.find(200).has_value());
+    EXPECT_EQ(next.find(200)->account.key.size(), 63u);
+    next.forget(100);
+    EXPECT_FALSE(ledger.find(100).has_value());
+    EXPECT_EQ(ledger.pids(), std::vector<pid_t>{200});
+    SessionLedger larger;
+    ASSERT_TRUE(next.grown(8, &larger).ok());
+    EXPECT_EQ(larger.capacity(), 8u);
+    EXPECT_EQ(larger.next_session_id(), 42);
+    EXPECT_EQ(larger.pids(), std::vector<pid_t>{200});
+    // Only a sealed ledger is taken over.
+    SessionLedger unsealed;
+    EXPECT_FALSE(SessionLedger::attach(::memfd_create("x", MFD_CLOEXEC), &unsealed).ok());
 }
 
-TEST(StatusBoard, RefusesTheBoardOfAnotherLayout) {
+TEST(StatusBoard, RefusesTheBoardOfAnotherLayoutAndCountsSlotsBySize) {
     StatusBoard board;
     ASSERT_TRUE(StatusBoard::create(2, &board).ok());
-    board.set_next_session_id(42);
-    StatusBoard same;
-    ASSERT_TRUE(StatusBoard::attach(::dup(board.fd()), &same).ok());
-    EXPECT_EQ(same.next_session_id(), 42);
-    // The header's third word is the slot size; another version's differs.
+    // The header's second word is the slot count: a worker's forged 0 hides no slot.
     void *header = ::mmap(nullptr, 64, PROT_READ | PROT_WRITE, MAP_SHARED, board.fd(), 0);
     ASSERT_NE(header, MAP_FAILED);
+    static_cast<uint32_t *>(header)[1] = 0;
+    StatusBoard same;
+    ASSERT_TRUE(StatusBoard::attach(::dup(board.fd()), &same).ok());
+    EXPECT_EQ(same.slots(), 2u);
+    // The header's third word is the slot size; another version's differs.
     static_cast<uint32_t *>(header)[2] += 8;
     StatusBoard other;
     const Status attached = StatusBoard::attach(::dup(board.fd()), &other);
