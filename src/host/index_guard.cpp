@@ -19,6 +19,11 @@ bool writes_nothing(ggml_op op) {
            op == GGML_OP_TRANSPOSE;
 }
 
+// Whether ggml-cpu computes `node`: the guest's graph flags the nodes it wants
+// computed, and the kernel of a node without the flag never runs (llama.cpp leaves
+// a batch's unused branch unflagged, with ids such as -1 in it).
+bool computed(const ggml_tensor *node) { return (node->flags & GGML_TENSOR_FLAG_COMPUTE) != 0; }
+
 struct ByteRange {
     uintptr_t begin = 0, end = 0;
     bool overlaps(const ByteRange &other) const { return begin < other.end && other.begin < end; }
@@ -35,7 +40,7 @@ ByteRange bytes_of(const ggml_tensor *t) {
 // Whether `node`'s kernel writes any byte of `range`: its result, and the sources
 // its op updates in place (op_validation.h).
 bool writes_into(const ggml_tensor *node, const ByteRange &range) {
-    if (writes_nothing(node->op)) return false;
+    if (writes_nothing(node->op) || !computed(node)) return false;
     if (bytes_of(node).overlaps(range)) return true;
     const uint32_t in_place = sources_written_in_place(node->op);
     for (int s = 0; s < GGML_MAX_SRC; ++s) {
@@ -131,7 +136,7 @@ Status check_data_indexes(ggml_cgraph *graph) {
         const ggml_tensor *node = ggml_graph_node(graph, i);
         int source = 0;
         int64_t bound = 0;
-        if (!data_dependent_source(node, &source, &bound) || bound < 0) continue;
+        if (!computed(node) || !data_dependent_source(node, &source, &bound) || bound < 0) continue;
         const ggml_tensor *ids = node->src[source];
         if (Status s = refuse_unreadable(node, ids); !s) return s;
         if (ids->buffer == nullptr || !ggml_backend_buffer_is_host(ids->buffer)) continue;
@@ -172,7 +177,7 @@ Status IndexGuard::plan(ggml_cgraph *graph, const GuestWritable &guest_writable)
         ggml_tensor *node = ggml_graph_node(graph, i);
         int source = 0;
         int64_t bound = 0;
-        if (!data_dependent_source(node, &source, &bound)) continue;
+        if (!computed(node) || !data_dependent_source(node, &source, &bound)) continue;
         const ggml_tensor *guest = node->src[source];
         if (Status s = refuse_unreadable(node, guest); !s) return s;
         if (guest->buffer == nullptr || !ggml_backend_buffer_is_host(guest->buffer)) continue;

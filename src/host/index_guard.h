@@ -46,6 +46,8 @@ class IndexGuard {
 
     // Once, when the graph is built: gives each node with data-dependent reads in
     // CPU memory a private copy of that source, and finds where each copy is made.
+    // Nodes not flagged to be computed (GGML_TENSOR_FLAG_COMPUTE) are left alone:
+    // ggml-cpu skips them, and their indexes need not be valid.
     // Indexes are copied wherever they lie; ARGSORT's values only from memory the
     // guest can write. Refuses SSM_SCAN sequence ids outside CPU memory (nothing
     // could check them) or fewer than its sequences.

@@ -151,6 +151,22 @@ TEST_F(IndexGuardTest, IdsTheGraphComputesAreCheckedBetweenSegments) {
     EXPECT_THAT(refused.message(), HasSubstr("index 7 (element 0 of src[1]) is not in [0, 3)"));
 }
 
+// llama.cpp leaves a batch's unused branch out of the compute (no COMPUTE flag),
+// with ids of -1 in it: ggml-cpu never runs those nodes, and they are not refused.
+TEST_F(IndexGuardTest, NodesNotFlaggedToBeComputedAreNotChecked) {
+    ggml_tensor *ids = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, 1);
+    ggml_tensor *rows = ggml_get_rows(ctx.get(), table(3), ids);
+    ggml_cgraph *graph = allocate(rows);
+    fill_tables();
+    set_ids(ids, {-1});
+    rows->flags &= ~GGML_TENSOR_FLAG_COMPUTE;
+    IndexGuard guard;
+    ASSERT_TRUE(guard.plan(graph, all_shared()).ok());
+    EXPECT_TRUE(guard.empty());
+    Status refused;
+    EXPECT_EQ(guard.compute(backend.get(), graph, &refused), GGML_STATUS_SUCCESS);
+}
+
 TEST_F(IndexGuardTest, SsmScanWithFewerIdsThanSequencesIsRefused) {
     ggml_tensor *s = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, 4, 2, 2, 4);
     ggml_tensor *x = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, 2, 2, 1, 2);  // 2 sequences
