@@ -88,6 +88,7 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
     built->tensors.assign(list.tensors.size(), nullptr);
     std::vector<bool> is_node(list.tensors.size(), false);
     for (int32_t index : list.nodes) is_node[index] = true;
+    std::vector<const ggml_backend_buffer *> guest_writable;
 
     for (size_t i = 0; i < list.tensors.size(); ++i) {
         const WireTensor &w = list.tensors[i];
@@ -130,6 +131,10 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
                 }
             }
             t->buffer = view.buffer;
+            if (view.guest_writable &&
+                std::find(guest_writable.begin(), guest_writable.end(), view.buffer) == guest_writable.end()) {
+                guest_writable.push_back(view.buffer);
+            }
             t->data = static_cast<uint8_t *>(ggml_backend_buffer_get_base(view.buffer)) + w.data_offset;
         }
         built->tensors[i] = t;
@@ -141,11 +146,14 @@ Status build_tensors(const TensorList &list, const BufferLookup &lookup, DataPol
         if (t->op == GGML_OP_NONE) continue;
         Status status = validate_node(t);
         if (!status) return status;
-        built->reads_unchecked_indexes |= reads_unchecked_indexes(t->op);
     }
 
-    if (n_nodes > 0) built->graph = build_graph(list, is_node, built->context.get(), built->tensors);
-    return Status::success();
+    if (n_nodes == 0) return Status::success();
+    built->graph = build_graph(list, is_node, built->context.get(), built->tensors);
+    if (policy != DataPolicy::required) return Status::success();  // nothing is computed
+    return built->index_guard.plan(built->graph, [&guest_writable](const ggml_backend_buffer *buffer) {
+        return std::find(guest_writable.begin(), guest_writable.end(), buffer) != guest_writable.end();
+    });
 }
 
 }  // namespace ggml_remote::host

@@ -1,6 +1,7 @@
 // Turns a checked tensor list into real ggml tensors over the session's buffers.
 #pragma once
 
+#include "host/index_guard.h"
 #include "protocol/status.h"
 #include "protocol/tensor_codec.h"
 
@@ -22,7 +23,8 @@ using ContextPtr = std::unique_ptr<ggml_context, ContextDeleter>;
 struct BufferView {
     ggml_backend_buffer_t buffer = nullptr;
     uint64_t size = 0;
-    bool writable = true;  // false for a guest's mapped model file
+    bool writable = true;        // false for a guest's mapped model file
+    bool guest_writable = false;  // the guest can write it during a compute (shm, ivshmem, its file)
 };
 using BufferLookup = std::function<Status(uint64_t handle, BufferView *view)>;
 
@@ -32,9 +34,9 @@ struct BuiltTensors {
     ggml_cgraph *graph = nullptr;        // only when nodes were requested
     uint64_t checked_for_backend = 0;    // the session's backend found able to compute it (0: none yet)
     std::vector<uint64_t> writes_weights;  // buffers of weights its nodes write (Session::repack_weights)
-    // Whether a node follows indexes that must be checked before every compute
-    // (check_data_indexes in op_validation.h); found once, when the graph is built.
-    bool reads_unchecked_indexes = false;
+    // The nodes that follow indexes (or sort values) in tensor data, each reading a
+    // private copy checked before it runs; found once, when the graph is built.
+    IndexGuard index_guard;
 };
 
 enum class DataPolicy {

@@ -9,10 +9,10 @@
 // tensor's own bytes are bounds-checked against its buffer in graph_builder.cpp;
 // this file checks how the tensors of one node fit together.
 //
-// Not checked, because they are tensor data that exists only at compute time: the
-// row ids of GET_ROWS, SET_ROWS, GET_ROWS_BACK, ADD_ID and MUL_MAT_ID, the expert ids
-// of SSM_SCAN. ggml's kernels GGML_ASSERT most of them; what slips through ends in the
-// guest's own worker process, which is the last line of defence.
+// Not checked here, because they are tensor data that exists only at compute time:
+// the row ids of GET_ROWS, SET_ROWS, GET_ROWS_BACK, ADD_ID and MUL_MAT_ID, the
+// sequence ids of SSM_SCAN. index_guard.h checks them, in a private copy that the
+// kernel then reads, before each compute (or between segments of it).
 #include "host/op_validation.h"
 
 #include "host/op_replay.h"
@@ -832,48 +832,6 @@ const OpRule *rule_for(ggml_op op) {
     return nullptr;
 }
 }  // namespace
-
-namespace {
-
-// Whether the bytes of `a` and `b` overlap.
-bool overlaps(const ggml_tensor *a, const ggml_tensor *b) {
-    const auto *a_begin = static_cast<const char *>(a->data), *b_begin = static_cast<const char *>(b->data);
-    return a_begin < b_begin + ggml_nbytes(b) && b_begin < a_begin + ggml_nbytes(a);
-}
-
-bool written_before(const ggml_cgraph *graph, int node_index, const ggml_tensor *t) {
-    auto *g = const_cast<ggml_cgraph *>(graph);
-    for (int i = 0; i < node_index; ++i) {
-        const ggml_tensor *earlier = ggml_graph_node(g, i);
-        if (earlier->data != nullptr && overlaps(earlier, t)) return true;
-    }
-    return false;
-}
-
-}  // namespace
-
-bool reads_unchecked_indexes(ggml_op op) { return op == GGML_OP_SSM_SCAN; }
-
-Status check_data_indexes(const ggml_cgraph *graph) {
-    auto *g = const_cast<ggml_cgraph *>(graph);
-    for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
-        const ggml_tensor *node = ggml_graph_node(g, i);
-        if (!reads_unchecked_indexes(node->op)) continue;
-        const ggml_tensor *ids = node->src[6];
-        const std::string name = "SSM_SCAN node '" + printable(node->name) + "': ";
-        if (ids->buffer == nullptr || !ggml_backend_buffer_is_host(ids->buffer) || !ggml_is_contiguous(ids) ||
-            written_before(graph, i, ids)) {
-            return error(Code::bad_request, name + "its sequence ids must be the guest's own data in CPU memory");
-        }
-        const auto *values = static_cast<const int32_t *>(ids->data);
-        for (int64_t k = 0; k < ggml_nelements(ids); ++k) {
-            if (values[k] < 0 || values[k] >= node->src[0]->ne[3]) {
-                return error(Code::bad_request, name + "sequence id " + std::to_string(values[k]) + " out of range");
-            }
-        }
-    }
-    return Status::success();
-}
 
 bool op_has_rule(ggml_op op) { return rule_for(op) != nullptr; }
 

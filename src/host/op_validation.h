@@ -14,13 +14,6 @@ namespace ggml_remote::host {
 // Constant time per node; a bad_request "<OP> node 'name': why" when they do not.
 Status validate_node(const ggml_tensor *node);
 
-// Checks, just before a compute, the indexes that ggml-cpu follows without checking
-// them itself: SSM_SCAN's sequence ids, which pick the state it reads. They must be
-// the guest's own data (no node of the graph writes them) and lie in range.
-Status check_data_indexes(const ggml_cgraph *graph);
-// Whether nodes of `op` need check_data_indexes before each compute.
-bool reads_unchecked_indexes(ggml_op op);
-
 // Whether a guest may send `op` at all (it has a rule).
 bool op_has_rule(ggml_op op);
 

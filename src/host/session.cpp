@@ -91,6 +91,9 @@ Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
         view->buffer = buffer->buffer.get();
         view->size = buffer->size;
         view->writable = buffer->writable;
+        // Memory the guest maps too: a memory file or the region's heap it shares,
+        // or its own file, which it may still write through another descriptor.
+        view->guest_writable = buffer->shared_with_guest || buffer->in_region || buffer->mapped != 0;
         return Status::success();
     };
     return build_tensors(list, lookup, policy, built);

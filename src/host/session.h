@@ -322,7 +322,8 @@ class Session {
     // A thread pool of `n_threads` for a CPU backend, kept across its computes.
     void attach_pool(SessionBackend *backend, int n_threads);
     // Computes on the backend; a CPU backend with its share of the host's cores.
-    ggml_status compute_on_shared_cores(SessionBackend *backend, ggml_cgraph *graph);
+    // Indexes the graph computes and that fail their check stop it, in *refused.
+    ggml_status compute_on_shared_cores(SessionBackend *backend, BuiltTensors *built, Status *refused);
 
     std::vector<ggml_backend_dev_t> devices_;
     SessionLimits limits_;

@@ -112,10 +112,12 @@ Status Session::handle(const GraphCompute::Request &request, Call<GraphCompute> 
     weight_repack_.refresh();
     // A guest that hangs up now is not waited for (its compute is aborted).
     Watchdog::HangupWatch watch(watchdog_);
-    const ggml_status result = compute_on_shared_cores(backend, graph->graph);
+    Status refused = Status::success();
+    const ggml_status result = compute_on_shared_cores(backend, graph, &refused);
     ++counters_.graph_computes;
     if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
     for (uint64_t written : graph->writes_weights) bytes_written(written, 0, UINT64_MAX);
+    if (!refused) return refused;  // an index computed by the graph itself, out of range
     if (result != GGML_STATUS_SUCCESS) {
         return error(Code::error, std::string("graph compute failed on the host: ") + ggml_status_to_string(result));
     }
@@ -165,9 +167,11 @@ Status Session::check_graph_on_backend(uint64_t handle, const SessionBackend &ba
         if (Status s = check_ops_supported(backend, graph->graph); !s) return s;
         graph->checked_for_backend = handle;
     }
-    // Not a walk over every node for every token: the graph knows whether it has any.
-    if (graph->reads_unchecked_indexes) return check_data_indexes(graph->graph);
-    return Status::success();
+    // Not a walk over every node for every token: the graph knows its reads. The
+    // kernels read the copies checked here; computed indexes are checked between
+    // segments of the compute (IndexGuard::compute).
+    if (graph->index_guard.empty()) return Status::success();
+    return graph->index_guard.check_at_start();
 }
 
 Status Session::check_ops_supported(const SessionBackend &backend, ggml_cgraph *graph) const {
@@ -270,9 +274,9 @@ void Session::attach_pool(SessionBackend *record, int n_threads) {
     record->threads = std::move(replacement);  // the old pool, no longer attached, is freed
 }
 
-ggml_status Session::compute_on_shared_cores(SessionBackend *record, ggml_cgraph *graph) {
+ggml_status Session::compute_on_shared_cores(SessionBackend *record, BuiltTensors *built, Status *refused) {
     ggml_backend_t backend = record->backend.get();
-    if (record->set_n_threads == nullptr) return ggml_backend_graph_compute(backend, graph);
+    if (record->set_n_threads == nullptr) return built->index_guard.compute(backend, built->graph, refused);
     // Ended however the compute ends (a backend may throw): a session whose flag
     // stayed up would look busy to the others for as long as it lives.
     struct Turn {
@@ -281,7 +285,7 @@ ggml_status Session::compute_on_shared_cores(SessionBackend *record, ggml_cgraph
         ~Turn() { cores.end_compute(share); }
     } turn{cores_, cores_.begin_compute(record->wanted_threads)};
     use_threads(record, turn.share.threads);
-    const ggml_status result = ggml_backend_graph_compute(backend, graph);
+    const ggml_status result = built->index_guard.compute(backend, built->graph, refused);
     // The pool's idle threads would poll for the next graph on cores that others
     // compute on; the next compute resumes it. (OpenMP builds have no such threads.)
     if (turn.share.contended && record->threads.pause != nullptr) record->threads.pause(record->threads.pool);
