@@ -21,8 +21,9 @@ struct ReplyTail {
     std::vector<uint8_t> owned;
     protocol::ByteView view;
     UniqueFd fd;  // a descriptor to pass along (unix sockets), closed once sent
-    // Over a shared ring the session has `fill` write straight into the ring, with
-    // no copy of ours; elsewhere gather() first turns it into `owned`.
+    // serve() has `fill` write straight into the ring, or into a bounded piece sent
+    // at a time over a socket (FramedStream::send_in_place); in-process callers
+    // gather() it into `owned` first.
     Fill fill;
     uint64_t fill_size = 0;
 

@@ -63,7 +63,11 @@ class RingTail final : public TailStream {
     Status transport_;
 };
 
-// A reply whose tail a device writes straight into the ring (ReplyTail::fill).
+// A reply whose tail is read from a buffer as it is sent (ReplyTail::fill): over
+// shm straight into the ring, over a socket a bounded piece at a time. A guest
+// chooses a reply's size (GetTensor2d's rows may repeat one small range up to
+// --max-message-size), so the reply must never be held whole: that memory would
+// lie outside the session's --memory-quota (docs/SECURITY.md, "Reply memory").
 Status send_filled(FramedStream &stream, const FrameHeader &header, const ReplyFrame &reply) {
     uint64_t at = 0;
     try {
@@ -233,8 +237,6 @@ Status Session::carry_out(ServeLoop &loop, const FrameHeader &header, bool one_w
         loop.lost = tail.finish();
         if (!loop.watchdog.disarm()) loop.lost = loop.watchdog.failure();
     }
-    // Bytes read from a device go straight into the ring; sockets send them gathered.
-    if (!loop.stream.uses_ring()) reply->tail.gather();
     return status;
 }
 

@@ -9,6 +9,9 @@
 //   backends N          up to N BackendInit; prints how many were created and the refusal
 //   sparse-file SIZE    (unix socket) a memory file of SIZE bytes, all holes, passed as
 //                       a model (BufferFromFile of the whole file)
+//   reply-2d SIZE       a buffer of 4 KiB, then a GetTensor2d whose reply is SIZE
+//                       bytes: that buffer's bytes again and again (stride 0); the
+//                       reply is never read, so the worker waits with it
 // prints: "handshaken", then "sent: ..." and "result: ..." lines.
 // exits 0 when the attack ran (whatever the server answered), 1 when the session
 // failed before it, 2 on a usage error.
@@ -36,7 +39,7 @@ namespace {
 [[noreturn]] void usage(const std::string &why) {
     std::fprintf(stderr,
                  "memory_client: %s\n"
-                 "usage: memory_client ENDPOINT huge-frame SIZE | backends N | sparse-file SIZE\n",
+                 "usage: memory_client ENDPOINT huge-frame SIZE | backends N | sparse-file SIZE | reply-2d SIZE\n",
                  why.c_str());
     std::exit(2);
 }
@@ -139,13 +142,40 @@ int sparse_file(Guest &guest, uint64_t size) {
     return 0;
 }
 
+int reply_2d(Guest &guest, uint64_t size) {
+    constexpr uint64_t kRow = 4096;
+    Reply reply;
+    Status status = guest.call<BufferAlloc>(BufferAlloc::Request{0, kRow}, &reply);
+    BufferAlloc::Reply buffer{};
+    if (!status || reply.code != 0 || !read_pod(ByteView(reply.payload), 0, &buffer)) {
+        std::printf("result: BufferAlloc: %s\n", status ? describe(reply).c_str() : status.message().c_str());
+        return 1;
+    }
+    GetTensor2d::Request request{};
+    request.range = {buffer.buffer, 0, kRow};
+    request.n_copies = size / kRow;
+    request.stride = 0;
+    FrameHeader header;
+    header.command = static_cast<uint16_t>(GetTensor2d::id);
+    status = guest.stream().send(header, {ByteView(&request, sizeof(request))});
+    if (!status) {
+        std::printf("result: send: %s\n", status.message().c_str());
+        return 1;
+    }
+    std::printf("sent: a GetTensor2d of %llu copies of one 4 KiB row, reply left unread\n",
+                static_cast<unsigned long long>(request.n_copies));
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     if (argc != 4) usage("expected ENDPOINT ATTACK VALUE");
     const std::string attack = argv[2];
     const uint64_t value = parse_count(argv[3]);
-    if (attack != "huge-frame" && attack != "backends" && attack != "sparse-file") usage("unknown attack " + attack);
+    if (attack != "huge-frame" && attack != "backends" && attack != "sparse-file" && attack != "reply-2d") {
+        usage("unknown attack " + attack);
+    }
 
     Endpoint endpoint;
     Status status = parse_endpoint(argv[1], &endpoint);
@@ -174,6 +204,7 @@ int main(int argc, char **argv) {
     if (attack == "huge-frame") rc = huge_frame(guest, value);
     if (attack == "backends") rc = backends(guest, value);
     if (attack == "sparse-file") rc = sparse_file(guest, value);
+    if (attack == "reply-2d") rc = reply_2d(guest, value);
     std::fflush(stdout);
     while (std::getline(std::cin, line)) {
     }
