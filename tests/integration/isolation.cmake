@@ -12,3 +12,6 @@ add_integration_test(tls_preauth tls_preauth.sh $<TARGET_FILE:ggml-remote-handsh
 # --shader-cache: a worker writes its own tenant's shader cache, not another's.
 add_integration_test(shader_cache_isolation shader_cache_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
   $<TARGET_FILE:ggml_remote_worker_probe>)
+
+# Paths workers may write, overlapping each other or what others trust, are refused at start.
+add_integration_test(config_refused config_refused.sh)
