@@ -306,7 +306,19 @@ Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
 }
 
 Status FramedStream::receive_in_place(uint64_t size, size_t min_piece, const RingChannel::PieceReader &take) {
-    if (ring_ == nullptr || !fd_.valid()) return error(Code::error, "receive from " + peer_ + ": no shared ring");
+    if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
+    if (ring_ == nullptr) {
+        // Allocated per frame (malloc keeps reusing the same block): an idle session holds none.
+        std::vector<uint8_t> piece(static_cast<size_t>(std::min<uint64_t>(size, kFilledPieceBytes)));
+        while (size > 0) {
+            const size_t n = static_cast<size_t>(std::min<uint64_t>(size, piece.size()));
+            Status status = receive(piece.data(), n);
+            if (!status) return status;
+            take(piece.data(), n);
+            size -= n;
+        }
+        return Status::success();
+    }
     Status status = ring_->read_in_place(size, min_piece, take, fd_.get());
     return status ? status : error(status.code(), "receive from " + peer_ + ": " + status.message());
 }
@@ -333,7 +345,7 @@ Status FramedStream::send_in_place(protocol::FrameHeader header, std::initialize
 }
 
 Status FramedStream::send_filled_pieces(uint64_t size, const RingChannel::PieceWriter &fill) {
-    // Allocated for this frame only: an idle session keeps none of it.
+    // Allocated per frame (malloc keeps reusing the same block): an idle session holds none.
     std::vector<uint8_t> piece(static_cast<size_t>(std::min<uint64_t>(size, kFilledPieceBytes)));
     while (size > 0) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(size, piece.size()));

@@ -22,8 +22,9 @@ namespace ggml_remote {
 // At most this many descriptors travel with one frame.
 constexpr size_t kMaxFdsPerFrame = 4;
 
-// The most memory send_in_place holds for a frame's filled tail over a socket: a
-// reply as large as --max-message-size costs its worker this much, not its size.
+// The most memory send_in_place and receive_in_place hold for a frame's tail over
+// a socket (the piece filled to be sent, or taken): a frame as large as
+// --max-message-size costs its worker this much, not its size.
 constexpr size_t kFilledPieceBytes = 1 << 20;
 
 class FramedStream {
@@ -56,8 +57,9 @@ class FramedStream {
     // Reads and throws away `size` bytes (the payload of a refused frame).
     Status discard(uint64_t size);
 
-    // Shared-ring streams only (uses_ring()): tensor data read and written where
-    // it lies in the ring, with no copy of ours (RingChannel::read_in_place).
+    // Hands the next `size` bytes to `take` piece by piece: over a shared ring where
+    // they lie (RingChannel::read_in_place, pieces of at least `min_piece` where the
+    // ring allows), elsewhere through a buffer of at most kFilledPieceBytes.
     Status receive_in_place(uint64_t size, size_t min_piece, const RingChannel::PieceReader &take);
     // Sends one frame whose payload is `parts`, then `tail_size` bytes that `fill`
     // writes as they are sent: over a shared ring in place (RingChannel::write_in_place,

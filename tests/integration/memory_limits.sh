@@ -10,7 +10,9 @@
 #  - under --memory-quota 64M, a GetTensor2d that repeats one 4 KiB row into a
 #    reply of 256 MiB (stride 0), left unread by its guest, raises the worker's
 #    resident memory by less than 16 MiB (over unix and TCP): a reply is sent as
-#    it is read, a bounded piece at a time, never held whole.
+#    it is read, a bounded piece at a time, never held whole;
+#  - so does a SetTensor of 256 MiB for a 4 KiB buffer, sent but for its last
+#    byte: tensor data is taken as it comes, never gathered into its frame.
 source "$(dirname "$0")/lib.sh"
 CLIENT=${1:?usage: memory_limits.sh MEMORY_CLIENT}
 
@@ -86,18 +88,20 @@ note "sparse model: $result"
 stop_client
 
 start_server quota --memory-quota 64M
-for endpoint in "$quota_UNIX" "$quota_TCP"; do
-    name=reply-${endpoint%%:*}
-    start_client "$name" "$endpoint" reply-2d "$HUGE_FRAME" "$quota_LOG"
-    before_kb=$(rss_kb "$WORKER")
-    echo go >&3
-    wait_for "$name" '^sent: a GetTensor2d'
-    sleep 1  # time to fill a socket's buffer, and to hold the whole reply if it were going to
-    after_kb=$(rss_kb "$WORKER")
-    note "$name: worker $WORKER at $before_kb KiB, $after_kb KiB with an unread reply of $((HUGE_FRAME >> 20)) MiB"
-    [ $((after_kb - before_kb)) -lt "$GROWTH_LIMIT_KB" ] ||
-        fail "$name: under --memory-quota 64M the worker grew by $((after_kb - before_kb)) KiB for one reply"
-    stop_client
+for attack in reply-2d set-tensor; do
+    for endpoint in "$quota_UNIX" "$quota_TCP"; do
+        name=$attack-${endpoint%%:*}
+        start_client "$name" "$endpoint" "$attack" "$HUGE_FRAME" "$quota_LOG"
+        before_kb=$(rss_kb "$WORKER")
+        echo go >&3
+        wait_for "$name" '^sent: a '
+        sleep 1  # time to fill a socket's buffer, and to hold the whole frame if it were going to
+        after_kb=$(rss_kb "$WORKER")
+        note "$name: worker $WORKER at $before_kb KiB, $after_kb KiB with a frame of $((HUGE_FRAME >> 20)) MiB in flight"
+        [ $((after_kb - before_kb)) -lt "$GROWTH_LIMIT_KB" ] ||
+            fail "$name: under --memory-quota 64M the worker grew by $((after_kb - before_kb)) KiB for one frame"
+        stop_client
+    done
 done
 
 kill -0 "$srv_PID" || fail "the server is gone"
