@@ -1,7 +1,8 @@
 # config_refused: the server refuses to start, with a message naming both paths,
 # where a directory its session workers may write (--weight-store, --shader-cache,
 # GGML_REMOTE_RECORD_DIR) overlaps another such directory (nested either way, or
-# through a link), or holds what others trust (the key file, a listening socket).
+# through a link) or what workers load (the server's own directory), or holds what
+# others trust (the key file, a listening socket).
 # Nothing is made or served first: the socket and the store's directory are not
 # there afterwards. Directories apart from each other start as ever.
 source "$(dirname "$0")/lib.sh"
@@ -40,7 +41,9 @@ refused key-in-store "--tls-psk $WORK/store/keys.psk lies inside --weight-store 
     -- --weight-store "$WORK/store" --tls-psk "$WORK/store/keys.psk" --listen tcp://127.0.0.1:0
 refused socket-in-cache "the socket of --listen $WORK/cache/guests.sock lies inside --shader-cache $WORK/cache" \
     -- --shader-cache "$WORK/cache" --listen "unix:$WORK/cache/guests.sock"
-refused store-around-libraries "--weight-store / contains the path workers load from /usr" -- --weight-store /
+# (the server's own directory: on a server without the check this one does no harm)
+refused store-is-server-directory "--weight-store $BUILD/bin is the same directory as the path workers load from $BUILD/bin" \
+    -- --weight-store "$BUILD/bin"
 
 # Apart from each other: served as ever.
 start_server apart --weight-store "$WORK/store" --shader-cache "$WORK/cache"
