@@ -26,8 +26,9 @@ bool ggml_level_shown(ggml_log_level level) {
 void filtered_ggml_log(ggml_log_level level, const char *text, void *) {
     // ggml sends a line in pieces, and its messages can name a guest's tensors:
     // each line is joined first, stays one line, and goes out in one write.
-    static GgmlLogJoiner joiner(STDERR_FILENO, ggml_level_shown);
-    joiner.add(level, text);
+    // Never destroyed: a backend's thread may still log while the process exits.
+    static GgmlLogJoiner *const joiner = new GgmlLogJoiner(STDERR_FILENO, ggml_level_shown);
+    joiner->add(level, text);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ std::string append_components(std::string base, const std::vector<std::string> &
     return base;
 }
 
-// "X (that is, /resolved/X)" where links or relative parts made them differ.
+// "SOURCE PATH", and "(RESOLVED)" after it where links or relative parts made them differ.
 std::string shown(const NamedPath &named, const std::string &resolved) {
     const std::string text = named.source + " " + named.path;
     return resolved == named.path ? text : text + " (" + resolved + ")";
@@ -115,10 +115,10 @@ Status check_path_overlaps(const std::vector<NamedPath> &writable_paths, const s
         }
         for (const Resolved &trusted : resolve_all(trusted_paths)) {
             if (!path_within(trusted.path, directory.path)) continue;
-            return refusal(shown(*trusted.named, trusted.path) + " lies inside " +
-                               shown(*directory.named, directory.path),
-                           "every session worker may write there, so a guest that took over its worker could read, "
-                           "replace or remove it; move it out");
+            return refusal(
+                shown(*trusted.named, trusted.path) + " lies inside " + shown(*directory.named, directory.path),
+                "every session worker may write there, so a guest that took over its worker could read, "
+                "replace or remove it; move it out");
         }
     }
     return Status::success();

@@ -98,8 +98,9 @@ TEST(LogInterleaving, LinesOfManyProcessesLoggingAtOnceStayWhole) {
     std::string line;
     int count = 0;
     while (std::getline(lines, line)) {
-        ASSERT_TRUE(is_whole(line)) << "line " << count + 1 << " is not one process's whole line: "
-                                    << line.substr(0, 300) << (line.size() > 300 ? "..." : "");
+        ASSERT_TRUE(is_whole(line)) << "line " << count + 1
+                                    << " is not one process's whole line: " << line.substr(0, 300)
+                                    << (line.size() > 300 ? "..." : "");
         ++count;
     }
     EXPECT_EQ(count, kProcesses * kLinesEach);

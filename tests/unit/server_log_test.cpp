@@ -88,7 +88,9 @@ TEST_F(Joiner, ANewlineInsideAMessageNeverStartsALine) {
 
 TEST_F(Joiner, AnEndlessMessageIsWrittenOnceItFillsALine) {
     GgmlLogJoiner joiner(ends_[1], errors_only);
-    for (int i = 0; i < 100; ++i) joiner.add(i == 0 ? GGML_LOG_LEVEL_ERROR : GGML_LOG_LEVEL_CONT, std::string(100, 'z'));
+    for (int i = 0; i < 100; ++i) {
+        joiner.add(i == 0 ? GGML_LOG_LEVEL_ERROR : GGML_LOG_LEVEL_CONT, std::string(100, 'z'));
+    }
     joiner.flush();
     std::istringstream text(written());
     int lines = 0;
