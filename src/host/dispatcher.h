@@ -21,8 +21,9 @@ struct ReplyTail {
     std::vector<uint8_t> owned;
     protocol::ByteView view;
     UniqueFd fd;  // a descriptor to pass along (unix sockets), closed once sent
-    // Over a shared ring the session has `fill` write straight into the ring, with
-    // no copy of ours; elsewhere gather() first turns it into `owned`.
+    // serve() has `fill` write straight into the ring, or into a bounded piece sent
+    // at a time over a socket (FramedStream::send_in_place); in-process callers
+    // gather() it into `owned` first.
     Fill fill;
     uint64_t fill_size = 0;
 
@@ -37,8 +38,9 @@ struct ReplyTail {
     uint64_t size() const { return fill ? fill_size : bytes().size; }
 };
 
-// A request's tail left in the shared ring (Session::serve, over shm: tensor
-// data), read where it lies instead of being copied into the frame first.
+// A request's tail left in the stream (Session::serve: tensor data), read as it
+// comes instead of being gathered into the frame first: where it lies in the
+// shared ring, or from the socket a bounded piece at a time.
 class TailStream {
   public:
     // Takes the bytes [at, at + size) of the tail.
@@ -62,10 +64,10 @@ struct Call {
     std::vector<UniqueFd> &fds;   // descriptors that came with it; a handler moves out those it keeps
     typename Cmd::Reply reply{};  // the fixed reply, sent when the handler succeeds
     ReplyTail &reply_tail;        // what follows it
-    TailStream *streamed = nullptr;  // set when the tail is still in the ring (`tail` is then empty)
+    TailStream *streamed = nullptr;  // set when the tail is still in the stream (`tail` is then empty)
 
     uint64_t tail_size() const { return streamed != nullptr ? streamed->size() : tail.size; }
-    // Hands the tail's bytes to `take` in order: in one piece, or piece by piece from the ring.
+    // Hands the tail's bytes to `take` in order: in one piece, or piece by piece from the stream.
     Status read_tail(const TailStream::Take &take) {
         if (streamed != nullptr) return streamed->read(take);
         if (tail.size > 0) take(0, tail.data, tail.size);
@@ -75,7 +77,7 @@ struct Call {
 
 class Dispatcher {
   public:
-    // `streamed`: the payload's tail when it is still in the ring (else null).
+    // `streamed`: the payload's tail when it is still in the stream (else null).
     using RawHandler = std::function<Status(protocol::ByteView payload, TailStream *streamed,
                                             std::vector<UniqueFd> &fds, ReplyFrame *reply)>;
 

@@ -1,5 +1,6 @@
 #include "host/server_options.h"
 
+#include "host/server_log.h"
 #include "protocol/printable.h"
 
 #include <ggml-backend.h>
@@ -17,16 +18,17 @@ namespace {
 
 bool g_verbose = false;
 
+// ggml announces every backend it loads; a server log wants only trouble.
+bool ggml_level_shown(ggml_log_level level) {
+    return g_verbose || (level != GGML_LOG_LEVEL_INFO && level != GGML_LOG_LEVEL_DEBUG);
+}
+
 void filtered_ggml_log(ggml_log_level level, const char *text, void *) {
-    // ggml announces every backend it loads; a server log wants only trouble.
-    if (!g_verbose && (level == GGML_LOG_LEVEL_INFO || level == GGML_LOG_LEVEL_DEBUG || level == GGML_LOG_LEVEL_CONT)) {
-        return;
-    }
-    // ggml's messages can name a guest's tensors: one message stays one line.
-    std::string_view message(text);
-    const bool ends_line = !message.empty() && message.back() == '\n';
-    if (ends_line) message.remove_suffix(1);
-    std::fputs((one_line(message) + (ends_line ? "\n" : "")).c_str(), stderr);
+    // ggml sends a line in pieces, and its messages can name a guest's tensors:
+    // each line is joined first, stays one line, and goes out in one write.
+    // Never destroyed: a backend's thread may still log while the process exits.
+    static GgmlLogJoiner *const joiner = new GgmlLogJoiner(STDERR_FILENO, ggml_level_shown);
+    joiner->add(level, text);
 }
 
 }  // namespace
@@ -39,8 +41,8 @@ void log_line(const std::string &text) {
     std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
     // Guest strings are escaped where they enter a message (printable()); this is
     // the guard behind that, so that no entry can ever start a line of its own.
-    std::fprintf(stderr, "%s ggml-remote-server: %s\n", stamp, one_line(text).c_str());
-    std::fflush(stderr);
+    // One write per line: other processes' lines never land inside it (server_log.h).
+    write_log_line(STDERR_FILENO, std::string(stamp) + " ggml-remote-server: " + one_line(text));
 }
 
 Status read_server_environment(ServerOptions *options) {

@@ -70,7 +70,8 @@ Status select_devices(const ServerOptions &options, std::vector<ggml_backend_dev
 // (a GGML_BACKEND_PATH that names libggml-remote would make the server its own guest).
 void load_host_backends(bool verbose);
 
-// Server log line on stderr: "ggml-remote-server: <text>" with a time stamp.
+// Server log line on stderr: "ggml-remote-server: <text>" with a time stamp, in
+// one write (server_log.h).
 void log_line(const std::string &text);
 
 }  // namespace ggml_remote::host

@@ -242,10 +242,11 @@ class Session {
     // serve() without the last publication of the session's figures.
     Status serve_frames(FramedStream &stream);
     // Waits for the next frame into loop.payload; *ended when the guest hung up.
-    // Over shm, tensor data is left in the ring for its handler (loop.streamed_tail).
+    // Tensor data is left in the stream for its handler (loop.streamed_tail).
     Status receive_frame(ServeLoop &loop, protocol::FrameHeader *header, bool *ended);
     // The bytes at the end of this frame's payload that its handler reads from the
-    // ring itself (SetTensor's data over shm), or 0.
+    // stream itself (SetTensor's data: in place from a ring, a bounded piece at a
+    // time from a socket), or 0.
     uint64_t tail_left_in_ring(const ServeLoop &loop, const protocol::FrameHeader &header) const;
     // Arms the watchdog for the wait before a frame (the handshake's, or idleness).
     void arm_wait_for_frame(ServeLoop &loop);

@@ -27,19 +27,22 @@ Watchdog::Clock::time_point after(double seconds) {
 // ring's end): each ggml_backend_tensor_set/get on a GPU costs a submission.
 constexpr size_t kMinRingPiece = 256 * 1024;
 
-// A frame's tail that its handler reads where it lies in the shared ring. The
-// ring's counts stay the host's own; the guest can change the bytes while ggml
-// copies them, which changes only its own tensor's data.
-class RingTail final : public TailStream {
+// A frame's tail (SetTensor's data) that its handler reads as it comes: where it
+// lies in the shared ring, or from the socket a bounded piece at a time
+// (FramedStream::receive_in_place), so that a frame of --max-message-size is never
+// held whole outside the session's --memory-quota. The ring's counts stay the
+// host's own; the guest can change the bytes while ggml copies them, which changes
+// only its own tensor's data.
+class StreamedTail final : public TailStream {
   public:
-    RingTail(FramedStream &stream, uint64_t size) : stream_(stream), size_(size) {}
+    StreamedTail(FramedStream &stream, uint64_t size) : stream_(stream), size_(size) {}
     uint64_t size() const override { return size_; }
     Status read(const Take &take) override {
         if (read_) return error(Code::error, "the tail was read already");
         read_ = true;
         uint64_t at = 0;
         // Stays so if ggml throws mid-tail: the frames are then out of step.
-        transport_ = error(Code::error, "reading tensor data from the shared ring was interrupted");
+        transport_ = error(Code::error, "reading tensor data from the guest was interrupted");
         transport_ = stream_.receive_in_place(size_, kMinRingPiece, [&](const uint8_t *piece, size_t size) {
             take(at, piece, size);
             at += size;
@@ -63,7 +66,11 @@ class RingTail final : public TailStream {
     Status transport_;
 };
 
-// A reply whose tail a device writes straight into the ring (ReplyTail::fill).
+// A reply whose tail is read from a buffer as it is sent (ReplyTail::fill): over
+// shm straight into the ring, over a socket a bounded piece at a time. A guest
+// chooses a reply's size (GetTensor2d's rows may repeat one small range up to
+// --max-message-size), so the reply must never be held whole: that memory would
+// lie outside the session's --memory-quota (docs/SECURITY.md, "Reply memory").
 Status send_filled(FramedStream &stream, const FrameHeader &header, const ReplyFrame &reply) {
     uint64_t at = 0;
     try {
@@ -103,8 +110,8 @@ struct Session::ServeLoop {
     Watchdog watchdog;
     const Watchdog::Clock::time_point handshake_deadline;
     FrameBuffer payload;
-    uint64_t streamed_tail = 0;  // bytes of this frame's payload still in the ring (tail_left_in_ring)
-    Status lost;  // the connection failed while a handler read the ring: the session ends
+    uint64_t streamed_tail = 0;  // bytes of this frame's payload left in the stream (tail_left_in_ring)
+    Status lost;  // the connection failed while a handler read the stream: the session ends
     Status deferred;  // the first failure of a one-way command, told with the next reply
     // Whether the last reply answered a guest that waited on a compute: it now
     // works on its own until its next graph (see SpinPolicy).
@@ -193,7 +200,7 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
     }
     loop.streamed_tail = tail_left_in_ring(loop, *header);
     status = stream.receive_payload(&loop.payload, header->payload_size - loop.streamed_tail);
-    // The watchdog keeps watching a tail left in the ring until it is read.
+    // The watchdog keeps watching a tail left in the stream until it is read.
     if (loop.streamed_tail == 0 && !watchdog.disarm()) return watchdog.failure();
     if (!status) {
         *ended = status.code() == Code::disconnected;  // gone mid-message
@@ -204,9 +211,9 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
     return Status::success();
 }
 
-uint64_t Session::tail_left_in_ring(const ServeLoop &loop, const FrameHeader &header) const {
+uint64_t Session::tail_left_in_ring(const ServeLoop &, const FrameHeader &header) const {
     // Only tensor data, only after the handshake, and not while frames are recorded whole.
-    if (!loop.stream.uses_ring() || !handshaken_ || recorder_ != nullptr) return 0;
+    if (!handshaken_ || recorder_ != nullptr) return 0;
     size_t fixed = 0;
     if (header.command == static_cast<uint16_t>(CommandId::set_tensor)) fixed = sizeof(SetTensor::Request);
     if (header.command == static_cast<uint16_t>(CommandId::set_tensor_2d)) fixed = sizeof(SetTensor2d::Request);
@@ -219,7 +226,7 @@ Status Session::carry_out(ServeLoop &loop, const FrameHeader &header, bool one_w
     std::vector<UniqueFd> fds = std::move(loop.stream.received_fds());
     loop.stream.received_fds().clear();
     const ByteView payload(loop.payload.data(), loop.payload.size());
-    RingTail tail(loop.stream, loop.streamed_tail);
+    StreamedTail tail(loop.stream, loop.streamed_tail);
     TailStream *streamed = loop.streamed_tail > 0 ? &tail : nullptr;
     Status status;
     if (!one_way && !loop.deferred.ok()) {
@@ -233,8 +240,6 @@ Status Session::carry_out(ServeLoop &loop, const FrameHeader &header, bool one_w
         loop.lost = tail.finish();
         if (!loop.watchdog.disarm()) loop.lost = loop.watchdog.failure();
     }
-    // Bytes read from a device go straight into the ring; sockets send them gathered.
-    if (!loop.stream.uses_ring()) reply->tail.gather();
     return status;
 }
 

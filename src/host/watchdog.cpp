@@ -1,10 +1,11 @@
 #include "host/watchdog.h"
 
+#include "host/server_options.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <string>
 
 namespace ggml_remote::host {
@@ -99,9 +100,8 @@ void Watchdog::end_a_compute_that_will_not_stop(std::unique_lock<std::mutex> *lo
         wake_.wait_until(*lock, give_up);
         return;
     }
-    std::fprintf(stderr, "ggml-remote-server: the guest is gone and its compute did not stop within %d ms; "
-                         "ending the worker\n", kAbandonedComputeGraceMs);
-    std::fflush(stderr);
+    log_line("the guest is gone and its compute did not stop within " + std::to_string(kAbandonedComputeGraceMs) +
+             " ms; ending the worker");
     ::_exit(3);
 }
 

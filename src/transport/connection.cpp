@@ -306,14 +306,26 @@ Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
 }
 
 Status FramedStream::receive_in_place(uint64_t size, size_t min_piece, const RingChannel::PieceReader &take) {
-    if (ring_ == nullptr || !fd_.valid()) return error(Code::error, "receive from " + peer_ + ": no shared ring");
+    if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
+    if (ring_ == nullptr) {
+        // Allocated per frame (malloc keeps reusing the same block): an idle session holds none.
+        std::vector<uint8_t> piece(static_cast<size_t>(std::min<uint64_t>(size, kFilledPieceBytes)));
+        while (size > 0) {
+            const size_t n = static_cast<size_t>(std::min<uint64_t>(size, piece.size()));
+            Status status = receive(piece.data(), n);
+            if (!status) return status;
+            take(piece.data(), n);
+            size -= n;
+        }
+        return Status::success();
+    }
     Status status = ring_->read_in_place(size, min_piece, take, fd_.get());
     return status ? status : error(status.code(), "receive from " + peer_ + ": " + status.message());
 }
 
 Status FramedStream::send_in_place(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts,
                                    uint64_t tail_size, size_t min_piece, const RingChannel::PieceWriter &fill) {
-    if (ring_ == nullptr || !fd_.valid()) return error(Code::error, "send to " + peer_ + ": no shared ring");
+    if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
     iovec iov[1 + 4];
     if (parts.size() > 4) return error(Code::error, "send to " + peer_ + ": too many parts");
     size_t count = 0;
@@ -323,9 +335,27 @@ Status FramedStream::send_in_place(protocol::FrameHeader header, std::initialize
         header.payload_size += part.size;
         if (part.size > 0) iov[count++] = {const_cast<uint8_t *>(part.data), part.size};
     }
+    if (ring_ == nullptr) {
+        Status status = write_all(iov, count, nullptr, 0);
+        return status ? send_filled_pieces(tail_size, fill) : status;
+    }
     Status status = ring_->write(iov, count, fd_.get());
     if (status) status = ring_->write_in_place(tail_size, min_piece, fill, fd_.get());
     return status ? status : error(status.code(), "send to " + peer_ + ": " + status.message());
+}
+
+Status FramedStream::send_filled_pieces(uint64_t size, const RingChannel::PieceWriter &fill) {
+    // Allocated per frame (malloc keeps reusing the same block): an idle session holds none.
+    std::vector<uint8_t> piece(static_cast<size_t>(std::min<uint64_t>(size, kFilledPieceBytes)));
+    while (size > 0) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(size, piece.size()));
+        fill(piece.data(), n);
+        iovec iov{piece.data(), n};
+        Status status = write_all(&iov, 1, nullptr, 0);
+        if (!status) return status;
+        size -= n;
+    }
+    return Status::success();
 }
 
 Status FramedStream::discard(uint64_t size) {

@@ -22,6 +22,11 @@ namespace ggml_remote {
 // At most this many descriptors travel with one frame.
 constexpr size_t kMaxFdsPerFrame = 4;
 
+// The most memory send_in_place and receive_in_place hold for a frame's tail over
+// a socket (the piece filled to be sent, or taken): a frame as large as
+// --max-message-size costs its worker this much, not its size.
+constexpr size_t kFilledPieceBytes = 1 << 20;
+
 class FramedStream {
   public:
     FramedStream() = default;
@@ -52,11 +57,15 @@ class FramedStream {
     // Reads and throws away `size` bytes (the payload of a refused frame).
     Status discard(uint64_t size);
 
-    // Shared-ring streams only (uses_ring()): tensor data read and written where
-    // it lies in the ring, with no copy of ours (RingChannel::read_in_place).
+    // Hands the next `size` bytes to `take` piece by piece: over a shared ring where
+    // they lie (RingChannel::read_in_place, pieces of at least `min_piece` where the
+    // ring allows), elsewhere through a buffer of at most kFilledPieceBytes.
     Status receive_in_place(uint64_t size, size_t min_piece, const RingChannel::PieceReader &take);
-    // Sends one frame whose payload is `parts`, then `tail_size` bytes that
-    // `fill` writes in place (RingChannel::write_in_place).
+    // Sends one frame whose payload is `parts`, then `tail_size` bytes that `fill`
+    // writes as they are sent: over a shared ring in place (RingChannel::write_in_place,
+    // pieces of at least `min_piece` where the ring allows), elsewhere through a buffer
+    // of at most kFilledPieceBytes, sent piece by piece. Either way the frame never
+    // lies whole in this process's memory, however large `tail_size` is.
     Status send_in_place(protocol::FrameHeader header, std::initializer_list<protocol::ByteView> parts,
                          uint64_t tail_size, size_t min_piece, const RingChannel::PieceWriter &fill);
 
@@ -117,6 +126,8 @@ class FramedStream {
     // Receives descriptors into received_fds_; `wait` false when they must be there already.
     Status receive_fds(void *first_bytes, size_t size, bool wait, size_t *got);
     Status write_tls(const struct iovec *iov, size_t count);
+    // send_in_place's tail over a socket or TLS: `size` bytes from `fill`, a piece at a time.
+    Status send_filled_pieces(uint64_t size, const RingChannel::PieceWriter &fill);
     // Before a frame is read from the socket: spins while the policy says so, until
     // the socket has bytes (the read that follows sleeps if it still has none).
     void spin_until_readable();

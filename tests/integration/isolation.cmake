@@ -19,3 +19,6 @@ add_integration_test(listener_board_decoys listener_board.sh decoys $<TARGET_FIL
   $<TARGET_FILE:ggml_remote_worker_probe>)
 add_integration_test(listener_board_zero listener_board.sh zero $<TARGET_FILE:ggml-remote-handshake-client>
   $<TARGET_FILE:ggml_remote_worker_probe>)
+
+# Paths workers may write, overlapping each other or what others trust, are refused at start.
+add_integration_test(config_refused config_refused.sh)

@@ -9,6 +9,12 @@
 //   backends N          up to N BackendInit; prints how many were created and the refusal
 //   sparse-file SIZE    (unix socket) a memory file of SIZE bytes, all holes, passed as
 //                       a model (BufferFromFile of the whole file)
+//   reply-2d SIZE       a buffer of 4 KiB, then a GetTensor2d whose reply is SIZE
+//                       bytes: that buffer's bytes again and again (stride 0); the
+//                       reply is never read, so the worker waits with it
+//   set-tensor SIZE     a buffer of 4 KiB, then a SetTensor frame of SIZE bytes (its
+//                       data for that buffer), all but the last byte sent: the
+//                       worker waits for it
 // prints: "handshaken", then "sent: ..." and "result: ..." lines.
 // exits 0 when the attack ran (whatever the server answered), 1 when the session
 // failed before it, 2 on a usage error.
@@ -21,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +43,8 @@ namespace {
 [[noreturn]] void usage(const std::string &why) {
     std::fprintf(stderr,
                  "memory_client: %s\n"
-                 "usage: memory_client ENDPOINT huge-frame SIZE | backends N | sparse-file SIZE\n",
+                 "usage: memory_client ENDPOINT huge-frame SIZE | backends N | sparse-file SIZE | reply-2d SIZE\n"
+                 "       | set-tensor SIZE\n",
                  why.c_str());
     std::exit(2);
 }
@@ -139,13 +147,77 @@ int sparse_file(Guest &guest, uint64_t size) {
     return 0;
 }
 
+// A buffer of `size` bytes on device 0; false (and a result line) when refused.
+bool small_buffer(Guest &guest, uint64_t size, uint64_t *handle) {
+    Reply reply;
+    Status status = guest.call<BufferAlloc>(BufferAlloc::Request{0, size}, &reply);
+    BufferAlloc::Reply buffer{};
+    if (!status || reply.code != 0 || !read_pod(ByteView(reply.payload), 0, &buffer)) {
+        std::printf("result: BufferAlloc: %s\n", status ? describe(reply).c_str() : status.message().c_str());
+        return false;
+    }
+    *handle = buffer.buffer;
+    return true;
+}
+
+int reply_2d(Guest &guest, uint64_t size) {
+    constexpr uint64_t kRow = 4096;
+    uint64_t buffer = 0;
+    if (!small_buffer(guest, kRow, &buffer)) return 1;
+    GetTensor2d::Request request{};
+    request.range = {buffer, 0, kRow};
+    request.n_copies = size / kRow;
+    request.stride = 0;
+    FrameHeader header;
+    header.command = static_cast<uint16_t>(GetTensor2d::id);
+    const Status status = guest.stream().send(header, {ByteView(&request, sizeof(request))});
+    if (!status) {
+        std::printf("result: send: %s\n", status.message().c_str());
+        return 1;
+    }
+    std::printf("sent: a GetTensor2d of %llu copies of one 4 KiB row, reply left unread\n",
+                static_cast<unsigned long long>(request.n_copies));
+    return 0;
+}
+
+int set_tensor(Guest &guest, uint64_t size) {
+    uint64_t buffer = 0;
+    if (!small_buffer(guest, 4096, &buffer)) return 1;
+    SetTensor::Request request{};
+    request.range = {buffer, 0, 4096};
+    FrameHeader header;
+    header.command = static_cast<uint16_t>(SetTensor::id);
+    header.payload_size = size;  // (at most --max-message-size)
+    const uint64_t data = size - sizeof(request);
+    const int fd = guest.stream().fd();
+    const std::vector<uint8_t> zeros(1 << 20);
+    bool sent = ::send(fd, &header, sizeof(header), MSG_NOSIGNAL) == sizeof(header) &&
+                ::send(fd, &request, sizeof(request), MSG_NOSIGNAL) == sizeof(request);
+    for (uint64_t left = data - 1; sent && left > 0;) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(left, zeros.size()));
+        const ssize_t done = ::send(fd, zeros.data(), n, MSG_NOSIGNAL);
+        sent = done > 0;
+        if (sent) left -= static_cast<uint64_t>(done);
+    }
+    if (!sent) {
+        std::printf("result: send: %s\n", std::strerror(errno));
+        return 1;
+    }
+    std::printf("sent: a SetTensor frame of %llu bytes for a 4 KiB buffer, all but its last byte\n",
+                static_cast<unsigned long long>(size));
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     if (argc != 4) usage("expected ENDPOINT ATTACK VALUE");
     const std::string attack = argv[2];
     const uint64_t value = parse_count(argv[3]);
-    if (attack != "huge-frame" && attack != "backends" && attack != "sparse-file") usage("unknown attack " + attack);
+    if (attack != "huge-frame" && attack != "backends" && attack != "sparse-file" && attack != "reply-2d" &&
+        attack != "set-tensor") {
+        usage("unknown attack " + attack);
+    }
 
     Endpoint endpoint;
     Status status = parse_endpoint(argv[1], &endpoint);
@@ -174,6 +246,8 @@ int main(int argc, char **argv) {
     if (attack == "huge-frame") rc = huge_frame(guest, value);
     if (attack == "backends") rc = backends(guest, value);
     if (attack == "sparse-file") rc = sparse_file(guest, value);
+    if (attack == "reply-2d") rc = reply_2d(guest, value);
+    if (attack == "set-tensor") rc = set_tensor(guest, value);
     std::fflush(stdout);
     while (std::getline(std::cin, line)) {
     }

@@ -6,7 +6,13 @@
 #  - BackendInit is refused at the default cap (16 per session) with the flag
 #    named, and `status` shows the session's backends against that cap;
 #  - a memory file of 1 GiB, all holes, passed as a model is refused by a server
-#    with --mapped-file-quota 64M, unmapped.
+#    with --mapped-file-quota 64M, unmapped;
+#  - under --memory-quota 64M, a GetTensor2d that repeats one 4 KiB row into a
+#    reply of 256 MiB (stride 0), left unread by its guest, raises the worker's
+#    resident memory by less than 16 MiB (over unix and TCP): a reply is sent as
+#    it is read, a bounded piece at a time, never held whole;
+#  - so does a SetTensor of 256 MiB for a 4 KiB buffer, sent but for its last
+#    byte: tensor data is taken as it comes, never gathered into its frame.
 source "$(dirname "$0")/lib.sh"
 CLIENT=${1:?usage: memory_limits.sh MEMORY_CLIENT}
 
@@ -26,17 +32,17 @@ wait_for() {
     cat "$WORK/$1.out" >&2
     fail "$1: no line matching /$2/ within 10 s"
 }
-# start_client NAME ENDPOINT ATTACK VALUE: the client, waiting for the word on fd 3;
-# sets WORKER to its session's worker.
+# start_client NAME ENDPOINT ATTACK VALUE [LOG]: the client, waiting for the word on
+# fd 3; sets WORKER to its session's worker (found in LOG, the server srv's by default).
 start_client() {
-    local name=$1 sessions
-    sessions=$(grep -c ': connected, worker pid ' "$srv_LOG" || true)
+    local name=$1 log=${5:-$srv_LOG} sessions
+    sessions=$(grep -c ': connected, worker pid ' "$log" || true)
     mkfifo "$WORK/$name.in"
     "$CLIENT" "$2" "$3" "$4" <"$WORK/$name.in" >"$WORK/$name.out" 2>&1 &
     exec 3>"$WORK/$name.in"
     wait_for "$name" '^handshaken'
-    WORKER=$(grep ': connected, worker pid ' "$srv_LOG" | sed -n "$((sessions + 1))s/.*worker pid \([0-9]*\).*/\1/p")
-    [ -n "$WORKER" ] || { cat "$srv_LOG" >&2; fail "$name: no worker in the server's log"; }
+    WORKER=$(grep ': connected, worker pid ' "$log" | sed -n "$((sessions + 1))s/.*worker pid \([0-9]*\).*/\1/p")
+    [ -n "$WORKER" ] || { cat "$log" >&2; fail "$name: no worker in the server's log"; }
 }
 # stop_client: closes the client's stdin; it hangs up and exits.
 stop_client() {
@@ -81,6 +87,24 @@ note "sparse model: $result"
     fail "a 1 GiB file was not refused by --mapped-file-quota 64M: $result"
 stop_client
 
+start_server quota --memory-quota 64M
+for attack in reply-2d set-tensor; do
+    for endpoint in "$quota_UNIX" "$quota_TCP"; do
+        name=$attack-${endpoint%%:*}
+        start_client "$name" "$endpoint" "$attack" "$HUGE_FRAME" "$quota_LOG"
+        before_kb=$(rss_kb "$WORKER")
+        echo go >&3
+        wait_for "$name" '^sent: a '
+        sleep 1  # time to fill a socket's buffer, and to hold the whole frame if it were going to
+        after_kb=$(rss_kb "$WORKER")
+        note "$name: worker $WORKER at $before_kb KiB, $after_kb KiB with a frame of $((HUGE_FRAME >> 20)) MiB in flight"
+        [ $((after_kb - before_kb)) -lt "$GROWTH_LIMIT_KB" ] ||
+            fail "$name: under --memory-quota 64M the worker grew by $((after_kb - before_kb)) KiB for one frame"
+        stop_client
+    done
+done
+
 kill -0 "$srv_PID" || fail "the server is gone"
-! grep -q 'worker died' "$srv_LOG" || { cat "$srv_LOG" >&2; fail "a worker died"; }
+kill -0 "$quota_PID" || fail "the server with --memory-quota is gone"
+! grep -q 'worker died' "$srv_LOG" "$quota_LOG" || { cat "$srv_LOG" "$quota_LOG" >&2; fail "a worker died"; }
 echo PASS

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -436,6 +437,45 @@ TEST(FramedStream, CloseReleasesTheSocket) {
     pair.guest.close();
     EXPECT_FALSE(pair.guest.connected());
     EXPECT_EQ(pair.guest.fd(), -1);
+}
+
+}  // namespace
+}  // namespace ggml_remote
+
+namespace ggml_remote {
+namespace {
+
+// A reply filled as it is sent (a device's bytes, GetTensor2d's rows) goes out over
+// a socket a bounded piece at a time: the whole frame never lies in memory.
+TEST(FramedStreamFilled, ALargeTailIsFilledInBoundedPiecesOverASocket) {
+    StreamPair pair;
+    constexpr uint64_t kTail = 3 * kFilledPieceBytes + 12345;
+    const std::string fixed = "fixed part";
+    size_t largest_piece = 0, pieces = 0;
+    uint64_t at = 0;
+    std::thread sender([&] {
+        FrameHeader header;
+        header.command = 7;
+        const Status sent = pair.host.send_in_place(header, {ByteView(fixed.data(), fixed.size())}, kTail, 1000,
+                                                    [&](uint8_t *piece, size_t size) {
+                                                        for (size_t i = 0; i < size; ++i) piece[i] = uint8_t(at + i);
+                                                        at += size;
+                                                        largest_piece = std::max(largest_piece, size);
+                                                        ++pieces;
+                                                    });
+        EXPECT_TRUE(sent.ok()) << sent.message();
+    });
+    FrameHeader header;
+    ASSERT_TRUE(pair.guest.receive_header(&header, kTail + 100).ok());
+    ASSERT_EQ(header.payload_size, fixed.size() + kTail);
+    std::vector<uint8_t> payload(header.payload_size);
+    ASSERT_TRUE(pair.guest.receive(payload.data(), payload.size()).ok());
+    sender.join();
+    EXPECT_EQ(std::string(payload.begin(), payload.begin() + fixed.size()), fixed);
+    for (uint64_t i = 0; i < kTail; i += 4099) ASSERT_EQ(payload[fixed.size() + i], uint8_t(i)) << "byte " << i;
+    EXPECT_EQ(at, kTail);
+    EXPECT_LE(largest_piece, kFilledPieceBytes);
+    EXPECT_EQ(pieces, 4u);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "host/listener.h"
 #include "host/sandbox.h"
 #include "host/server_options.h"
+#include "host/server_paths.h"
 #include "host/shader_cache.h"
 #include "status_command.h"
 #include "host/worker.h"
@@ -111,6 +112,11 @@ options:
                                 leave (what ggml-remote.service uses, so that a
                                 restart ends no session)
   -v,    --verbose              also log ggml's informational messages
+
+The directories workers write (--weight-store, --shader-cache,
+GGML_REMOTE_RECORD_DIR) must lie apart from each other, from what workers load
+(/usr, libraries, backends), and from the key file, sockets and region files;
+the server refuses to start otherwise.
 
 signals to the listener:
   SIGUSR2  replace the listener by the program at its path (e.g. after an upgrade),
@@ -518,6 +524,8 @@ int serve(CommandLine *line) {
     check_listen_endpoints(&options, line->insecure);
     if (!options.metrics.empty()) check_metrics_endpoint(options.metrics, line->insecure);
     if (!options.tls_psk_file.empty()) check_key_file(options);
+    // Before anything is made or given to the workers' user.
+    if (Status paths = host::check_server_paths(options); !paths) fail(paths.message());
     host::WorkerIdentity identity;
     const std::string worker_identity = resolve_worker_user(options, &identity);
     prepare_weight_store(options, identity);

@@ -1,0 +1,102 @@
+// One write per log line (host/server_log.h).
+#include "host/server_log.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <string>
+
+namespace ggml_remote::host {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::StartsWith;
+
+TEST(ServerLog, AShortLineIsKeptAndEnded) { EXPECT_EQ(whole_log_line("hello"), "hello\n"); }
+
+TEST(ServerLog, ALongLineIsCutToFitOneAtomicWrite) {
+    const std::string line = whole_log_line(std::string(10000, 'a'));
+    EXPECT_LE(line.size(), kMaxLogLine);
+    EXPECT_THAT(line, StartsWith(std::string(1000, 'a')));
+    EXPECT_THAT(line, EndsWith(" bytes)\n"));
+    EXPECT_EQ(line.find('\n'), line.size() - 1);
+    EXPECT_EQ(whole_log_line(std::string(kMaxLogLine - 1, 'b')).size(), kMaxLogLine);  // fits exactly: not cut
+}
+
+TEST(ServerLog, ACutNeverSplitsACharacter) {
+    std::string text;
+    while (text.size() < 2 * kMaxLogLine) text += "\xc3\xa9";  // é, two bytes each
+    const std::string line = whole_log_line(text);
+    const size_t kept = line.find("...(cut ");
+    ASSERT_NE(kept, std::string::npos);
+    EXPECT_EQ(kept % 2, 0u);
+}
+
+// Reads what the joiner wrote into a pipe.
+class Joiner : public ::testing::Test {
+  protected:
+    void SetUp() override { ASSERT_EQ(::pipe(ends_), 0); }
+    void TearDown() override {
+        ::close(ends_[0]);
+        ::close(ends_[1]);
+    }
+    std::string written() {
+        ::close(ends_[1]);
+        ends_[1] = ::open("/dev/null", O_WRONLY);
+        std::string text;
+        char chunk[4096];
+        for (ssize_t n; (n = ::read(ends_[0], chunk, sizeof(chunk))) > 0;) text.append(chunk, static_cast<size_t>(n));
+        return text;
+    }
+    static bool errors_only(ggml_log_level level) { return level == GGML_LOG_LEVEL_ERROR; }
+    int ends_[2] = {-1, -1};
+};
+
+TEST_F(Joiner, AMessageAndItsContinuationsBecomeOneLine) {
+    GgmlLogJoiner joiner(ends_[1], errors_only);
+    joiner.add(GGML_LOG_LEVEL_ERROR, "ggml: tensor ");
+    joiner.add(GGML_LOG_LEVEL_CONT, "'a' ");
+    joiner.add(GGML_LOG_LEVEL_CONT, "is bad\n");
+    EXPECT_EQ(written(), "ggml: tensor 'a' is bad\n");
+}
+
+TEST_F(Joiner, ContinuationsTakeTheirMessagesLevel) {
+    GgmlLogJoiner joiner(ends_[1], errors_only);
+    joiner.add(GGML_LOG_LEVEL_INFO, "loaded ");
+    joiner.add(GGML_LOG_LEVEL_CONT, "a backend\n");
+    joiner.add(GGML_LOG_LEVEL_ERROR, "failed");
+    joiner.add(GGML_LOG_LEVEL_CONT, "\n");
+    EXPECT_EQ(written(), "failed\n");
+}
+
+TEST_F(Joiner, ANewMessageEndsAnUnfinishedLine) {
+    GgmlLogJoiner joiner(ends_[1], errors_only);
+    joiner.add(GGML_LOG_LEVEL_ERROR, "no newline");
+    joiner.add(GGML_LOG_LEVEL_ERROR, "next\n");
+    EXPECT_EQ(written(), "no newline\nnext\n");
+}
+
+TEST_F(Joiner, ANewlineInsideAMessageNeverStartsALine) {
+    GgmlLogJoiner joiner(ends_[1], errors_only);
+    joiner.add(GGML_LOG_LEVEL_ERROR, "tensor 'x\n2026-12-01 12:00:00 ggml-remote-server: FORGED' is bad\n");
+    EXPECT_EQ(written(), "tensor 'x\\x0a2026-12-01 12:00:00 ggml-remote-server: FORGED' is bad\n");
+}
+
+TEST_F(Joiner, AnEndlessMessageIsWrittenOnceItFillsALine) {
+    GgmlLogJoiner joiner(ends_[1], errors_only);
+    for (int i = 0; i < 100; ++i) {
+        joiner.add(i == 0 ? GGML_LOG_LEVEL_ERROR : GGML_LOG_LEVEL_CONT, std::string(100, 'z'));
+    }
+    joiner.flush();
+    std::istringstream text(written());
+    int lines = 0;
+    for (std::string line; std::getline(text, line); ++lines) EXPECT_LT(line.size(), kMaxLogLine);
+    EXPECT_EQ(lines, 3);  // two full ones, and the rest at flush()
+}
+
+}  // namespace
+}  // namespace ggml_remote::host
