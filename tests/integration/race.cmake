@@ -6,3 +6,5 @@ target_link_libraries(ggml-remote-race-client PRIVATE ggml_all Threads::Threads)
 
 add_integration_test(race_shm race.sh shm $<TARGET_FILE:ggml-remote-race-client>)
 add_integration_test(race_ivshmem race.sh ivshmem $<TARGET_FILE:ggml-remote-race-client>)
+# make sanitize runs them too (label race), with a sanitized server and plugin.
+set_tests_properties(race_shm race_ivshmem PROPERTIES LABELS "integration;race")
