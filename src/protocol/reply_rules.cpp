@@ -70,11 +70,10 @@ Status ReplyRule<AllocSize>::check(const AllocSize::Request &, const AllocSize::
 uint64_t ReplyRule<BufferAlloc>::max_tail(const BufferAlloc::Request &, uint64_t) { return sizeof(uint64_t); }
 Status ReplyRule<BufferAlloc>::check(const BufferAlloc::Request &request, const BufferAlloc::Reply &reply,
                                      uint64_t tail_size) {
+    const uint64_t asked = request.size;  // a copy: the packed field binds no reference
     uint64_t most = 0;
-    if (__builtin_add_overflow(request.size, std::max<uint64_t>(request.size, UINT64_C(1) << 20), &most)) {
-        most = UINT64_MAX;
-    }
-    if (reply.size < request.size || reply.size > most) {
+    if (__builtin_add_overflow(asked, std::max<uint64_t>(asked, UINT64_C(1) << 20), &most)) most = UINT64_MAX;
+    if (reply.size < asked || reply.size > most) {
         return refused("buffer_alloc", "gives a buffer of " + std::to_string(reply.size) + " bytes for " +
                                            std::to_string(request.size) + " asked");
     }
