@@ -164,7 +164,8 @@ Status RemoteSession::exchange_hello(const Hello::Request &hello, Hello::Reply *
     FrameHeader reply_header;
     Status status = stream_.receive_header(&reply_header, 65536);
     if (!status) {
-        if (status.message().find("temporarily unavailable") != std::string::npos) {
+        if (status.message().find("temporarily unavailable") != std::string::npos ||
+            status.message().find("was silent for") != std::string::npos) {
             return error(Code::disconnected, "handshake with " + name + ": no reply within " +
                                                  std::to_string(options_.connect_timeout_ms) +
                                                  " ms (is the server stopped or overloaded?)");
@@ -206,7 +207,7 @@ Status RemoteSession::handshake(bool shared_memory, bool region_heap) {
     asked_shared_memory_ = shared_memory;
     // The handshake is done by hand, with a time limit: a peer that accepts and
     // never answers must not hang the application at start-up.
-    set_io_timeout(stream_.fd(), options_.connect_timeout_ms);
+    stream_.set_silence_limit_ms(options_.connect_timeout_ms);  // the socket's, or an ivshmem region's ring
     Hello::Request hello;
     if (options_.store_min_bytes != 0) hello.capabilities |= kSessionWeightStore;
     if (shared_memory) {
