@@ -387,6 +387,9 @@ ggml_backend_buffer_t adopt_region_buffer(ggml_backend_buffer_type_t buft, std::
     Status status = read_pod(ByteView(tail), 0, &offset) && tail.size() == sizeof(offset)
                         ? device->session().region_bytes(offset, reply.size, &at)
                         : error(Code::error, "the server did not say where the buffer is");
+    if (status && offset % BufferAlloc::kRegionAlignment != 0) {
+        status = error(Code::error, "the server placed a buffer at an unaligned offset of the region");
+    }
     if (!status) {
         log(GGML_LOG_LEVEL_ERROR, "%s: %s", device->name().c_str(), status.message().c_str());
         (void)device->session().free_buffer(reply.buffer);
@@ -427,14 +430,19 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     auto remote = std::make_unique<RemoteBuffer>();
     remote->device = device;
     remote->handle = reply.buffer;
-    if (reply.shared == BufferAlloc::kSharedInRegion && device->session().region_heap()) {
-        return adopt_region_buffer(buft, std::move(remote), reply, tail);
+    if (reply.shared == BufferAlloc::kSharedInRegion) {
+        if (device->session().region_heap()) return adopt_region_buffer(buft, std::move(remote), reply, tail);
+        log(GGML_LOG_LEVEL_ERROR, "%s: the server placed a buffer in a region this session has not",
+            device->name().c_str());
+        (void)device->session().free_buffer(reply.buffer);
+        return nullptr;
     }
     if (reply.shared) {
-        if (!memory_file.valid()) {
-            status = error(Code::error, "the server sent no memory file");
+        if (!device->session().shared_memory() || !memory_file.valid()) {
+            status = error(Code::error, "the server sent no memory file, or one this session did not ask for");
         } else {
-            status = Mapping::map(memory_file.get(), 0, reply.size, true, &remote->mapping);
+            status = check_sealed_memory(memory_file.get(), reply.size);
+            if (status) status = Mapping::map(memory_file.get(), 0, reply.size, true, &remote->mapping);
         }
         if (!status) {
             log(GGML_LOG_LEVEL_ERROR, "%s: cannot map a shared buffer: %s", device->name().c_str(),

@@ -1,5 +1,6 @@
 #include "guest/log.h"
 #include "guest/remote_device.h"
+#include "protocol/printable.h"
 #include "protocol/tensor_codec.h"
 
 #include <cstring>
@@ -136,6 +137,8 @@ Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t rem
         }
     }
     parts.resize(3);
+    // The server's words end up in the application's output: one line each.
+    for (std::string &part : parts) part = one_line(part);
     device->session_ = std::move(session);
     device->remote_index_ = remote_index;
     device->name_ = name;
@@ -205,8 +208,17 @@ bool RemoteDevice::supports_op(const ggml_tensor *op) {
 
 size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
     AllocSize::Reply reply{};
-    if (!ask_once<AllocSize>(alloc_size_cache_, op_signature(tensor), &reply)) return ggml_nbytes(tensor);
-    return reply.size;
+    const size_t bytes = ggml_nbytes(tensor);
+    if (!ask_once<AllocSize>(alloc_size_cache_, op_signature(tensor), &reply)) return bytes;
+    // ggml places tensors by this size: less than the tensor's bytes would overlap
+    // them; a device pads a little, never more than the tensor again.
+    const uint64_t most = uint64_t{bytes} * 2 + (uint64_t(1) << 20);
+    if (reply.size < bytes || reply.size > most) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: the server sizes a tensor of %zu bytes at %llu; using %zu", name_.c_str(),
+            bytes, static_cast<unsigned long long>(reply.size), bytes);
+        return bytes;
+    }
+    return static_cast<size_t>(reply.size);
 }
 
 RemoteEvent *remote_event_of(ggml_backend_event_t event) {

@@ -16,6 +16,12 @@ struct GuestOptions {
     std::string servers;
     // GGML_REMOTE_CONNECT_TIMEOUT_MS: the limit for connecting and the handshakes.
     int connect_timeout_ms = 5000;
+    // GGML_REMOTE_REPLY_TIMEOUT_MS: after the handshake, the longest silence of a
+    // server the guest is waiting on (for a reply, or for room to send); then the
+    // session is lost, and the reconnect rules apply. The server sends nothing
+    // while it computes a graph, so this bounds a compute too: 10 minutes, for a
+    // first compute that compiles shaders or a long prompt on a slow host. 0: no limit.
+    int reply_timeout_ms = 600000;
     // GGML_REMOTE_TLS_PSK_FILE / GGML_REMOTE_TLS_PSK: the key for tls:// (a file, or the key itself).
     std::string tls_psk_file;
     std::string tls_psk;

@@ -5,6 +5,7 @@
 
 #include "guest/log.h"
 #include "guest/tls_credentials.h"
+#include "protocol/printable.h"
 #include "transport/ivshmem_region.h"
 #include "transport/socket.h"
 
@@ -163,7 +164,8 @@ Status RemoteSession::exchange_hello(const Hello::Request &hello, Hello::Reply *
     FrameHeader reply_header;
     Status status = stream_.receive_header(&reply_header, 65536);
     if (!status) {
-        if (status.message().find("temporarily unavailable") != std::string::npos) {
+        if (status.message().find("temporarily unavailable") != std::string::npos ||
+            status.message().find("was silent for") != std::string::npos) {
             return error(Code::disconnected, "handshake with " + name + ": no reply within " +
                                                  std::to_string(options_.connect_timeout_ms) +
                                                  " ms (is the server stopped or overloaded?)");
@@ -180,11 +182,13 @@ Status RemoteSession::exchange_hello(const Hello::Request &hello, Hello::Reply *
     if (!status) return error(status.code(), "handshake with " + name + " failed: " + status.message());
     if (reply_header.status != static_cast<int32_t>(Code::ok)) {
         return error(static_cast<Code>(reply_header.status),
-                     name + " refused the session: " + std::string(payload.begin(), payload.end()));
+                     name + " refused the session: " + one_line(std::string(payload.begin(), payload.end())));
     }
     if (!read_pod(ByteView(payload), 0, reply)) {
         return error(Code::error, "handshake with " + name + " failed: short reply");
     }
+    status = ReplyRule<Hello>::check(hello, *reply, payload.size() - sizeof(*reply));
+    if (!status) return error(Code::error, "handshake with " + name + " failed: " + status.message());
     return Status::success();
 }
 
@@ -203,7 +207,7 @@ Status RemoteSession::handshake(bool shared_memory, bool region_heap) {
     asked_shared_memory_ = shared_memory;
     // The handshake is done by hand, with a time limit: a peer that accepts and
     // never answers must not hang the application at start-up.
-    set_io_timeout(stream_.fd(), options_.connect_timeout_ms);
+    stream_.set_silence_limit_ms(options_.connect_timeout_ms);  // the socket's, or an ivshmem region's ring
     Hello::Request hello;
     if (options_.store_min_bytes != 0) hello.capabilities |= kSessionWeightStore;
     if (shared_memory) {
@@ -214,7 +218,10 @@ Status RemoteSession::handshake(bool shared_memory, bool region_heap) {
     Hello::Reply reply{};
     Status status = exchange_hello(hello, &reply);
     if (!status) return status;
-    set_io_timeout(stream_.fd(), 0);  // computes may take long; a dead server is noticed by the socket
+    // From now on a reply may take as long as a compute: the wait is bounded by
+    // the reply timeout (silence, not the whole reply), and a dead server is
+    // noticed sooner by the socket.
+    stream_.set_silence_limit_ms(options_.reply_timeout_ms);
     stream_.set_wait_options(options_.waiting);
     if (reply.capabilities & kSessionSharedRing) {
         std::unique_ptr<RingChannel> ring;
@@ -253,41 +260,67 @@ void RemoteSession::set_compute_threads(int threads) {
 }
 
 Status RemoteSession::read_reply(CommandId id, uint64_t sequence, Exchange &x) {
+    if (x.rule.check == nullptr) return lost(error(Code::error, std::string("no reply rule for ") + command_name(id)));
+    uint64_t max_payload = 0;
+    if (__builtin_add_overflow(x.reply_size, x.rule.max_tail, &max_payload)) max_payload = UINT64_MAX;
     stream_.set_peer_busy(last_compute_ > finished_ && last_compute_ <= sequence);  // behind a compute
     FrameHeader header;
-    Status status = stream_.receive_header(&header, ~0ull);
+    Status status = stream_.receive_header(&header, std::max(max_payload, kMaxReplyReason));
     stream_.set_peer_busy(false);
-    if (!status) return lost(status);
+    if (!status) {
+        return lost(error(status.code(), std::string("reply to ") + command_name(id) + ": " + status.message()));
+    }
     stream_.set_cores_contended((header.flags & kFrameCoresContended) != 0);
     finished_ = sequence;  // the host answers in order: all earlier work is done
     counters_.bytes_received += sizeof(header) + header.payload_size;
-    if (x.received_fd != nullptr && !stream_.received_fds().empty()) {
-        *x.received_fd = std::move(stream_.received_fds().front());
-    }
+    UniqueFd fd;
+    if (!stream_.received_fds().empty()) fd = std::move(stream_.received_fds().front());
     stream_.received_fds().clear();
     if (!(header.flags & kFrameReply) || header.command != static_cast<uint16_t>(id)) {
         return lost(error(Code::error, std::string("protocol error: expected the reply to ") + command_name(id)));
     }
-    if (header.status != static_cast<int32_t>(Code::ok)) {
-        // The server explains a refusal in the payload.
-        std::string message(header.payload_size < 65536 ? header.payload_size : 65536, '\0');
-        status = stream_.receive(message.data(), message.size());
-        if (status && header.payload_size > message.size()) status = stream_.discard(header.payload_size - message.size());
-        if (!status) return lost(status);
-        return error(static_cast<Code>(header.status), message);
+    if (header.status != static_cast<int32_t>(Code::ok)) return read_refusal(header);
+    if (header.payload_size > max_payload) {
+        return lost(error(Code::error, std::string("protocol error: a reply to ") + command_name(id) + " of " +
+                                           std::to_string(header.payload_size) + " bytes, at most " +
+                                           std::to_string(max_payload) + " were asked for"));
     }
+    status = read_reply_payload(id, header, x);
+    if (status && x.received_fd != nullptr) *x.received_fd = std::move(fd);
+    return status;
+}
+
+// A server's refusal of a command: its code, when one we know, and its reason,
+// bounded and made printable (it ends up in the application's log).
+Status RemoteSession::read_refusal(const FrameHeader &header) {
+    if (header.payload_size > kMaxReplyReason) {
+        return lost(error(Code::error, "protocol error: a refusal of " + std::to_string(header.payload_size) + " bytes"));
+    }
+    std::string message(static_cast<size_t>(header.payload_size), '\0');
+    Status status = stream_.receive(message.data(), message.size());
+    if (!status) return lost(status);
+    const bool known = header.status > 0 && header.status < static_cast<int32_t>(Code::disconnected);
+    constexpr size_t kShownReason = 4096;
+    if (message.size() > kShownReason) message.resize(kShownReason);
+    return error(known ? static_cast<Code>(header.status) : Code::error, one_line(message));
+}
+
+Status RemoteSession::read_reply_payload(CommandId id, const FrameHeader &header, Exchange &x) {
     if (header.payload_size < x.reply_size) {
         return lost(error(Code::error, std::string("protocol error: short reply to ") + command_name(id)));
     }
-    if (x.reply_size > 0) {
-        status = x.reply != nullptr ? stream_.receive(x.reply, x.reply_size) : stream_.discard(x.reply_size);
-        if (!status) return lost(status);
-    }
+    // The fixed part lands here first: nothing of it reaches the caller unchecked.
+    alignas(8) uint8_t fixed[kMaxReplyBytes] = {};
+    Status status = stream_.receive(fixed, x.reply_size);
+    if (!status) return lost(status);
     const uint64_t tail_size = header.payload_size - x.reply_size;
+    status = x.rule.check(x.rule.request, fixed, tail_size);
+    if (!status) return lost(error(Code::error, "protocol error: " + status.message()));
+    if (x.reply != nullptr) std::memcpy(x.reply, fixed, x.reply_size);
     if (x.tail_into != nullptr && tail_size == x.tail_into_size) {
         status = stream_.receive(x.tail_into, tail_size);
     } else if (x.reply_tail != nullptr) {
-        x.reply_tail->resize(tail_size);
+        x.reply_tail->resize(tail_size);  // bounded by the rule's max_tail
         status = stream_.receive(x.reply_tail->data(), tail_size);
     } else {
         status = stream_.discard(tail_size);
@@ -420,7 +453,7 @@ Status RemoteSession::synchronize_locked(uint64_t backend, uint64_t up_to) {
     Synchronize::Request request{backend};
     Exchange x;
     x.fixed = ByteView(&request, sizeof(request));
-    x.expect_reply = true;
+    bind_rule<Synchronize>(x, request);
     return run_locked(CommandId::synchronize, x);
 }
 

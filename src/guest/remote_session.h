@@ -5,11 +5,13 @@
 #include "guest/graph_cache.h"
 #include "guest/guest_options.h"
 #include "protocol/commands.h"
+#include "protocol/reply_rules.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 #include "transport/ivshmem_region.h"
 
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -80,7 +82,9 @@ class RemoteSession {
     template <class Cmd>
     Status post(const typename Cmd::Request &request, protocol::ByteView request_tail = {}) {
         static_assert(Cmd::one_way, "use call() for commands with a reply");
-        Exchange exchange{protocol::ByteView(&request, sizeof(request)), request_tail};
+        Exchange exchange;
+        exchange.fixed = protocol::ByteView(&request, sizeof(request));
+        exchange.tail = request_tail;
         return run(Cmd::id, exchange);
     }
 
@@ -163,7 +167,20 @@ class RemoteSession {
         UniqueFd *received_fd = nullptr;
         bool send_now = false;  // a one-way command that should not wait in the queue
         const char *deferred = nullptr;  // run_later(): what to name in a failure
+        // The command's ReplyRule, bound to a copy of its request (bind_rule): a
+        // reply is read only through one.
+        struct Rule {
+            uint64_t max_tail = 0;
+            Status (*check)(const uint8_t *request, const uint8_t *reply, uint64_t tail_size) = nullptr;
+            alignas(8) uint8_t request[protocol::kMaxRequestBytes] = {};
+        };
+        Rule rule = {};
     };
+    // Makes `x` wait for Cmd's reply and read it through ReplyRule<Cmd>; x.tail is set.
+    template <class Cmd>
+    static void bind_rule(Exchange &x, const typename Cmd::Request &request);
+    template <class Cmd>
+    static Status check_reply(const uint8_t *request, const uint8_t *reply, uint64_t tail_size);
     // A reply not read yet (run_later), in the order the host sends them.
     struct PendingReply {
         protocol::CommandId id;
@@ -173,6 +190,10 @@ class RemoteSession {
     Status run(protocol::CommandId id, Exchange &exchange);  // takes the lock
     Status run_locked(protocol::CommandId id, Exchange &exchange);
     Status read_reply(protocol::CommandId id, uint64_t sequence, Exchange &exchange);
+    // The reply's payload once its header passed: the fixed part and the tail, checked.
+    Status read_reply_payload(protocol::CommandId id, const protocol::FrameHeader &header, Exchange &exchange);
+    // A refusal's reason, read (bounded) and made printable.
+    Status read_refusal(const protocol::FrameHeader &header);
     // Reads every pending reply; false only when the connection is lost.
     Status read_pending_replies();
     Status synchronize_locked(uint64_t backend, uint64_t up_to);
@@ -252,6 +273,7 @@ class [[nodiscard]] RemoteSession::Call {
     // Sends the call and waits for its reply.
     Status run() {
         exchange_.fixed = protocol::ByteView(&request_, sizeof(request_));
+        bind_rule<Cmd>(exchange_, request_);
         return session_->run(Cmd::id, exchange_);
     }
     // Sends the call; its reply is read later (by synchronize() or the next call),
@@ -264,10 +286,7 @@ class [[nodiscard]] RemoteSession::Call {
 
   private:
     friend class RemoteSession;
-    Call(RemoteSession *session, const typename Cmd::Request &request) : session_(session), request_(request) {
-        exchange_.expect_reply = true;
-        exchange_.reply_size = std::is_empty<Reply>::value ? 0 : sizeof(Reply);
-    }
+    Call(RemoteSession *session, const typename Cmd::Request &request) : session_(session), request_(request) {}
     template <class Field, class Value>
     Call &set(Field Exchange::*field, Value value) {
         exchange_.*field = value;
@@ -278,5 +297,26 @@ class [[nodiscard]] RemoteSession::Call {
     typename Cmd::Request request_;
     Exchange exchange_;  // its `fixed` is set when run: the description may have been copied
 };
+
+template <class Cmd>
+void RemoteSession::bind_rule(Exchange &x, const typename Cmd::Request &request) {
+    using Reply = typename Cmd::Reply;
+    static_assert(sizeof(request) <= protocol::kMaxRequestBytes, "raise kMaxRequestBytes");
+    static_assert(std::is_empty<Reply>::value || sizeof(Reply) <= protocol::kMaxReplyBytes, "raise kMaxReplyBytes");
+    x.expect_reply = true;
+    x.reply_size = std::is_empty<Reply>::value ? 0 : sizeof(Reply);
+    x.rule.max_tail = protocol::ReplyRule<Cmd>::max_tail(request, x.tail.size);
+    x.rule.check = &check_reply<Cmd>;
+    std::memcpy(x.rule.request, &request, sizeof(request));
+}
+
+template <class Cmd>
+Status RemoteSession::check_reply(const uint8_t *request_bytes, const uint8_t *reply_bytes, uint64_t tail_size) {
+    typename Cmd::Request request;
+    std::memcpy(&request, request_bytes, sizeof(request));
+    typename Cmd::Reply reply{};
+    if constexpr (!std::is_empty<typename Cmd::Reply>::value) std::memcpy(&reply, reply_bytes, sizeof(reply));
+    return protocol::ReplyRule<Cmd>::check(request, reply, tail_size);
+}
 
 }  // namespace ggml_remote::guest

@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -17,7 +18,22 @@ using protocol::FrameHeader;
 
 Status FramedStream::failure(const char *what, int err) {
     std::string reason = err == 0 ? "connection closed by peer" : std::strerror(err);
+    if ((err == EAGAIN || err == EWOULDBLOCK) && silence_limit_ms_ > 0) reason = silence_reason();
     return error(Code::disconnected, std::string(what) + " " + peer_ + ": " + reason);
+}
+
+std::string FramedStream::silence_reason() const {
+    return "the peer was silent for " + std::to_string(silence_limit_ms_) + " ms";
+}
+
+void FramedStream::set_silence_limit_ms(int ms) {
+    silence_limit_ms_ = ms;
+    if (ring_ != nullptr) ring_->set_silence_limit_ms(ms);
+    if (!fd_.valid()) return;
+    timeval tv{ms / 1000, (ms % 1000) * 1000};
+    // Not a socket (an ivshmem region's file): the ring alone waits.
+    (void)::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    (void)::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
 Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts) {
@@ -208,8 +224,9 @@ Status FramedStream::receive(void *data, size_t size) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
     if (tls_) {
         Status status = tls_->read(data, size);
-        if (!status) return error(status.code(), "receive from " + peer_ + ": " + status.message());
-        return Status::success();
+        if (status) return status;
+        const bool silent = silence_limit_ms_ > 0 && status.message() == std::strerror(EAGAIN);
+        return error(status.code(), "receive from " + peer_ + ": " + (silent ? silence_reason() : status.message()));
     }
     if (ring_ != nullptr) {
         Status status = ring_->read(data, size, fd_.get());

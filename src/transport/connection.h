@@ -76,8 +76,16 @@ class FramedStream {
     // descriptors (announced by kFrameCarriesFds) and tells when the peer is gone.
     void attach_ring(std::unique_ptr<RingChannel> ring) {
         ring_ = std::move(ring);
-        if (ring_ != nullptr) ring_->set_options(wait_options_);
+        if (ring_ != nullptr) {
+            ring_->set_options(wait_options_);
+            ring_->set_silence_limit_ms(silence_limit_ms_);
+        }
     }
+    // The longest the peer may stay silent while this side waits to receive, or
+    // to send (0: no limit): then the read or write fails, saying so. On the
+    // socket (SO_RCVTIMEO, SO_SNDTIMEO: each call that makes no progress) and on
+    // a ring.
+    void set_silence_limit_ms(int ms);
     bool uses_ring() const { return ring_ != nullptr; }
     // How this side waits for its peer: its process's options (a ring attached
     // later gets them too).
@@ -120,6 +128,7 @@ class FramedStream {
 
   private:
     Status failure(const char *what, int err);
+    std::string silence_reason() const;
     Status write_all(struct iovec *iov, size_t count, const int *fds, size_t fd_count);
     // Sends descriptors alone, on one byte (shared-ring sessions).
     Status send_fds(const int *fds, size_t fd_count);
@@ -145,6 +154,7 @@ class FramedStream {
     std::unique_ptr<RingChannel> ring_;
     WaitOptions wait_options_;
     SpinPolicy socket_spin_;
+    int silence_limit_ms_ = 0;
     int reads_ahead_ = -1;         // unknown until the first read
     std::vector<uint8_t> inbox_;   // bytes read ahead of the frame being read
     size_t inbox_at_ = 0, inbox_end_ = 0;

@@ -27,6 +27,18 @@ Status create_shared_memory(size_t size, const char *name, UniqueFd *out) {
     return Status::success();
 }
 
+Status check_sealed_memory(int fd, uint64_t size) {
+    struct stat info;
+    if (::fstat(fd, &info) != 0 || info.st_size < 0 || static_cast<uint64_t>(info.st_size) < size) {
+        return error(Code::bad_request, "the peer's memory file is shorter than " + std::to_string(size) + " bytes");
+    }
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+        return error(Code::bad_request, "the peer's memory file is not sealed against shrinking");
+    }
+    return Status::success();
+}
+
 namespace {
 
 // Address space with no access on both sides of every mapping: a kernel that runs

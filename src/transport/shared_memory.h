@@ -14,6 +14,11 @@ namespace ggml_remote {
 // neither shrink it (which would make our accesses fault) nor grow it.
 Status create_shared_memory(size_t size, const char *name, UniqueFd *fd);
 
+// Whether a memory file that a peer made is safe to map `size` bytes of: at
+// least that long, and sealed against shrinking (else the peer could truncate
+// it and make every access of ours fault).
+Status check_sealed_memory(int fd, uint64_t size);
+
 // A mapping of [offset, offset + size) of a file; unmapped on destruction.
 class Mapping {
   public:

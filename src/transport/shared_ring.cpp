@@ -111,6 +111,7 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
         return error(Code::error, "shared ring: the server's memory file is too small");
     }
     const size_t size = static_cast<size_t>(info.st_size);
+    if (Status sealed = check_sealed_memory(fd, size); !sealed) return error(Code::error, "shared ring: " + sealed.message());
     Mapping mapping;
     Status status = Mapping::map(fd, 0, size, true, &mapping);
     if (!status) return status;
@@ -183,7 +184,17 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
         if (woken != 0 && err == ETIMEDOUT && peer_gone(peer_socket)) {
             return error(Code::disconnected, "shared ring: connection closed by peer");
         }
+        if (silent_too_long(start)) return silence();
     }
+}
+
+bool RingChannel::silent_too_long(uint64_t start) const {
+    return silence_limit_ns_ != 0 && SpinPolicy::now_ns() - start >= silence_limit_ns_;
+}
+
+Status RingChannel::silence() const {
+    return error(Code::disconnected,
+                 "shared ring: the peer was silent for " + std::to_string(silence_limit_ns_ / 1000000) + " ms");
 }
 
 Status RingChannel::next_free_piece(size_t want, size_t *at, size_t *size, int peer_socket) {
@@ -248,6 +259,7 @@ Status RingChannel::poll_until(Ready ready, uint64_t start) {
         if (first || now - checked >= kCheckEveryNs) {
             checked = now;
             if (peer_gone_()) return error(Code::disconnected, "shared ring: the peer is gone");
+            if (silent_too_long(start)) return silence();
         }
         timespec pause{0, static_cast<long>(pause_ns)};
         ::nanosleep(&pause, nullptr);

@@ -85,6 +85,9 @@ class RingChannel {
         spin_.set_options(options);
         follow_worker_ = options.follow_worker;
     }
+    // The longest a read or write waits with nothing from the peer (0: no limit);
+    // then it fails (a guest's reply timeout).
+    void set_silence_limit_ms(int ms) { silence_limit_ns_ = ms > 0 ? uint64_t(ms) * 1000000 : 0; }
     // See SpinPolicy::set_peer_busy.
     void set_peer_busy(bool busy) { spin_.set_peer_busy(busy); }
     // See SpinPolicy::set_compute_threads.
@@ -147,6 +150,10 @@ class RingChannel {
     Direction out_, in_;
     SpinPolicy spin_;
     bool follow_worker_ = true;
+    uint64_t silence_limit_ns_ = 0;
+    // Whether a wait that began at `start` has outlasted the silence limit.
+    bool silent_too_long(uint64_t start) const;
+    Status silence() const;
     uint64_t last_follow_ns_ = 0;  // guest: when follow_worker() last moved this thread
 };
 

@@ -96,6 +96,16 @@ TEST_F(GuestOptionsTest, ReconnectingIsOnByDefaultAndItsPauseBounded) {
     EXPECT_THAT(log_lines[0], HasSubstr("GGML_REMOTE_RECONNECT_MAX_DELAY_MS"));
 }
 
+TEST_F(GuestOptionsTest, ReplyTimeoutIsMinutesByDefaultAndZeroTurnsItOff) {
+    EXPECT_EQ(read({}).reply_timeout_ms, 600000);
+    EXPECT_EQ(read({{"GGML_REMOTE_REPLY_TIMEOUT_MS", "2000"}}).reply_timeout_ms, 2000);
+    EXPECT_EQ(read({{"GGML_REMOTE_REPLY_TIMEOUT_MS", "0"}}).reply_timeout_ms, 0);
+    EXPECT_THAT(log_lines, IsEmpty());
+    EXPECT_EQ(read({{"GGML_REMOTE_REPLY_TIMEOUT_MS", "soon"}}).reply_timeout_ms, 600000);
+    ASSERT_EQ(log_lines.size(), 1u);
+    EXPECT_THAT(log_lines[0], HasSubstr("GGML_REMOTE_REPLY_TIMEOUT_MS"));
+}
+
 TEST_F(GuestOptionsTest, WeightStoreZeroTurnsDigestsOffWhateverTheMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "0"}, {"GGML_REMOTE_STORE_MIN_BYTES", "4194304"}}).store_min_bytes,
               0u);

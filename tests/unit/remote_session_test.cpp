@@ -264,9 +264,22 @@ class ScriptedPeer : public ::testing::Test {
         Hello::Reply hello{kProtocolVersion, 1, 0};
         answer(CommandId::hello, ByteView(&hello, sizeof(hello)));  // waits in the socket for the handshake
         Status status =
-            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "scripted host", GuestOptions{}, &session);
+            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "scripted host", options(), &session);
         ASSERT_TRUE(status.ok()) << status.message();
         EXPECT_EQ(next_command(), CommandId::hello);
+    }
+    virtual GuestOptions options() { return GuestOptions{}; }
+
+    // A reply whose header announces `payload_size` bytes, followed by `payload`.
+    void answer_claiming(CommandId command, uint64_t payload_size, ByteView payload, int32_t status = 0) {
+        FrameHeader header;
+        header.command = static_cast<uint16_t>(command);
+        header.flags = kFrameReply;
+        header.status = status;
+        header.payload_size = payload_size;
+        std::vector<uint8_t> bytes(reinterpret_cast<uint8_t *>(&header), reinterpret_cast<uint8_t *>(&header + 1));
+        bytes.insert(bytes.end(), payload.data, payload.data + payload.size);
+        ASSERT_TRUE(peer.send_frames(ByteView(bytes)).ok());
     }
 
     void answer(CommandId command, ByteView payload) {
@@ -335,6 +348,62 @@ TEST_F(ScriptedPeer, PeerThatHangsUpMidCallFailsItAndEveryLaterCallAtOnce) {
     EXPECT_THAT(status.message(), HasSubstr("no connection to scripted host"));
     EXPECT_EQ(session->post<BufferReset>({7}).code(), Code::disconnected);
     EXPECT_EQ(session->synchronize(1).code(), Code::disconnected);
+}
+
+TEST_F(ScriptedPeer, AReplyLongerThanItsRequestCanProduceLosesTheSessionUnread) {
+    answer_claiming(CommandId::device_info, uint64_t(1) << 62, {});
+    DeviceInfo::Reply info{};
+    std::vector<uint8_t> strings;
+    Status status = within(10, [&] { return session->call<DeviceInfo>({0}).reply(&info).reply_tail(&strings).run(); });
+    EXPECT_EQ(status.code(), Code::limit_exceeded) << status.message();
+    EXPECT_THAT(status.message(), HasSubstr("reply to device_info: message of 4611686018427387904 bytes"));
+    EXPECT_TRUE(strings.empty()) << "nothing was allocated for it";
+    EXPECT_EQ(session->call<DeviceMemory>({0}).run().code(), Code::disconnected) << "the session is lost";
+}
+
+TEST_F(ScriptedPeer, ABufferSmallerThanAskedIsAProtocolErrorAndNothingOfItReachesTheCaller) {
+    BufferAlloc::Reply lie{7, 2048, 0};
+    answer(CommandId::buffer_alloc, ByteView(&lie, sizeof(lie)));
+    BufferAlloc::Reply reply{};
+    Status status = session->call<BufferAlloc>({0, 4096}).reply(&reply).run();
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("buffer_alloc gives a buffer of 2048 bytes for 4096 asked"));
+    EXPECT_EQ(reply.buffer, 0u);
+    EXPECT_EQ(reply.size, 0u);
+}
+
+TEST_F(ScriptedPeer, ARefusalIsReadAsOneLineWithACodeWeKnow) {
+    const char reason[] = "no\nsuch \x1b[2Jdevice";
+    answer_claiming(CommandId::device_memory, sizeof(reason) - 1, ByteView(reason, sizeof(reason) - 1), 99);
+    Status status = session->call<DeviceMemory>({0}).run();
+    EXPECT_EQ(status.code(), Code::error);
+    EXPECT_EQ(status.message().find('\n'), std::string::npos) << status.message();
+    EXPECT_EQ(status.message().find('\x1b'), std::string::npos) << status.message();
+    answer_claiming(CommandId::device_memory, uint64_t(1) << 40, ByteView(reason, 2), 3);
+    status = within(10, [&] { return session->call<DeviceMemory>({0}).run(); });
+    EXPECT_THAT(status.message(), HasSubstr("message of 1099511627776 bytes exceeds the limit of 65536"));
+    EXPECT_EQ(session->call<DeviceMemory>({0}).run().code(), Code::disconnected) << "the session is lost";
+}
+
+// A peer that may stay silent for only a moment.
+class ImpatientScriptedPeer : public ScriptedPeer {
+  protected:
+    GuestOptions options() override {
+        GuestOptions impatient;
+        impatient.reply_timeout_ms = 300;
+        return impatient;
+    }
+};
+
+TEST_F(ImpatientScriptedPeer, AServerSilentPastTheReplyTimeoutLosesTheSession) {
+    const auto started = std::chrono::steady_clock::now();
+    Status status = within(10, [this] { return session->call<DeviceMemory>({0}).run(); });
+    const auto waited = std::chrono::steady_clock::now() - started;
+    EXPECT_EQ(status.code(), Code::disconnected) << status.message();
+    EXPECT_THAT(status.message(), HasSubstr("the peer was silent for 300 ms"));
+    EXPECT_GE(waited, std::chrono::milliseconds(250));
+    EXPECT_LT(waited, std::chrono::seconds(5));
+    EXPECT_EQ(session->call<DeviceMemory>({0}).run().code(), Code::disconnected);
 }
 
 TEST_F(ServedRemoteSession, DeviceAsksTheHostOncePerOpSignature) {

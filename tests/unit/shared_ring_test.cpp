@@ -60,6 +60,29 @@ struct RingPair {
 
 ByteView text(const std::string &s) { return ByteView(s.data(), s.size()); }
 
+TEST(SharedRing, AGuestWaitingOnASilentHostGivesUpAtItsSilenceLimit) {
+    RingPair pair;
+    pair.guest.set_silence_limit_ms(200);  // the host stays, and says nothing
+    const auto started = std::chrono::steady_clock::now();
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 1024);
+    const auto waited = std::chrono::steady_clock::now() - started;
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_THAT(status.message(), HasSubstr("the peer was silent for 200 ms"));
+    EXPECT_GE(waited, std::chrono::milliseconds(200));
+    EXPECT_LT(waited, std::chrono::seconds(3));
+}
+
+TEST(SharedRing, AGuestRefusesARingFileThatCouldShrink) {
+    UniqueFd file(::memfd_create("unsealed-ring", MFD_CLOEXEC));
+    ASSERT_TRUE(file.valid());
+    ASSERT_EQ(::ftruncate(file.get(), kRingHeaderBytes + 2 * 4096), 0);
+    std::unique_ptr<RingChannel> ring;
+    Status status = RingChannel::attach(file.get(), &ring);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("not sealed against shrinking"));
+}
+
 TEST(SharedRing, FramesGoBothWaysWithoutTouchingTheSocket) {
     RingPair pair;
     FrameHeader header;
