@@ -2,6 +2,7 @@
 // serve(), on the host's CPU device.
 #include "ggml_test_support.h"
 #include "host/session.h"
+#include "host/store_owner.h"
 #include "protocol/commands.h"
 #include "protocol/content_digest.h"
 #include "protocol/tensor_codec.h"
@@ -1760,19 +1761,30 @@ class CpuSessionWithStore : public CpuSession {
         char name[] = "/tmp/ggml-remote-store-session.XXXXXX";
         ASSERT_NE(::mkdtemp(name), nullptr);
         store.directory = name;
-        ASSERT_TRUE(WeightStore::prepare(store).ok());
         weights = test_support::pattern_bytes(3u << 20, 1);
         session.reset();  // each test opens the sessions it needs
     }
     void TearDown() override {
         session.reset();
+        kept.clear();
+        owner.reset();
         (void)!std::system(("rm -rf '" + store.directory + "'").c_str());
+    }
+    // The session's channel to the store's owner (started on first use), for `tenant`.
+    void use_store(const std::string &tenant) {
+        if (!owner) {
+            owner = std::make_unique<StoreOwner>();
+            ASSERT_TRUE(owner->open(store).ok());
+        }
+        UniqueFd channel;
+        ASSERT_TRUE(owner->connect(tenant, false, &channel).ok());
+        ASSERT_TRUE(session->use_weight_store(std::move(channel), store).ok());
     }
     // A new session of `tenant` (the previous one stays alive in `kept`).
     void open_session(const std::string &tenant) {
         if (session) kept.push_back(std::move(session));
         start(SessionLimits{});
-        ASSERT_TRUE(session->use_weight_store(store, tenant).ok());
+        use_store(tenant);
         Outcome outcome = call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore});
         ASSERT_TRUE(outcome.status.ok());
         ASSERT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionWeightStore);
@@ -1808,6 +1820,7 @@ class CpuSessionWithStore : public CpuSession {
     }
 
     WeightStoreOptions store;
+    std::unique_ptr<StoreOwner> owner;
     std::vector<uint8_t> weights;
     std::vector<std::unique_ptr<Session>> kept;
 };
@@ -1914,13 +1927,13 @@ TEST_F(CpuSessionWithStore, LookupsOutsideTheRulesAreRefused) {
     EXPECT_EQ(lookup(buffer + 100, weights).status.code(), Code::not_found);
     // A session whose guest did not ask for the store.
     start(SessionLimits{});
-    ASSERT_TRUE(session->use_weight_store(store, "uid 1000").ok());
+    use_store("uid 1000");
     hello();
     EXPECT_EQ(lookup(alloc(kBufferSize), weights).status.code(), Code::unsupported);
     // Shared memory is the guest's to write.
     start(SessionLimits{});
     session->allow_shared_memory();
-    ASSERT_TRUE(session->use_weight_store(store, "uid 1000").ok());
+    use_store("uid 1000");
     hello(kSessionSharedMemory | kSessionWeightStore);
     EXPECT_EQ(lookup(alloc(kBufferSize), weights).status.code(), Code::bad_request);
 }
