@@ -70,6 +70,7 @@ WeightStore::~WeightStore() {
 Status WeightStore::open(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity) {
     options_ = options;
     channel_ = std::move(channel);
+    usable_.store(channel_.valid());
     if (!channel_.valid()) return error(Code::unsupported, "no weight store channel");
     if (identity.empty()) return Status::success();
     Request request;
@@ -78,7 +79,7 @@ Status WeightStore::open(UniqueFd channel, const WeightStoreOptions &options, co
     std::memcpy(request.identity, identity.data(), request.identity_size);
     Reply reply;
     if (!this->request(request, &reply, nullptr) || reply.code != 0) {
-        channel_.reset();
+        usable_.store(false);
         return error(Code::error, std::string("the weight store refused the identity: ") + reply.message);
     }
     return Status::success();
@@ -86,11 +87,11 @@ Status WeightStore::open(UniqueFd channel, const WeightStoreOptions &options, co
 
 bool WeightStore::request(const Request &request, Reply *reply, UniqueFd *file, const int *fds, size_t count) {
     std::lock_guard<std::mutex> lock(channel_mutex_);
-    if (!channel_.valid()) return false;
+    if (!usable_.load()) return false;
     std::vector<UniqueFd> received;
     if (!store_channel::send_message(channel_.get(), &request, sizeof(request), fds, count) ||
         !store_channel::receive_message(channel_.get(), reply, sizeof(*reply), &received, 1, kReplyTimeoutMs)) {
-        channel_.reset();  // the owner is gone (a listener that was replaced): no store
+        usable_.store(false);  // the owner is gone (a listener that was replaced): no store
         return false;
     }
     reply->message[sizeof(reply->message) - 1] = '\0';

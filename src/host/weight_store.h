@@ -72,7 +72,7 @@ class WeightStore {
     // Uses the store through `channel`; `identity`: a TLS guest's, which the owner
     // takes once as its tenant ("" for the others: the listener named theirs).
     Status open(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity = "");
-    bool enabled() const { return channel_.valid(); }
+    bool enabled() const { return usable_.load(std::memory_order_relaxed); }
 
     // The entry for `digest`, when there is an undamaged one of `size` bytes: a
     // read-only descriptor of a file whose size never changes.
@@ -121,6 +121,7 @@ class WeightStore {
 
     UniqueFd channel_;
     std::mutex channel_mutex_;
+    std::atomic<bool> usable_{false};  // the channel works (the owner answered so far)
     WeightStoreOptions options_;
     std::atomic<int64_t> last_activity_ns_{0};  // steady clock
     std::atomic<bool> hurry_{false};             // someone waits for the commits
