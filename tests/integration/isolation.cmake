@@ -12,3 +12,7 @@ add_integration_test(tls_preauth tls_preauth.sh $<TARGET_FILE:ggml-remote-handsh
 # --shader-cache: a worker writes its own tenant's shader cache, not another's.
 add_integration_test(shader_cache_isolation shader_cache_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
   $<TARGET_FILE:ggml_remote_worker_probe>)
+
+# --weight-store: workers have no access to the store's directory (issue 25, class 3).
+add_integration_test(weight_store_isolation weight_store_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
+  $<TARGET_FILE:ggml_remote_worker_probe>)
