@@ -81,11 +81,15 @@ bool is_orphaned_temporary(const char *name) {
     return pid <= 0 || pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
 }
 
-bool header_is_sound(const EntryHeader &header, const ContentDigest &digest, uint64_t size, uint64_t file_size) {
+// Whether the entry is whole: its header, and a length that matches it. (Whether
+// it holds the size a worker asks for is another question: a wrong size is not
+// damage, and must not let a worker remove an entry by asking for it.)
+bool header_is_sound(const EntryHeader &header, const ContentDigest &digest, uint64_t file_size) {
     return std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0 &&
-           std::memcmp(header.digest, digest.bytes, sizeof(digest.bytes)) == 0 && header.size == size &&
+           std::memcmp(header.digest, digest.bytes, sizeof(digest.bytes)) == 0 &&
            header.content_offset >= kEntryHeaderSpan && header.content_offset < 2 * kEntryHeaderSpan &&
-           header.check == header_check(header) && file_size == header.content_offset + size;
+           header.check == header_check(header) && header.size <= UINT64_MAX - header.content_offset &&
+           file_size == header.content_offset + header.size;
 }
 
 // The digest of [offset, +size) of `file`.
@@ -330,7 +334,8 @@ Status StoreOwner::find(const Channel &channel, const Request &request, Reply *r
     struct stat st {};
     bool sound = ::fstat(entry.get(), &st) == 0 && S_ISREG(st.st_mode) &&
                  ::pread(entry.get(), &header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header)) &&
-                 header_is_sound(header, digest, request.size, static_cast<uint64_t>(st.st_size));
+                 header_is_sound(header, digest, static_cast<uint64_t>(st.st_size));
+    if (sound && header.size != request.size) return Status::success();  // another tensor: not found
     if (sound && options_.verify_on_use) {
         ContentDigest found;
         sound = digest_of_file(entry.get(), header.content_offset, request.size, &found) && found == digest;

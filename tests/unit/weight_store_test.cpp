@@ -293,6 +293,20 @@ TEST_F(WeightStoreTest, AHostileWorkerCannotPlantBytesUnderAnotherDigest) {
     EXPECT_EQ(the_owner().bytes_held(), 0u);
 }
 
+// A lookup of a known digest with another size finds nothing, and removes nothing
+// (on main it counted as damage: any guest of the tenant, or of all tenants with
+// --weight-store-shared, could remove an entry by naming it with a wrong size).
+TEST_F(WeightStoreTest, ALookupWithAnotherSizeRemovesNothing) {
+    WeightStore &store = open_store("uid 1000");
+    const std::vector<uint8_t> bytes = pattern_bytes(200000, 28);
+    const ContentDigest digest = content_digest(bytes.data(), bytes.size());
+    put(store, bytes);
+    StoreEntry entry;
+    EXPECT_FALSE(store.find(digest, bytes.size() + 4096, &entry));
+    EXPECT_TRUE(store.find(digest, bytes.size(), &entry));
+    EXPECT_EQ(the_owner().counters().entries_damaged, 0u);
+}
+
 // Class 3: what a worker gets of an entry is read-only, and its size never changes:
 // not by the worker, not by eviction (an unlink), not by a new commit of the same
 // content. A mapping of it stays valid (no SIGBUS).
