@@ -12,6 +12,7 @@
 #include "host/sandbox.h"
 #include "host/session_ledger.h"
 #include "host/status_board.h"
+#include "host/store_owner.h"
 #include "host/worker_jail.h"
 #include "transport/socket.h"
 
@@ -144,6 +145,7 @@ class Listener {
         Status undumpable = make_undumpable();
         if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
         if (!open_sockets() || !open_metrics() || !load_keys("")) return 1;
+        open_store();
         adopt_sessions();
         reap_workers();  // any that ended while the previous listener handed over
         while (serve_once()) {
@@ -192,6 +194,23 @@ class Listener {
             sockets_.push_back(std::move(socket));
         }
         return true;
+    }
+
+    // The weight store's owner: the only writer of --weight-store's directory.
+    void open_store() {
+        if (options_.weight_store.directory.empty()) return;
+        Status status = store_owner_.open(options_.weight_store);
+        if (!status) log_line("no weight store: " + status.message());
+    }
+
+    // A worker's channel to the store's owner (invalid: no store), for `tenant`, or
+    // for the identity a TLS worker names after its handshake.
+    UniqueFd store_channel(const std::string &tenant, bool tenant_from_worker) {
+        UniqueFd worker_end;
+        if (!store_owner_.enabled()) return worker_end;
+        Status status = store_owner_.connect(tenant, tenant_from_worker, &worker_end);
+        if (!status) log_line("no weight store for this session: " + status.message());
+        return worker_end;
     }
 
     bool open_region(const Endpoint &endpoint) {
@@ -248,7 +267,8 @@ class Listener {
             account.key = "region " + peer;
             reset_status_slot(slot, id, peer, account);
             pid_t pid = -1;
-            const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1}, &pid);
+            const UniqueFd store = store_channel(peer, false);  // the region's tenant, as its worker's peer
+            const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1, store.get()}, &pid);
             if (!spawned) {
                 log_line("refused " + peer + ": " + spawned.message());
                 count_refusal(GuestRefusal::server_error);
@@ -636,8 +656,10 @@ class Listener {
         reset_status_slot(slot, id, peer, account);
         pid_t pid = -1;
         const int keys = peer.rfind("tls://", 0) == 0 ? keys_.fd() : -1;  // only TLS workers read keys
+        // The store's tenant: the account the kernel names, or a TLS guest's identity.
+        const UniqueFd store = store_channel(account.key, peer.rfind("tls://", 0) == 0);
         const Status spawned =
-            jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys}, &pid);
+            jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get()}, &pid);
         if (!spawned) {
             log_line("refused " + peer + ": " + spawned.message());
             refuse(client, Code::error, "the server could not start a session worker");
@@ -751,6 +773,7 @@ class Listener {
     bool handover_failed_ = false;
     Admission admission_;
     WorkerJail jail_;
+    StoreOwner store_owner_;  // its channels' threads end before the jail's workers are forgotten
     PeerLimits peers_;
     std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake
     std::map<pid_t, UniqueFd> pidfds_;  // this listener's workers that hold a place

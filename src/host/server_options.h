@@ -54,6 +54,9 @@ struct ServerOptions {
     int admission_fd = -1;
     // Worker only (TLS): the listener's checked copy of the key file, read instead of it.
     int tls_psk_fd = -1;
+    // Worker only: its channel to the weight store's owner in the listener
+    // (store_channel.h), or -1: no store.
+    int store_fd = -1;
 };
 
 // Reads the server's environment variables into `options`, once at start-up; a

@@ -26,6 +26,13 @@ uint64_t physical_memory() {
 
 }  // namespace
 
+namespace {
+
+// The most a session's end waits for the store to take the weights its guest sent.
+constexpr int kStoreDrainMs = 10000;
+
+}  // namespace
+
 Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
     : devices_(std::move(devices)), limits_(limits), cores_(limits.schedule_cores, limits.cores) {
     if (limits_.max_threads <= 0) limits_.max_threads = hardware_threads();
@@ -36,8 +43,9 @@ Session::Session(std::vector<ggml_backend_dev_t> devices, SessionLimits limits)
 }
 
 Session::~Session() {
-    (void)store_fill_.finish_pending();
-    store_fill_.store().wait_for_commits();  // the store's thread may copy from our buffers
+    // The guest left: the store finishes what it sent, in a hurry and for a bounded
+    // time (its thread reads our buffers), and does nothing else for it.
+    store_fill_.stop(std::chrono::milliseconds(kStoreDrainMs));
     for (auto &slot : graph_slots_) slot.reset();
     // Backends first: they may still reference buffers.
     backends_.clear();

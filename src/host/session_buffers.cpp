@@ -226,7 +226,7 @@ Status Session::handle(const WeightLookup::Request &request, Call<WeightLookup> 
     // A hit fills the range from the store.
     return write_range(request.range, [&](ggml_tensor *bytes) {
         bool found = false;
-        Status status = store_fill_.lookup({bytes, memory, request.range.buffer}, digest_of(request.digest), &found);
+        Status status = store_fill_.lookup({bytes, memory, request.range.buffer, request.range.offset}, digest_of(request.digest), &found);
         call.reply.found = found ? 1 : 0;
         return status;
     });
@@ -237,7 +237,7 @@ Status Session::handle(const WeightOffer::Request &request, Call<WeightOffer> &)
     if (Status s = check_store_request(request.range, "weight_offer", &memory); !s) return s;
     // The guest's bytes for the range come next (SetTensor).
     return write_range(request.range, [&](ggml_tensor *bytes) {
-        return store_fill_.offer({bytes, memory, request.range.buffer}, digest_of(request.digest));
+        return store_fill_.offer({bytes, memory, request.range.buffer, request.range.offset}, digest_of(request.digest));
     });
 }
 

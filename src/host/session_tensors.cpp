@@ -99,9 +99,11 @@ Status Session::handle(const SetTensor::Request &request, Call<SetTensor> &call)
                                                 " data bytes for a range of " + std::to_string(request.range.size));
         }
         // Over shm the bytes come piece by piece, straight from the ring.
-        return call.read_tail([&](uint64_t at, const uint8_t *piece, size_t size) {
+        Status status = call.read_tail([&](uint64_t at, const uint8_t *piece, size_t size) {
             ggml_backend_tensor_set(bytes, piece, at, size);
         });
+        if (status) store_fill_.received(request.range.buffer, request.range.offset, request.range.size, request.range.size);
+        return status;
     });
 }
 
@@ -113,12 +115,14 @@ Status Session::handle(const SetTensor2d::Request &request, Call<SetTensor2d> &c
     BufferRange span;
     if (Status s = rows_span(request.range, request.n_copies, request.stride, "set_tensor_2d", &span); !s) return s;
     return write_range(span, [&](ggml_tensor *bytes) {
-        return call.read_tail([&](uint64_t at, const uint8_t *piece, size_t size) {
+        Status status = call.read_tail([&](uint64_t at, const uint8_t *piece, size_t size) {
             for_each_row_part(request.range.size, request.stride, at, size,
                               [&](uint64_t offset, size_t from, size_t n) {
                                   ggml_backend_tensor_set(bytes, piece + from, offset, n);
                               });
         });
+        if (status) store_fill_.received(span.buffer, span.offset, span.size, total);
+        return status;
     });
 }
 

@@ -106,17 +106,21 @@ Status StoreFill::start_entry(const Target &target, const protocol::ContentDiges
     Pending pending;
     pending.range = *target.range;
     pending.target = target;
-    pending.entry.digest = digest;
-    pending.entry.size = ggml_nbytes(target.range);
-    pending.entry.phase = reinterpret_cast<uintptr_t>(start_of(target)) % kEntryHeaderSpan;
-    // In device memory, the entry's file is made now; otherwise by the store's thread.
-    // No room for it (a full disk) only means the bytes are not kept.
-    if (target.memory == nullptr && !store_.create(digest, pending.entry.size, pending.entry.phase, &pending.entry)) {
-        return Status::success();
-    }
+    pending.digest = digest;
+    pending.size = ggml_nbytes(target.range);
+    pending.phase = reinterpret_cast<uintptr_t>(start_of(target)) % kEntryHeaderSpan;
     pending_ = std::move(pending);
     pending_->target.range = &pending_->range;
     return Status::success();
+}
+
+void StoreFill::received(uint64_t buffer, uint64_t offset, uint64_t size, uint64_t sent) {
+    if (!pending_ || pending_->target.buffer != buffer) return;
+    const uint64_t start = pending_->target.offset, end = start + pending_->size;
+    const uint64_t last = size > UINT64_MAX - offset ? UINT64_MAX : offset + size;
+    if (offset >= end || last <= start) return;
+    const uint64_t inside = std::min(last, end) - std::max(offset, start);
+    pending_->received += std::min(inside, sent);
 }
 
 Status StoreFill::finish_pending() {
@@ -124,23 +128,29 @@ Status StoreFill::finish_pending() {
     Pending pending = std::move(*pending_);
     pending_.reset();
     pending.target.range = &pending.range;
+    // Offers the guest did not follow with the bytes cost the store nothing: the
+    // bytes in the range are not the guest's upload (overlapping or repeated offers).
+    if (pending.received < pending.size) return Status::success();
     const Target &target = pending.target;
-    NewEntry &entry = pending.entry;
     if (target.memory != nullptr) {
-        // The store's thread copies from the worker's memory, later, on idle cores.
-        awaiting_.push_back({entry.digest, target.memory, target.buffer, offset_in_memory(target), entry.size, false});
-        store_.commit_copy(entry.digest, entry.size, entry.phase, start_of(target));
+        // The store's thread streams them from the worker's memory, later, on idle cores.
+        awaiting_.push_back({pending.digest, target.memory, target.buffer, offset_in_memory(target), pending.size, false});
+        store_.commit_copy(pending.digest, pending.size, pending.phase, start_of(target));
         return Status::success();
     }
-    Mapping file_view;
-    Status status = Mapping::map(entry.file.get(), entry.content_offset, entry.size, true, &file_view);
-    if (!status) {
-        store_.abandon(std::move(entry));
-        return Status::success();  // the guest's bytes are in its buffer: only the entry is lost
-    }
-    ggml_backend_tensor_get(target.range, file_view.data(), 0, entry.size);
-    store_.commit(std::move(entry));
+    // Device memory: read through the backend, a piece at a time, now. No room in
+    // the store (its limit, a full disk) only means the bytes are not kept.
+    (void)store_.commit_now(pending.digest, pending.size, pending.phase,
+                            [&](uint64_t at, uint8_t *into, size_t size) {
+                                ggml_backend_tensor_get(target.range, into, at, size);
+                            });
     return Status::success();
+}
+
+void StoreFill::stop(std::chrono::milliseconds limit) {
+    (void)finish_pending();
+    store_.finish_commits(limit);
+    awaiting_.clear();
 }
 
 void StoreFill::written(uint64_t buffer, uint64_t offset, uint64_t size) {

@@ -8,10 +8,13 @@
 //
 // A lookup that finds nothing makes a new entry; the guest's bytes land in the
 // buffer as they would without a store. The next command that is not a write ends
-// it: the store's thread, on otherwise idle cores, copies the bytes into the entry,
-// checks them against the digest and names the entry (or drops it). Once named,
-// the buffer's whole pages are swapped for the entry's (same bytes, one copy for
-// all sessions), unless the range was written since.
+// it, and only when the guest sent at least the entry's size of bytes into its
+// range since: the work the store does for a guest is bounded by what it sent. In
+// the worker's memory, the store's thread, on otherwise idle cores, streams the
+// bytes to the store's owner, which checks them against the digest and names the
+// entry (or drops it); once named, the buffer's whole pages are swapped for the
+// entry's (same bytes, one copy for all sessions), unless the range was written
+// since. From device memory the bytes are read and streamed at once.
 #pragma once
 
 #include "host/weight_store.h"
@@ -20,6 +23,7 @@
 #include <ggml.h>
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace ggml_remote::host {
@@ -39,9 +43,12 @@ class StoreFill {
         ggml_tensor *range = nullptr;
         Mapping *memory = nullptr;
         uint64_t buffer = 0;  // the session's handle
+        uint64_t offset = 0;  // of the range in the buffer
     };
 
-    Status open(const WeightStoreOptions &options, const std::string &tenant) { return store_.open(options, tenant); }
+    Status open(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity) {
+        return store_.open(std::move(channel), options, identity);
+    }
     bool enabled() const { return store_.enabled(); }
 
     // Fills `target` from the entry for `digest` (*found), or starts a new entry.
@@ -49,9 +56,14 @@ class StoreFill {
     // Starts a new entry for the bytes the guest sends next (WeightOffer): unless the
     // store holds them already, which only costs the guest the bytes it sends anyway.
     Status offer(const Target &target, const protocol::ContentDigest &digest);
-    // Hands the new entry, if any, to the store: its bytes have arrived. An error
-    // means the range's bytes may be lost (the memory could not be mapped back).
+    // `sent` bytes of the guest's arrived for [offset, +size) of `buffer` (SetTensor):
+    // they count towards the new entry where they fall in its range.
+    void received(uint64_t buffer, uint64_t offset, uint64_t size, uint64_t sent);
+    // Hands the new entry, if any, to the store, when the guest sent its bytes.
     Status finish_pending();
+    // The guest left: a new entry whose bytes it sent is handed over, and the
+    // commits are done within `limit` (they hold only bytes it sent), or dropped.
+    void stop(std::chrono::milliseconds limit);
 
     // Bytes of a buffer changed (or it is being freed: then call forget_buffer):
     // a new entry made from the range before is not swapped in.
@@ -66,8 +78,11 @@ class StoreFill {
 
   private:
     struct Pending {
-        NewEntry entry;
-        ggml_tensor range;  // what target.range points at
+        protocol::ContentDigest digest;
+        uint64_t size = 0;
+        uint64_t phase = 0;
+        uint64_t received = 0;  // bytes the guest sent into the range since
+        ggml_tensor range;      // what target.range points at
         Target target;
     };
     // A new entry copied from a buffer's memory, to be swapped in once named.

@@ -1,4 +1,5 @@
-// WeightStore: the server's store of weight tensors by content (--weight-store DIR).
+// WeightStore: a session worker's side of the server's store of weight tensors by
+// content (--weight-store DIR).
 //
 // A guest names each large weight tensor by its digest (protocol/content_digest.h)
 // before sending it. An entry is one file per tensor: a header page, then the
@@ -6,17 +7,13 @@
 // has in its buffer, so that a worker can map the entry's pages into the buffer
 // instead of copying them (and every session that maps them shares one copy).
 //
-//   DIR/<tenant>/<digest hex>     entries
-//   DIR/<tenant>/.new-<pid>-<n>   entries being written, renamed once checked
-//
-// Tenants: a guest sees only the entries of guests with the same account (its
-// user on a unix socket, its TLS identity, its address on plain TCP), unless the
-// server shares one store among all (--weight-store-shared). An entry is named
-// only after the server hashed the bytes itself: a guest cannot put bytes under
-// another content's name. The store holds at most `max_bytes` of entries; the
-// least recently used go first. See docs/SECURITY.md, "Weight store".
+// The worker never touches DIR: the store's owner (store_owner.h, in the listener)
+// writes, hashes, names and evicts entries, and enforces the tenants. The worker
+// asks it over its channel (store_channel.h): for a read-only descriptor of an
+// entry, or to take the bytes of a new one. See docs/SECURITY.md, "Weight store".
 #pragma once
 
+#include "host/store_channel.h"
 #include "protocol/content_digest.h"
 #include "protocol/status.h"
 #include "transport/unique_fd.h"
@@ -26,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -39,11 +37,10 @@ struct WeightStoreOptions {
     bool shared_across_tenants = false;
     // Hash every entry again before a worker uses it (bit rot on disk); off, an
     // entry's header and size are checked, and its bytes were checked when written.
+    // The limit counts every entry's pages and those reserved for entries being written.
     bool verify_on_use = false;
-    // A model's load commits an entry per tensor: the store is scanned for eviction
-    // at most this often, so it may exceed its limit by what was written meanwhile.
-    int eviction_interval_ms = 500;
-    // An entry's last use is recorded to this many seconds.
+    // An entry's last use is recorded on disk (for the next start) to this many
+    // seconds; the owner keeps it exactly in memory.
     int lru_resolution_s = 60;
 };
 
@@ -57,27 +54,13 @@ struct StoreEntry {
     uint64_t size = 0;
 };
 
-// An entry being written: the caller fills [content_offset, +size) of `file`, then
-// hands it to WeightStore::commit.
-struct NewEntry {
-    UniqueFd file;
-    // Where the store's thread copies the bytes from, when not null: the worker's
-    // own memory, which must stay mapped until the commit is done. The store's
-    // thread then also creates the file (`file` is not open yet).
-    const uint8_t *source = nullptr;
-    uint64_t phase = 0;
-    std::string temporary_name;
-    protocol::ContentDigest digest;
-    uint64_t content_offset = 0;
-    uint64_t size = 0;
+struct WeightStoreCounters {
+    uint64_t entries_written = 0;  // named by the owner
+    uint64_t entries_refused = 0;  // not named: the bytes did not match, no room, ...
 };
 
-struct WeightStoreCounters {
-    uint64_t entries_written = 0;
-    uint64_t entries_refused = 0;  // bytes that did not match the digest the guest named
-    uint64_t entries_damaged = 0;  // found damaged, removed
-    uint64_t entries_evicted = 0;
-};
+// Fills `size` bytes at `into` with the bytes at `at` of a new entry.
+using EntryFill = std::function<void(uint64_t at, uint8_t *into, size_t size)>;
 
 class WeightStore {
   public:
@@ -86,27 +69,28 @@ class WeightStore {
     WeightStore(const WeightStore &) = delete;
     WeightStore &operator=(const WeightStore &) = delete;
 
-    // Makes the store's directory if need be (the listener, at start-up), and removes
-    // entries a crashed worker left half written.
-    static Status prepare(const WeightStoreOptions &options);
-    // Opens `tenant`'s part of the store (`tenant`: an account, see above).
-    Status open(const WeightStoreOptions &options, const std::string &tenant);
-    bool enabled() const { return directory_.valid(); }
+    // Uses the store through `channel`; `identity`: a TLS guest's, which the owner
+    // takes once as its tenant ("" for the others: the listener named theirs).
+    Status open(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity = "");
+    bool enabled() const { return usable_.load(std::memory_order_relaxed); }
 
-    // The entry for `digest`, when there is an undamaged one of `size` bytes. A use
-    // makes it the most recently used.
+    // The entry for `digest`, when there is an undamaged one of `size` bytes: a
+    // read-only descriptor of a file whose size never changes.
     bool find(const protocol::ContentDigest &digest, uint64_t size, StoreEntry *entry);
-    // A new, empty entry of `size` bytes whose content offset has remainder `phase`.
-    Status create(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, NewEntry *entry);
-    // Checks the entry's bytes against its digest on the store's thread; names it when
-    // they match, removes it otherwise; then evicts down to the size limit.
-    void commit(NewEntry entry);
-    // The same for `size` bytes at `source` in this process's memory (see NewEntry).
+    // Queues a new entry of `size` bytes at `source` in this process's memory, which
+    // must stay mapped until the commit is done (forget_buffer, wait_for_commits).
+    // The store's thread streams them to the owner, which checks and names them.
     void commit_copy(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, const uint8_t *source);
-    // Removes an entry that will not be committed.
-    void abandon(NewEntry entry);
-    // Waits until every commit so far is done (tests, session end, a buffer freed).
+    // The same at once, on this thread, for bytes `fill` reads (device memory); waits
+    // for the queued commits first. Whether the owner named the entry.
+    bool commit_now(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, const EntryFill &fill);
+    // Waits until every commit so far is done (tests, a buffer freed).
     void wait_for_commits();
+    // Drops the queued commits and stops the one under way.
+    void cancel_commits();
+    // The session ends: the commits so far (of bytes the guest sent) are done at once,
+    // without waiting for a pause; what is left after `limit` is dropped.
+    void finish_commits(std::chrono::milliseconds limit);
     // The guest is uploading: commits wait until it has paused (see wait_for_quiet).
     void note_activity();
     // Whether commits are queued or running.
@@ -115,30 +99,41 @@ class WeightStore {
     std::vector<protocol::ContentDigest> take_named();
 
     WeightStoreCounters counters() const;
-    static std::string tenant_directory_name(const std::string &tenant);
 
   private:
-    void commit_now(NewEntry &entry);
-    void evict_to_limit();
+    struct Queued {
+        protocol::ContentDigest digest;
+        uint64_t size = 0;
+        uint64_t phase = 0;
+        const uint8_t *source = nullptr;
+    };
+    // One request and its reply on the channel (the owner answers at once).
+    bool request(const store_channel::Request &request, store_channel::Reply *reply, UniqueFd *file,
+                 const int *fds = nullptr, size_t count = 0);
+    // Hands the owner a new entry whose bytes `send(write_end)` writes into a pipe.
+    bool transfer(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase,
+                  const std::function<bool(int)> &send);
+    bool send_from_memory(int pipe, const uint8_t *source, uint64_t size);
+    bool send_filled(int pipe, uint64_t size, const EntryFill &fill);
+    void counted(const protocol::ContentDigest &digest, bool named);
     void run_commits();
     void wait_for_quiet();
 
-    UniqueFd root_;       // DIR
-    UniqueFd directory_;  // DIR/<tenant>
+    UniqueFd channel_;
+    std::mutex channel_mutex_;
+    std::atomic<bool> usable_{false};  // the channel works (the owner answered so far)
     WeightStoreOptions options_;
-    std::atomic<uint64_t> next_temporary_{0};
     std::atomic<int64_t> last_activity_ns_{0};  // steady clock
     std::atomic<bool> hurry_{false};             // someone waits for the commits
+    std::atomic<bool> cancelled_{false};
 
     mutable std::mutex mutex_;
     std::condition_variable changed_;
-    std::deque<NewEntry> queue_;
-    size_t open_files_queued_ = 0;
+    std::deque<Queued> queue_;
     std::vector<protocol::ContentDigest> named_;
     bool busy_ = false;
     bool stopping_ = false;
     std::thread committer_;
-    std::chrono::steady_clock::time_point last_eviction_{};
     WeightStoreCounters counters_;
 };
 

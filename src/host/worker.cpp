@@ -166,11 +166,11 @@ std::string prepare_shader_cache(const std::string &label, int client_fd, const 
     return directory;
 }
 
-// The sandbox, with read-write access to the weight store and this tenant's shader
-// cache; the drivers use that cache only where Landlock confines the worker's files.
+// The sandbox, with read-write access to this tenant's shader cache; the drivers use
+// that cache only where Landlock confines the worker's files. None to the weight
+// store: its entries come from the store's owner, as read-only descriptors.
 Status sandbox_worker(const std::string &label, int client_fd, const ServerOptions &options, bool needs_tls) {
     FilesystemPolicy files = worker_filesystem_policy(worker_paths(options));
-    if (!options.weight_store.directory.empty()) files.read_write.push_back(options.weight_store.directory);
     const std::string shader_cache = prepare_shader_cache(label, client_fd, options, needs_tls);
     if (!shader_cache.empty()) files.read_write.push_back(shader_cache);
     SandboxReport report;
@@ -195,6 +195,7 @@ int confine_worker(const std::string &label, int client_fd, const ServerOptions 
     if (options.status_fd >= 0) kept.push_back(options.status_fd);
     if (options.admission_fd >= 0) kept.push_back(options.admission_fd);
     if (options.tls_psk_fd >= 0) kept.push_back(options.tls_psk_fd);
+    if (options.store_fd >= 0) kept.push_back(options.store_fd);
     close_descriptors_except(kept);
     // The key file is read before the sandbox, which leaves it unreachable; the keys
     // are wiped from memory once the handshake is over.
@@ -264,19 +265,14 @@ bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
            (peer.uid == 0 || peer.uid == server_uid);
 }
 
-// Whose weights a guest may find in the store: its TLS identity, else what the
-// kernel says of its socket (its user, or its address).
-std::string weight_store_tenant(const FramedStream &stream, int client_fd) {
-    if (stream.tls() != nullptr) return "tls " + stream.tls()->peer_identity();
-    if (is_region_peer(stream.peer())) return stream.peer();  // one VM's region
-    PeerAccount peer;
-    return peer_account(client_fd, &peer).ok() ? peer.key : "unknown";
-}
-
-void offer_weight_store(const std::string &label, const FramedStream &stream, int client_fd,
-                        const ServerOptions &options, Session *session) {
-    if (options.weight_store.directory.empty()) return;
-    Status status = session->use_weight_store(options.weight_store, weight_store_tenant(stream, client_fd));
+// The weight store, through the channel the listener gave this worker. The owner
+// knows the tenant of a unix, TCP or region guest from the listener; a TLS guest's is
+// the identity it authenticated as, which the worker names (once, after the handshake).
+void offer_weight_store(const std::string &label, const FramedStream &stream, const ServerOptions &options,
+                        Session *session) {
+    if (options.store_fd < 0) return;
+    const std::string identity = stream.tls() != nullptr ? stream.tls()->peer_identity() : std::string();
+    Status status = session->use_weight_store(UniqueFd(options.store_fd), options.weight_store, identity);
     if (!status) log_line(label + ": no weight store for this session: " + status.message());
 }
 
@@ -297,7 +293,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, int client_fd
         session.use_region_heap(region.mapping, region.layout.heap_offset, region.layout.heap_size);
     }
     session.log_compute_failures([&label](const std::string &message) { log_line(label + ": " + message); });
-    offer_weight_store(label, *stream, client_fd, options, &session);
+    offer_weight_store(label, *stream, options, &session);
     int domain = 0;
     socklen_t length = sizeof(domain);
     bool trusted_local_peer = false;

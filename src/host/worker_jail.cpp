@@ -23,7 +23,7 @@ constexpr std::chrono::milliseconds kShutdownPoll{50};
                                 const sigset_t &mask) {
     ::sigprocmask(SIG_SETMASK, &mask, nullptr);
     const int status_fd = launch.status_slot >= 0 ? launch.status_fd : -1;
-    for (int fd : {launch.client_fd, status_fd, launch.admission_fd, launch.keys_fd}) {
+    for (int fd : {launch.client_fd, status_fd, launch.admission_fd, launch.keys_fd, launch.store_fd}) {
         if (fd < 0) continue;
         const int flags = ::fcntl(fd, F_GETFD);
         ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
@@ -49,6 +49,7 @@ std::vector<std::string> WorkerJail::worker_arguments(const WorkerLaunch &launch
     }
     if (launch.admission_fd >= 0) args.insert(args.end(), {"--admission-fd", std::to_string(launch.admission_fd)});
     if (launch.keys_fd >= 0) args.insert(args.end(), {"--tls-psk-fd", std::to_string(launch.keys_fd)});
+    if (launch.store_fd >= 0) args.insert(args.end(), {"--store-fd", std::to_string(launch.store_fd)});
     return args;
 }
 

@@ -28,6 +28,7 @@ struct WorkerLaunch {
     int status_slot = -1;   // its slot there, or -1 (unlisted)
     int admission_fd = -1;  // -1: authenticated at accept
     int keys_fd = -1;       // TLS: the listener's sealed copy of the key file (key_snapshot.h), or -1
+    int store_fd = -1;      // its channel to the weight store's owner (store_owner.h), or -1
 };
 
 // One worker the jail started; `slot` is its status board slot, or -1.

@@ -22,3 +22,7 @@ add_integration_test(listener_board_zero listener_board.sh zero $<TARGET_FILE:gg
 
 # Paths workers may write, overlapping each other or what others trust, are refused at start.
 add_integration_test(config_refused config_refused.sh)
+
+# --weight-store: workers have no access to the store's directory (issue 25, class 3).
+add_integration_test(weight_store_isolation weight_store_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
+  $<TARGET_FILE:ggml_remote_worker_probe>)

@@ -2,6 +2,7 @@
 // serve(), on the host's CPU device.
 #include "ggml_test_support.h"
 #include "host/session.h"
+#include "host/store_owner.h"
 #include "protocol/commands.h"
 #include "protocol/content_digest.h"
 #include "protocol/tensor_codec.h"
@@ -13,6 +14,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -1760,19 +1762,30 @@ class CpuSessionWithStore : public CpuSession {
         char name[] = "/tmp/ggml-remote-store-session.XXXXXX";
         ASSERT_NE(::mkdtemp(name), nullptr);
         store.directory = name;
-        ASSERT_TRUE(WeightStore::prepare(store).ok());
         weights = test_support::pattern_bytes(3u << 20, 1);
         session.reset();  // each test opens the sessions it needs
     }
     void TearDown() override {
         session.reset();
+        kept.clear();
+        owner.reset();
         (void)!std::system(("rm -rf '" + store.directory + "'").c_str());
+    }
+    // The session's channel to the store's owner (started on first use), for `tenant`.
+    void use_store(const std::string &tenant) {
+        if (!owner) {
+            owner = std::make_unique<StoreOwner>();
+            ASSERT_TRUE(owner->open(store).ok());
+        }
+        UniqueFd channel;
+        ASSERT_TRUE(owner->connect(tenant, false, &channel).ok());
+        ASSERT_TRUE(session->use_weight_store(std::move(channel), store).ok());
     }
     // A new session of `tenant` (the previous one stays alive in `kept`).
     void open_session(const std::string &tenant) {
         if (session) kept.push_back(std::move(session));
         start(SessionLimits{});
-        ASSERT_TRUE(session->use_weight_store(store, tenant).ok());
+        use_store(tenant);
         Outcome outcome = call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore});
         ASSERT_TRUE(outcome.status.ok());
         ASSERT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionWeightStore);
@@ -1808,6 +1821,7 @@ class CpuSessionWithStore : public CpuSession {
     }
 
     WeightStoreOptions store;
+    std::unique_ptr<StoreOwner> owner;
     std::vector<uint8_t> weights;
     std::vector<std::unique_ptr<Session>> kept;
 };
@@ -1906,6 +1920,55 @@ TEST_F(CpuSessionWithStore, AnEvictedEntryMeansTheBytesAreSentAgain) {
     EXPECT_EQ(get(buffer, kOffset, weights.size()), weights);
 }
 
+// The named entries in the store's directory (of every tenant).
+size_t store_entries(const std::string &directory) {
+    size_t count = 0;
+    if (DIR *root = ::opendir(directory.c_str())) {
+        while (const dirent *tenant = ::readdir(root)) {
+            if (tenant->d_name[0] == '.') continue;
+            DIR *part = ::opendir((directory + "/" + tenant->d_name).c_str());
+            if (part == nullptr) continue;
+            while (const dirent *entry = ::readdir(part)) count += entry->d_name[0] != '.';
+            ::closedir(part);
+        }
+        ::closedir(root);
+    }
+    return count;
+}
+
+// Issue 25, class 2: offers of overlapping ranges whose bytes never come make the
+// store copy and hash nothing (on main, each made the worker copy and hash its
+// whole range, here named rightly since the buffer holds the zeros they name):
+// the store's work for a guest is bounded by the bytes it sent.
+TEST_F(CpuSessionWithStore, OffersWithoutTheirBytesCostTheStoreNothing) {
+    open_session("uid 1000");
+    const uint64_t buffer = alloc(kBufferSize);
+    for (uint64_t i = 0; i < 16; ++i) {
+        const uint64_t size = (2u << 20) - i * 4096;  // another tensor each time, of zeros
+        const std::vector<uint8_t> zeros(size, 0);
+        const ContentDigest digest = content_digest(zeros.data(), zeros.size());
+        WeightOffer::Request offer{};
+        offer.range = {buffer, i * 4096, size};  // overlapping
+        std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));
+        ASSERT_TRUE(call<WeightOffer>(offer).status.ok());
+        ASSERT_TRUE(set(buffer, kBufferSize - 4096, std::vector<uint8_t>(4096, 7)).ok());  // bytes elsewhere
+        (void)get(buffer, 0, 1);  // ends the offer
+    }
+    session->wait_for_store_for_testing();
+    EXPECT_EQ(store_entries(store.directory), 0u) << "the store kept bytes the guest never sent";
+    // An offer followed by its bytes is kept.
+    const uint64_t other = alloc(kBufferSize);
+    WeightOffer::Request offer{};
+    offer.range = {other, kOffset, weights.size()};
+    const ContentDigest digest = content_digest(weights.data(), weights.size());
+    std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));
+    ASSERT_TRUE(call<WeightOffer>(offer).status.ok());
+    ASSERT_TRUE(set(other, kOffset, weights).ok());
+    (void)get(other, 0, 1);
+    session->wait_for_store_for_testing();
+    EXPECT_EQ(store_entries(store.directory), 1u);
+}
+
 TEST_F(CpuSessionWithStore, LookupsOutsideTheRulesAreRefused) {
     open_session("uid 1000");
     const uint64_t buffer = alloc(kBufferSize);
@@ -1914,13 +1977,13 @@ TEST_F(CpuSessionWithStore, LookupsOutsideTheRulesAreRefused) {
     EXPECT_EQ(lookup(buffer + 100, weights).status.code(), Code::not_found);
     // A session whose guest did not ask for the store.
     start(SessionLimits{});
-    ASSERT_TRUE(session->use_weight_store(store, "uid 1000").ok());
+    use_store("uid 1000");
     hello();
     EXPECT_EQ(lookup(alloc(kBufferSize), weights).status.code(), Code::unsupported);
     // Shared memory is the guest's to write.
     start(SessionLimits{});
     session->allow_shared_memory();
-    ASSERT_TRUE(session->use_weight_store(store, "uid 1000").ok());
+    use_store("uid 1000");
     hello(kSessionSharedMemory | kSessionWeightStore);
     EXPECT_EQ(lookup(alloc(kBufferSize), weights).status.code(), Code::bad_request);
 }

@@ -1,17 +1,27 @@
 // WeightStore and content digests: entries by content, per tenant, checked,
 // evicted; a damaged entry is never used.
 #include "ggml_test_support.h"
+#include "host/store_channel.h"
+#include "host/store_fill.h"
+#include "host/store_owner.h"
 #include "host/weight_store.h"
 #include "protocol/content_digest.h"
 
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,18 +57,34 @@ class WeightStoreTest : public ::testing::Test {
         char name[] = "/tmp/ggml-remote-store-test.XXXXXX";
         ASSERT_NE(::mkdtemp(name), nullptr);
         options.directory = name;
-        ASSERT_TRUE(WeightStore::prepare(options).ok());
+        options.lru_resolution_s = 0;
     }
-    void TearDown() override { (void)!std::system(("rm -rf '" + options.directory + "'").c_str()); }
+    void TearDown() override {
+        stores.clear();
+        owner.reset();
+        (void)!std::system(("rm -rf '" + options.directory + "'").c_str());
+    }
 
+    // The owner (once, with `options` as they are then).
+    StoreOwner &the_owner() {
+        if (!owner) {
+            owner = std::make_unique<StoreOwner>();
+            EXPECT_TRUE(owner->open(options).ok());
+        }
+        return *owner;
+    }
+    // A worker's side of the store, for `tenant`.
+    WeightStore &open_store(const std::string &tenant) {
+        UniqueFd channel;
+        EXPECT_TRUE(the_owner().connect(tenant, false, &channel).ok());
+        stores.push_back(std::make_unique<WeightStore>());
+        EXPECT_TRUE(stores.back()->open(std::move(channel), options).ok());
+        return *stores.back();
+    }
     // Writes `bytes` as a new entry named `digest` (its own, unless told otherwise).
     void put(WeightStore &store, const std::vector<uint8_t> &bytes, const ContentDigest *named = nullptr) {
         const ContentDigest digest = named != nullptr ? *named : content_digest(bytes.data(), bytes.size());
-        NewEntry entry;
-        ASSERT_TRUE(store.create(digest, bytes.size(), 4096 + 100, &entry).ok());
-        ASSERT_EQ(::pwrite(entry.file.get(), bytes.data(), bytes.size(), static_cast<off_t>(entry.content_offset)),
-                  static_cast<ssize_t>(bytes.size()));
-        store.commit(std::move(entry));
+        store.commit_copy(digest, bytes.size(), 4096 + 100, bytes.data());
         store.wait_for_commits();
     }
     std::vector<uint8_t> read_entry(const StoreEntry &entry) {
@@ -68,15 +94,21 @@ class WeightStoreTest : public ::testing::Test {
         return bytes;
     }
     std::string entry_path(const std::string &tenant, const ContentDigest &digest) {
-        return options.directory + "/" + WeightStore::tenant_directory_name(tenant) + "/" + digest.hex();
+        return options.directory + "/" + StoreOwner::tenant_directory_name(tenant) + "/" + digest.hex();
+    }
+    // Opens an entry for writing as the test (bit rot, a crash): entries are read-only.
+    int open_for_damage(const std::string &path) {
+        (void)::chmod(path.c_str(), 0600);
+        return ::open(path.c_str(), O_WRONLY);
     }
 
     WeightStoreOptions options;
+    std::unique_ptr<StoreOwner> owner;
+    std::vector<std::unique_ptr<WeightStore>> stores;
 };
 
 TEST_F(WeightStoreTest, FindsWhatWasPutAndNothingElse) {
-    WeightStore store;
-    ASSERT_TRUE(store.open(options, "uid 1000").ok());
+    WeightStore &store = open_store("uid 1000");
     const std::vector<uint8_t> bytes = pattern_bytes(300000, 1);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     StoreEntry entry;
@@ -92,8 +124,7 @@ TEST_F(WeightStoreTest, FindsWhatWasPutAndNothingElse) {
 }
 
 TEST_F(WeightStoreTest, BytesThatDoNotMatchTheirDigestAreNotKept) {
-    WeightStore store;
-    ASSERT_TRUE(store.open(options, "uid 1000").ok());
+    WeightStore &store = open_store("uid 1000");
     const std::vector<uint8_t> wanted = pattern_bytes(200000, 3), sent = pattern_bytes(200000, 4);
     const ContentDigest digest = content_digest(wanted.data(), wanted.size());
     put(store, sent, &digest);  // a guest that names one content and sends another
@@ -101,61 +132,62 @@ TEST_F(WeightStoreTest, BytesThatDoNotMatchTheirDigestAreNotKept) {
     EXPECT_FALSE(store.find(digest, wanted.size(), &entry));
     EXPECT_EQ(store.counters().entries_refused, 1u);
     EXPECT_EQ(store.counters().entries_written, 0u);
+    EXPECT_EQ(the_owner().bytes_held(), 0u) << "nothing kept, nothing reserved";
 }
 
 TEST_F(WeightStoreTest, ATenantSeesOnlyItsOwnEntriesUnlessTheStoreIsShared) {
-    WeightStore alice, bob;
-    ASSERT_TRUE(alice.open(options, "uid 1000").ok());
-    ASSERT_TRUE(bob.open(options, "uid 1001").ok());
+    WeightStore &alice = open_store("uid 1000");
+    WeightStore &bob = open_store("uid 1001");
     const std::vector<uint8_t> bytes = pattern_bytes(100000, 5);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(alice, bytes);
     StoreEntry entry;
     EXPECT_FALSE(bob.find(digest, bytes.size(), &entry));
     EXPECT_TRUE(alice.find(digest, bytes.size(), &entry));
+}
 
-    WeightStoreOptions shared = options;
-    shared.shared_across_tenants = true;
-    WeightStore carol, dave;
-    ASSERT_TRUE(carol.open(shared, "uid 1002").ok());
-    ASSERT_TRUE(dave.open(shared, "address 10.0.0.7").ok());
+TEST_F(WeightStoreTest, OneStoreForAllWhenShared) {
+    options.shared_across_tenants = true;
+    WeightStore &carol = open_store("uid 1002");
+    WeightStore &dave = open_store("address 10.0.0.7");
+    const std::vector<uint8_t> bytes = pattern_bytes(100000, 5);
     put(carol, bytes);
-    EXPECT_TRUE(dave.find(digest, bytes.size(), &entry));
+    StoreEntry entry;
+    EXPECT_TRUE(dave.find(content_digest(bytes.data(), bytes.size()), bytes.size(), &entry));
 }
 
 TEST_F(WeightStoreTest, ADamagedEntryIsRemovedAndNotUsed) {
-    WeightStore store;
-    ASSERT_TRUE(store.open(options, "uid 1000").ok());
+    WeightStore &store = open_store("uid 1000");
     const std::vector<uint8_t> bytes = pattern_bytes(100000, 6);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     StoreEntry entry;
     // A damaged header.
     put(store, bytes);
     {
-        const int fd = ::open(entry_path("uid 1000", digest).c_str(), O_WRONLY);
+        const int fd = open_for_damage(entry_path("uid 1000", digest));
         ASSERT_GE(fd, 0);
         ASSERT_EQ(::pwrite(fd, "X", 1, 40), 1);
         ::close(fd);
     }
     EXPECT_FALSE(store.find(digest, bytes.size(), &entry));
     EXPECT_NE(::access(entry_path("uid 1000", digest).c_str(), F_OK), 0) << "the damaged entry is removed";
-    // A truncated one (a full disk, a crash).
+    // A truncated one (a crash).
     put(store, bytes);
+    (void)::chmod(entry_path("uid 1000", digest).c_str(), 0600);
     ASSERT_EQ(::truncate(entry_path("uid 1000", digest).c_str(), kEntryHeaderSpan + 4096 + 100 + 10), 0);
     EXPECT_FALSE(store.find(digest, bytes.size(), &entry));
-    EXPECT_EQ(store.counters().entries_damaged, 2u);
+    EXPECT_EQ(the_owner().counters().entries_damaged, 2u);
 }
 
 TEST_F(WeightStoreTest, DamagedBytesAreFoundWhenEveryUseIsVerified) {
     options.verify_on_use = true;
-    WeightStore store;
-    ASSERT_TRUE(store.open(options, "uid 1000").ok());
+    WeightStore &store = open_store("uid 1000");
     const std::vector<uint8_t> bytes = pattern_bytes(100000, 8);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(store, bytes);
     StoreEntry entry;
     ASSERT_TRUE(store.find(digest, bytes.size(), &entry));
-    const int fd = ::open(entry_path("uid 1000", digest).c_str(), O_WRONLY);
+    const int fd = open_for_damage(entry_path("uid 1000", digest));
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::pwrite(fd, "X", 1, static_cast<off_t>(entry.content_offset + 5000)), 1);
     ::close(fd);
@@ -163,11 +195,8 @@ TEST_F(WeightStoreTest, DamagedBytesAreFoundWhenEveryUseIsVerified) {
 }
 
 TEST_F(WeightStoreTest, TheLeastRecentlyUsedEntriesGoFirst) {
-    options.max_bytes = 3 * 400000;  // room for about two entries of 400 kB and their headers
-    options.eviction_interval_ms = 0;
-    options.lru_resolution_s = 0;
-    WeightStore store;
-    ASSERT_TRUE(store.open(options, "uid 1000").ok());
+    options.max_bytes = 3 * 400000;  // room for two entries of 400 kB and their header pages
+    WeightStore &store = open_store("uid 1000");
     std::vector<std::vector<uint8_t>> tensors;
     std::vector<ContentDigest> digests;
     for (uint32_t i = 0; i < 3; ++i) {
@@ -176,27 +205,278 @@ TEST_F(WeightStoreTest, TheLeastRecentlyUsedEntriesGoFirst) {
     }
     StoreEntry entry;
     put(store, tensors[0]);
-    ::usleep(20000);
     put(store, tensors[1]);
-    ::usleep(20000);
     ASSERT_TRUE(store.find(digests[0], tensors[0].size(), &entry));  // now the most recently used
-    ::usleep(20000);
     put(store, tensors[2]);
     EXPECT_TRUE(store.find(digests[0], tensors[0].size(), &entry));
     EXPECT_FALSE(store.find(digests[1], tensors[1].size(), &entry)) << "the least recently used one went";
     EXPECT_TRUE(store.find(digests[2], tensors[2].size(), &entry));
-    EXPECT_GE(store.counters().entries_evicted, 1u);
+    EXPECT_GE(the_owner().counters().entries_evicted, 1u);
+    EXPECT_LE(the_owner().bytes_held(), options.max_bytes);
 }
 
-TEST_F(WeightStoreTest, PrepareRemovesHalfWrittenEntriesOfDeadWorkers) {
-    WeightStore store;
-    ASSERT_TRUE(store.open(options, "uid 1000").ok());
-    const std::string tenant = options.directory + "/" + WeightStore::tenant_directory_name("uid 1000");
-    const std::string orphan = tenant + "/.new-999999999-0", live = tenant + "/.new-" + std::to_string(::getpid()) + "-7";
+TEST_F(WeightStoreTest, PrepareRemovesHalfWrittenEntriesOfDeadWriters) {
+    (void)open_store("uid 1000");
+    const std::string tenant = options.directory + "/" + StoreOwner::tenant_directory_name("uid 1000");
+    ASSERT_EQ(::mkdir(tenant.c_str(), 0700) == 0 || errno == EEXIST, true);
+    const std::string orphan = tenant + "/.new-999999999-0",
+                      live = tenant + "/.new-" + std::to_string(::getppid()) + "-7";
     for (const std::string &path : {orphan, live}) ::close(::open(path.c_str(), O_CREAT | O_WRONLY, 0600));
-    ASSERT_TRUE(WeightStore::prepare(options).ok());
+    ASSERT_TRUE(StoreOwner::prepare(options).ok());
     EXPECT_NE(::access(orphan.c_str(), F_OK), 0);
     EXPECT_EQ(::access(live.c_str(), F_OK), 0);
+}
+
+// Issue 25's attacks on the store, from a worker's side of the channel: a worker
+// taken over speaks the channel's protocol as it likes (store_channel.h).
+class HostileWorker {
+  public:
+    explicit HostileWorker(StoreOwner &owner, const std::string &tenant = "uid 1000", bool tls = false) {
+        EXPECT_TRUE(owner.connect(tenant, tls, &channel).ok());
+    }
+    store_channel::Reply ask(const store_channel::Request &request, UniqueFd *file = nullptr,
+                             const int *fds = nullptr, size_t count = 0) {
+        store_channel::Reply reply;
+        std::vector<UniqueFd> received;
+        EXPECT_TRUE(store_channel::send_message(channel.get(), &request, sizeof(request), fds, count));
+        EXPECT_TRUE(store_channel::receive_message(channel.get(), &reply, sizeof(reply), &received, 1, 10000));
+        if (file != nullptr && !received.empty()) *file = std::move(received.front());
+        return reply;
+    }
+    static store_channel::Request request(store_channel::Kind kind, const ContentDigest &digest, uint64_t size) {
+        store_channel::Request request;
+        request.kind = static_cast<uint32_t>(kind);
+        std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
+        request.size = size;
+        return request;
+    }
+    // Starts a commit of `size` bytes named `digest`: the pipe it writes them into
+    // and the one the answer comes on, or a refusal (*refused).
+    bool start_commit(const ContentDigest &digest, uint64_t size, UniqueFd *data, UniqueFd *result,
+                      store_channel::Reply *refused = nullptr) {
+        int data_pipe[2], result_pipe[2];
+        EXPECT_EQ(::pipe2(data_pipe, O_CLOEXEC), 0);
+        EXPECT_EQ(::pipe2(result_pipe, O_CLOEXEC), 0);
+        UniqueFd data_read(data_pipe[0]), result_write(result_pipe[1]);
+        data->reset(data_pipe[1]);
+        result->reset(result_pipe[0]);
+        const int fds[2] = {data_read.get(), result_write.get()};
+        const store_channel::Reply reply = ask(request(store_channel::Kind::commit, digest, size), nullptr, fds, 2);
+        if (refused != nullptr) *refused = reply;
+        return reply.code == 0;
+    }
+    UniqueFd channel;
+};
+
+// Class 3: a worker cannot put bytes under a digest they do not have: the owner
+// hashes its own copy of what it received.
+TEST_F(WeightStoreTest, AHostileWorkerCannotPlantBytesUnderAnotherDigest) {
+    const std::vector<uint8_t> real = pattern_bytes(300000, 21), planted = pattern_bytes(300000, 22);
+    const ContentDigest digest = content_digest(real.data(), real.size());
+    HostileWorker mallory(the_owner(), "uid 666");
+    UniqueFd data, result;
+    ASSERT_TRUE(mallory.start_commit(digest, planted.size(), &data, &result));
+    ASSERT_EQ(::write(data.get(), planted.data(), 65536), 65536);
+    data.reset();  // and the rest never comes: dropped too
+    uint8_t answer = 9;
+    ASSERT_EQ(::read(result.get(), &answer, 1), 1);
+    EXPECT_EQ(answer, store_channel::kNotNamed);
+    ASSERT_TRUE(mallory.start_commit(digest, planted.size(), &data, &result));
+    for (size_t at = 0; at < planted.size(); at += 65536) {
+        const size_t n = std::min<size_t>(65536, planted.size() - at);
+        ASSERT_EQ(::write(data.get(), planted.data() + at, n), static_cast<ssize_t>(n));
+    }
+    ASSERT_EQ(::read(result.get(), &answer, 1), 1);
+    EXPECT_EQ(answer, store_channel::kNotNamed);
+    StoreEntry entry;
+    EXPECT_FALSE(open_store("uid 666").find(digest, real.size(), &entry));
+    EXPECT_EQ(the_owner().bytes_held(), 0u);
+}
+
+// A lookup of a known digest with another size finds nothing, and removes nothing
+// (on main it counted as damage: any guest of the tenant, or of all tenants with
+// --weight-store-shared, could remove an entry by naming it with a wrong size).
+TEST_F(WeightStoreTest, ALookupWithAnotherSizeRemovesNothing) {
+    WeightStore &store = open_store("uid 1000");
+    const std::vector<uint8_t> bytes = pattern_bytes(200000, 28);
+    const ContentDigest digest = content_digest(bytes.data(), bytes.size());
+    put(store, bytes);
+    StoreEntry entry;
+    EXPECT_FALSE(store.find(digest, bytes.size() + 4096, &entry));
+    EXPECT_TRUE(store.find(digest, bytes.size(), &entry));
+    EXPECT_EQ(the_owner().counters().entries_damaged, 0u);
+}
+
+// Class 3: what a worker gets of an entry is read-only, and its size never changes:
+// not by the worker, not by eviction (an unlink), not by a new commit of the same
+// content. A mapping of it stays valid (no SIGBUS).
+TEST_F(WeightStoreTest, AnEntryAWorkerHoldsIsReadOnlyAndKeepsItsSize) {
+    options.max_bytes = 1200000;
+    WeightStore &store = open_store("uid 1000");
+    const std::vector<uint8_t> bytes = pattern_bytes(400000, 23);
+    const ContentDigest digest = content_digest(bytes.data(), bytes.size());
+    put(store, bytes);
+    StoreEntry entry;
+    ASSERT_TRUE(store.find(digest, bytes.size(), &entry));
+    EXPECT_EQ(::fcntl(entry.file.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
+    EXPECT_NE(::ftruncate(entry.file.get(), 4096), 0) << "a worker cannot truncate an entry";
+    EXPECT_NE(::pwrite(entry.file.get(), "X", 1, static_cast<off_t>(entry.content_offset)), 1);
+    EXPECT_NE(::fallocate(entry.file.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                          static_cast<off_t>(entry.content_offset), 4096), 0);
+    struct stat st {};
+    ASSERT_EQ(::fstat(entry.file.get(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0222, 0u) << "entries are made read-only";
+    const size_t length = static_cast<size_t>(entry.content_offset + entry.size);
+    void *mapped = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, entry.file.get(), 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    // Evicted: two newer entries of the same size push it out of a store with room for two.
+    put(store, pattern_bytes(400000, 24));
+    put(store, pattern_bytes(400000, 25));
+    EXPECT_NE(::access(entry_path("uid 1000", digest).c_str(), F_OK), 0) << "evicted";
+    EXPECT_EQ(std::memcmp(static_cast<uint8_t *>(mapped) + entry.content_offset, bytes.data(), bytes.size()), 0);
+    ASSERT_EQ(::fstat(entry.file.get(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), entry.content_offset + entry.size);
+    ::munmap(mapped, length);
+}
+
+// Class 3: a TLS worker names its tenant once; before that it gets nothing, after
+// that it cannot become another.
+TEST_F(WeightStoreTest, ATlsWorkerNamesItsTenantOnce) {
+    WeightStore &alice = open_store("tls alice");
+    const std::vector<uint8_t> bytes = pattern_bytes(200000, 26);
+    const ContentDigest digest = content_digest(bytes.data(), bytes.size());
+    put(alice, bytes);
+    HostileWorker keyless(the_owner(), "", true);
+    EXPECT_NE(keyless.ask(HostileWorker::request(store_channel::Kind::find, digest, bytes.size())).code, 0)
+        << "no tenant before the identity";
+    store_channel::Request identify = HostileWorker::request(store_channel::Kind::identify, digest, 0);
+    identify.identity_size = 3;
+    std::memcpy(identify.identity, "bob", 3);
+    EXPECT_EQ(keyless.ask(identify).code, 0);
+    UniqueFd file;
+    store_channel::Reply reply = keyless.ask(HostileWorker::request(store_channel::Kind::find, digest, bytes.size()),
+                                             &file);
+    EXPECT_EQ(reply.found, 0u) << "bob does not see alice's entries";
+    EXPECT_FALSE(file.valid());
+    std::memcpy(identify.identity, "ali", 3);
+    EXPECT_NE(keyless.ask(identify).code, 0) << "a second identity is refused";
+    // A unix or TCP worker's tenant is the listener's word, never its own.
+    HostileWorker local(the_owner(), "uid 1001");
+    EXPECT_NE(local.ask(identify).code, 0);
+}
+
+// Class 2: bytes in flight count against the limit: commits under way cannot take
+// the store past it, whatever they promise.
+TEST_F(WeightStoreTest, BytesInFlightCountAgainstTheLimit) {
+    options.max_bytes = 16u << 20;
+    const ContentDigest digest = content_digest("x", 1);
+    std::vector<std::unique_ptr<HostileWorker>> workers;
+    std::vector<UniqueFd> pipes;
+    int accepted = 0;
+    for (int i = 0; i < 8; ++i) {
+        workers.push_back(std::make_unique<HostileWorker>(the_owner(), "uid " + std::to_string(2000 + i)));
+        UniqueFd data, result;
+        store_channel::Reply reply;
+        if (workers.back()->start_commit(digest, 6u << 20, &data, &result, &reply)) ++accepted;
+        EXPECT_LE(the_owner().bytes_held(), options.max_bytes);
+        pipes.push_back(std::move(data));
+        pipes.push_back(std::move(result));
+    }
+    EXPECT_EQ(accepted, 2) << "room for two entries of 6 MiB in 16 MiB";
+    // A second commit on a channel that has one under way is refused too.
+    UniqueFd data, result;
+    EXPECT_FALSE(workers.front()->start_commit(content_digest("y", 1), 4096, &data, &result));
+    EXPECT_FALSE(HostileWorker(the_owner()).start_commit(digest, 17u << 20, &data, &result)) << "larger than the store";
+}
+
+// Class 2: a worker that goes away mid-commit (its guest left) ends the owner's work
+// for it at once, and its reservation with it.
+TEST_F(WeightStoreTest, AWorkerThatLeavesEndsItsCommitAtOnce) {
+    auto worker = std::make_unique<HostileWorker>(the_owner());
+    UniqueFd data, result;
+    ASSERT_TRUE(worker->start_commit(content_digest("z", 1), 64u << 20, &data, &result));
+    EXPECT_GT(the_owner().bytes_held(), 64u << 20);
+    const std::vector<uint8_t> some(1u << 20, 1);
+    ASSERT_EQ(::write(data.get(), some.data(), some.size()), static_cast<ssize_t>(some.size()));
+    const auto left = std::chrono::steady_clock::now();
+    data.reset();
+    result.reset();
+    worker.reset();
+    while (the_owner().bytes_held() != 0 && std::chrono::steady_clock::now() - left < std::chrono::seconds(5)) {
+        ::usleep(10000);
+    }
+    EXPECT_EQ(the_owner().bytes_held(), 0u);
+    EXPECT_LT(std::chrono::steady_clock::now() - left, std::chrono::seconds(1));
+}
+
+// Class 4: a full file system is a refusal, never a signal. The store lies on a
+// small tmpfs of its own (a private mount namespace, in a child process, so that a
+// SIGBUS is seen as one), nearly filled; a new entry from device memory (the path a
+// Vulkan worker takes) must be refused, and the session's buffer keeps its bytes.
+int fill_store_on_full_file_system(const std::string &directory) {
+    WeightStoreOptions options;
+    options.directory = directory + "/store";
+    options.max_bytes = 64u << 20;  // more than the file system holds
+    StoreOwner owner;
+    if (!owner.open(options).ok()) return 10;
+    // The filler: all but 1 MiB of the 8 MiB file system.
+    const int filler = ::open((directory + "/filler").c_str(), O_CREAT | O_WRONLY, 0600);
+    if (filler < 0 || ::posix_fallocate(filler, 0, 7u << 20) != 0) return 11;
+    ::close(filler);
+    UniqueFd channel;
+    if (!owner.connect("uid 1000", false, &channel).ok()) return 12;
+    StoreFill fill;
+    if (!fill.open(std::move(channel), options, "").ok()) return 13;
+    constexpr size_t kSize = 4u << 20;
+    ggml_backend_buffer_t buffer =
+        ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(test_support::host_cpu_device()), kSize);
+    if (buffer == nullptr) return 14;
+    const std::vector<uint8_t> bytes = pattern_bytes(kSize, 27);
+    ggml_tensor range{};
+    range.type = GGML_TYPE_I8;
+    range.ne[0] = static_cast<int64_t>(kSize);
+    range.ne[1] = range.ne[2] = range.ne[3] = 1;
+    range.nb[0] = 1;
+    range.nb[1] = range.nb[2] = range.nb[3] = kSize;
+    range.buffer = buffer;
+    range.data = ggml_backend_buffer_get_base(buffer);
+    ggml_backend_tensor_set(&range, bytes.data(), 0, kSize);
+    const StoreFill::Target target{&range, nullptr, 1, 0};  // device memory: no mapping of the worker's own
+    if (!fill.offer(target, content_digest(bytes.data(), kSize)).ok()) return 15;
+    fill.received(1, 0, kSize, kSize);
+    if (!fill.finish_pending().ok()) return 16;
+    std::vector<uint8_t> kept(kSize);
+    ggml_backend_tensor_get(&range, kept.data(), 0, kSize);
+    if (kept != bytes) return 17;
+    if (fill.store().counters().entries_written != 0 || owner.counters().commits_refused != 1) return 18;
+    ggml_backend_buffer_free(buffer);
+    return 0;
+}
+
+TEST(WeightStoreFullDisk, AFullFileSystemIsARefusalNotASignal) {
+    char name[] = "/tmp/ggml-remote-store-full.XXXXXX";
+    ASSERT_NE(::mkdtemp(name), nullptr);
+    const std::string directory = name;
+    (void)test_support::host_cpu_device();  // the backends load before the fork
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // Private, so that the mount reaches no other namespace ("/" is no mount point
+        // in a chroot, whose namespace is private already: scripts/in-sysroot).
+        const bool isolated = ::unshare(CLONE_NEWNS) == 0 &&
+                              (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 || errno == EINVAL);
+        if (!isolated || ::mount("tmpfs", name, "tmpfs", 0, "size=8m") != 0) {
+            ::_exit(77);
+        }
+        ::_exit(fill_store_on_full_file_system(directory));
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ::rmdir(name);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
+    ASSERT_FALSE(WIFSIGNALED(status)) << "the store's user died of signal " << WTERMSIG(status) << " ("
+                                      << strsignal(WTERMSIG(status)) << ") on a full file system";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "step " << WEXITSTATUS(status) << " of the full-disk check failed";
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include "status_command.h"
 #include "host/worker.h"
 #include "host/worker_identity.h"
-#include "host/weight_store.h"
+#include "host/store_owner.h"
 #include "protocol/wire.h"
 #include "transport/endpoint.h"
 #include "transport/spin_policy.h"
@@ -15,6 +15,7 @@
 
 #include <ggml-backend.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -175,14 +176,19 @@ std::string absolute_path(const std::string &flag, const std::string &path) {
     return std::string(cwd) + "/" + path;
 }
 
-// Makes the store's directory, for the workers' user where they run as another.
-void prepare_weight_store(const host::ServerOptions &options, const host::WorkerIdentity &identity) {
+// Makes the store's directory: the listener's own (its store owner writes it), never
+// the workers', which reach entries only through the owner.
+void prepare_weight_store(const host::ServerOptions &options) {
     const host::WeightStoreOptions &store = options.weight_store;
     if (store.directory.empty()) return;
-    Status status = host::WeightStore::prepare(store);
+    Status status = host::StoreOwner::prepare(store);
     if (!status) fail("--weight-store: " + status.message());
-    if (!options.worker_user.empty() && ::chown(store.directory.c_str(), identity.uid, identity.gid) != 0) {
-        fail("--weight-store: cannot give " + store.directory + " to " + identity.user + ": " + std::strerror(errno));
+    // An older server gave the directory to --worker-user: it is taken back.
+    struct stat st {};
+    if (::stat(store.directory.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) &&
+        (::chown(store.directory.c_str(), ::geteuid(), ::getegid()) != 0 || ::chmod(store.directory.c_str(), 0700) != 0)) {
+        fail("--weight-store: " + store.directory + " is not the server's own, and cannot be made so: " +
+             std::strerror(errno));
     }
     host::log_line("weight store: " + store.directory +
                    (store.shared_across_tenants ? ", shared by all guests" : ", one part per user, identity or address") +
@@ -413,6 +419,8 @@ bool parse_worker_flag(Arguments &args, CommandLine *line) {
         line->options.admission_fd = args.int_value(0);
     } else if (flag == "--tls-psk-fd") {
         line->options.tls_psk_fd = args.int_value(0);
+    } else if (flag == "--store-fd") {
+        line->options.store_fd = args.int_value(0);
     } else {
         return false;
     }
@@ -528,7 +536,7 @@ int serve(CommandLine *line) {
     if (Status paths = host::check_server_paths(options); !paths) fail(paths.message());
     host::WorkerIdentity identity;
     const std::string worker_identity = resolve_worker_user(options, &identity);
-    prepare_weight_store(options, identity);
+    prepare_weight_store(options);
     announce_devices(options);
     prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
     host::log_line(describe_core_scheduling(options.limits));
