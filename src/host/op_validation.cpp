@@ -23,7 +23,6 @@
 
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 namespace ggml_remote::host {
 
@@ -843,7 +842,8 @@ uint32_t sources_written_in_place(ggml_op op) {
 Status validate_node(const ggml_tensor *node) {
     const std::string name = " node '" + printable(node->name) + "': ";
     // Read as a number: an id outside the enum is not a value of ggml_op.
-    std::underlying_type_t<ggml_op> op_id;
+    static_assert(sizeof(ggml_op) == sizeof(int32_t), "op ids are 32-bit on the wire");
+    int32_t op_id;
     std::memcpy(&op_id, &node->op, sizeof op_id);
     if (op_id < 0 || op_id >= GGML_OP_COUNT) {
         return error(Code::bad_request, "op " + std::to_string(op_id) + name + "unknown op");
