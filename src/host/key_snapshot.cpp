@@ -1,5 +1,6 @@
 #include "host/key_snapshot.h"
 
+#include "transport/socket.h"
 #include "transport/tls_key.h"
 
 #include <fcntl.h>
@@ -36,11 +37,8 @@ Status read_all(int fd, std::string *text) {
 Status sealed_copy(const std::string &text, UniqueFd *out) {
     UniqueFd fd(::memfd_create("ggml-remote-keys", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!fd.valid()) return error(Code::error, std::string("memfd_create: ") + std::strerror(errno));
-    for (size_t written = 0; written < text.size();) {
-        const ssize_t put = ::write(fd.get(), text.data() + written, text.size() - written);
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0) return error(Code::error, std::string("write: ") + std::strerror(errno));
-        written += static_cast<size_t>(put);
+    if (!write_fully(fd.get(), text.data(), text.size())) {
+        return error(Code::error, std::string("write: ") + std::strerror(errno));
     }
     if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
         return error(Code::error, std::string("sealing the key copy: ") + std::strerror(errno));

@@ -1,10 +1,7 @@
 #include "host/server_log.h"
 
 #include "protocol/printable.h"
-
-#include <unistd.h>
-
-#include <cerrno>
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 
@@ -25,13 +22,7 @@ std::string whole_log_line(std::string_view line) {
 
 void write_log_line(int fd, std::string_view line) {
     const std::string whole = whole_log_line(line);
-    size_t done = 0;
-    while (done < whole.size()) {
-        const ssize_t n = ::write(fd, whole.data() + done, whole.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;  // nowhere left to tell
-        done += static_cast<size_t>(n);
-    }
+    (void)write_fully(fd, whole.data(), whole.size());  // on failure there is nowhere left to tell
 }
 
 void GgmlLogJoiner::add(ggml_log_level level, std::string_view text) {

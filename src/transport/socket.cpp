@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -229,6 +230,18 @@ int poll_one(int fd, short events, int timeout_ms) {
         ready = ::poll(&p, 1, timeout_ms);
     } while (ready < 0 && errno == EINTR);
     return ready;
+}
+
+bool write_fully(int fd, const void *data, size_t size) {
+    const auto *bytes = static_cast<const uint8_t *>(data);
+    while (size > 0) {
+        const ssize_t done = ::write(fd, bytes, size);
+        if (done < 0 && errno == EINTR) continue;
+        if (done <= 0) return false;
+        bytes += done;
+        size -= static_cast<size_t>(done);
+    }
+    return true;
 }
 
 void attach_fds(msghdr *message, char *control, size_t control_size, const int *fds, size_t count) {

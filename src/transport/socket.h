@@ -42,6 +42,10 @@ void tune_stream_socket(int fd);
 // 1 when ready, 0 on timeout (-1 waits forever), -1 with errno on failure.
 int poll_one(int fd, short events, int timeout_ms);
 
+// Writes all `size` bytes to `fd` (a file, a pipe), again after a signal or a short
+// write; false with errno when a write fails or writes nothing.
+bool write_fully(int fd, const void *data, size_t size);
+
 // Puts `count` descriptors on `message` (SCM_RIGHTS), in `control`, which must
 // hold CMSG_SPACE(sizeof(int) * count) bytes.
 void attach_fds(msghdr *message, char *control, size_t control_size, const int *fds, size_t count);
