@@ -87,11 +87,10 @@ class Session {
     // [heap_offset, +heap_size), for a guest that asks (kSessionRegionHeap).
     void use_region_heap(std::shared_ptr<const Mapping> region, uint64_t heap_offset, uint64_t heap_size);
 
-    // Offers the guest the weight store, in the part of `tenant` (weight_store.h).
     // Offers the guest the weight store, through the channel to its owner
     // (store_owner.h); `identity`: a TLS guest's, its tenant.
-    Status use_weight_store(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity = "") {
-        return store_fill_.open(std::move(channel), options, identity);
+    Status use_weight_store(UniqueFd channel, const std::string &identity = "") {
+        return store_fill_.open(std::move(channel), identity);
     }
     const StoreFillCounters &store_counters() const { return store_fill_.counters(); }
     // Test-only: waits until the store has checked and named every new entry.

@@ -46,9 +46,7 @@ class StoreFill {
         uint64_t offset = 0;  // of the range in the buffer
     };
 
-    Status open(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity) {
-        return store_.open(std::move(channel), options, identity);
-    }
+    Status open(UniqueFd channel, const std::string &identity) { return store_.open(std::move(channel), identity); }
     bool enabled() const { return store_.enabled(); }
 
     // Fills `target` from the entry for `digest` (*found), or starts a new entry.

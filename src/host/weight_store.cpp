@@ -42,17 +42,6 @@ bool make_pipe(UniqueFd *read_end, UniqueFd *write_end) {
     return true;
 }
 
-bool write_all(int fd, const uint8_t *data, size_t size) {
-    while (size > 0) {
-        const ssize_t done = ::write(fd, data, size);
-        if (done < 0 && errno == EINTR) continue;
-        if (done <= 0) return false;
-        data += done;
-        size -= static_cast<size_t>(done);
-    }
-    return true;
-}
-
 }  // namespace
 
 WeightStore::~WeightStore() {
@@ -67,8 +56,7 @@ WeightStore::~WeightStore() {
     if (committer_.joinable()) committer_.join();
 }
 
-Status WeightStore::open(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity) {
-    options_ = options;
+Status WeightStore::open(UniqueFd channel, const std::string &identity) {
     channel_ = std::move(channel);
     usable_.store(channel_.valid());
     if (!channel_.valid()) return error(Code::unsupported, "no weight store channel");
@@ -175,7 +163,7 @@ bool WeightStore::send_filled(int pipe, uint64_t size, const EntryFill &fill) {
         if (cancelled_.load(std::memory_order_relaxed)) return false;
         const size_t n = static_cast<size_t>(std::min<uint64_t>(size - done, chunk.size()));
         fill(done, chunk.data(), n);
-        if (!write_all(pipe, chunk.data(), n)) return false;
+        if (!write_fully(pipe, chunk.data(), n)) return false;
         done += n;
     }
     return true;

@@ -33,11 +33,12 @@ namespace ggml_remote::host {
 
 struct WeightStoreOptions {
     std::string directory;  // empty: no store
-    uint64_t max_bytes = 0;  // 0: a quarter of the directory's file system
+    // 0: a quarter of the directory's file system. It counts every entry's pages
+    // and those reserved for entries being written.
+    uint64_t max_bytes = 0;
     bool shared_across_tenants = false;
     // Hash every entry again before a worker uses it (bit rot on disk); off, an
     // entry's header and size are checked, and its bytes were checked when written.
-    // The limit counts every entry's pages and those reserved for entries being written.
     bool verify_on_use = false;
     // An entry's last use is recorded on disk (for the next start) to this many
     // seconds; the owner keeps it exactly in memory.
@@ -71,7 +72,7 @@ class WeightStore {
 
     // Uses the store through `channel`; `identity`: a TLS guest's, which the owner
     // takes once as its tenant ("" for the others: the listener named theirs).
-    Status open(UniqueFd channel, const WeightStoreOptions &options, const std::string &identity = "");
+    Status open(UniqueFd channel, const std::string &identity = "");
     bool enabled() const { return usable_.load(std::memory_order_relaxed); }
 
     // The entry for `digest`, when there is an undamaged one of `size` bytes: a
@@ -122,7 +123,6 @@ class WeightStore {
     UniqueFd channel_;
     std::mutex channel_mutex_;
     std::atomic<bool> usable_{false};  // the channel works (the owner answered so far)
-    WeightStoreOptions options_;
     std::atomic<int64_t> last_activity_ns_{0};  // steady clock
     std::atomic<bool> hurry_{false};             // someone waits for the commits
     std::atomic<bool> cancelled_{false};

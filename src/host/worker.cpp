@@ -272,7 +272,7 @@ void offer_weight_store(const std::string &label, const FramedStream &stream, co
                         Session *session) {
     if (options.store_fd < 0) return;
     const std::string identity = stream.tls() != nullptr ? stream.tls()->peer_identity() : std::string();
-    Status status = session->use_weight_store(UniqueFd(options.store_fd), options.weight_store, identity);
+    Status status = session->use_weight_store(UniqueFd(options.store_fd), identity);
     if (!status) log_line(label + ": no weight store for this session: " + status.message());
 }
 

@@ -1779,7 +1779,7 @@ class CpuSessionWithStore : public CpuSession {
         }
         UniqueFd channel;
         ASSERT_TRUE(owner->connect(tenant, false, &channel).ok());
-        ASSERT_TRUE(session->use_weight_store(std::move(channel), store).ok());
+        ASSERT_TRUE(session->use_weight_store(std::move(channel)).ok());
     }
     // A new session of `tenant` (the previous one stays alive in `kept`).
     void open_session(const std::string &tenant) {

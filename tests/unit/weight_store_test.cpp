@@ -78,7 +78,7 @@ class WeightStoreTest : public ::testing::Test {
         UniqueFd channel;
         EXPECT_TRUE(the_owner().connect(tenant, false, &channel).ok());
         stores.push_back(std::make_unique<WeightStore>());
-        EXPECT_TRUE(stores.back()->open(std::move(channel), options).ok());
+        EXPECT_TRUE(stores.back()->open(std::move(channel)).ok());
         return *stores.back();
     }
     // Writes `bytes` as a new entry named `digest` (its own, unless told otherwise).
@@ -426,7 +426,7 @@ int fill_store_on_full_file_system(const std::string &directory) {
     UniqueFd channel;
     if (!owner.connect("uid 1000", false, &channel).ok()) return 12;
     StoreFill fill;
-    if (!fill.open(std::move(channel), options, "").ok()) return 13;
+    if (!fill.open(std::move(channel), "").ok()) return 13;
     constexpr size_t kSize = 4u << 20;
     ggml_backend_buffer_t buffer =
         ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(test_support::host_cpu_device()), kSize);
