@@ -187,7 +187,9 @@ Status StoreOwner::prepare(const WeightStoreOptions &options) {
 
 Status StoreOwner::open(const WeightStoreOptions &options) {
     options_ = options;
-    if (Status s = prepare(options); !s) return s;
+    // The server's start prepared the directory (prepare): the half-written entries
+    // of earlier owners are gone already, and scan() passes over temporaries.
+    if (::mkdir(options.directory.c_str(), 0700) != 0 && errno != EEXIST) return failure("mkdir " + options.directory);
     root_.reset(::open(options.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root_.valid()) return failure("open " + options.directory);
     if (options_.max_bytes == 0) {
@@ -418,10 +420,7 @@ Status StoreOwner::start_commit(Channel *channel, const Request &request, std::v
     commit->reserved = entry_bytes(commit->content_offset, commit->size);
     if (Status s = reserve(commit->tenant, commit->name, commit->reserved); !s) return s;
     if (Status s = create_entry(commit.get()); !s) {
-        finish_commit(*commit, false);  // no room on the disk: a refusal, like the limit's
-        std::lock_guard<std::mutex> lock(mutex_);
-        --counters_.entries_refused;
-        ++counters_.commits_refused;
+        finish_commit(*commit, CommitEnd::refused);  // no room on the disk: a refusal, like the limit's
         return s;
     }
     commit->data = std::move(fds[0]);
@@ -509,13 +508,14 @@ void StoreOwner::run_commit(std::unique_ptr<Commit> commit) {
         named = ::renameat(commit->directory.get(), commit->temporary.c_str(), commit->directory.get(),
                            commit->name.c_str()) == 0;
     }
-    finish_commit(*commit, named);
+    finish_commit(*commit, named ? CommitEnd::named : CommitEnd::dropped);
     commit->channel->committing.store(false);  // before the answer: the worker may go on at once
     const uint8_t answer = named ? store_channel::kNamed : store_channel::kNotNamed;
     (void)!::write(commit->result.get(), &answer, 1);
 }
 
-void StoreOwner::finish_commit(Commit &commit, bool named) {
+void StoreOwner::finish_commit(Commit &commit, CommitEnd end) {
+    const bool named = end == CommitEnd::named;
     if (!named && commit.directory.valid() && !commit.temporary.empty()) {
         (void)::unlinkat(commit.directory.get(), commit.temporary.c_str(), 0);
     }
@@ -525,7 +525,11 @@ void StoreOwner::finish_commit(Commit &commit, bool named) {
         reserved_bytes_ -= it->second;
         in_flight_.erase(it);
     }
-    if (!named) {
+    if (end == CommitEnd::refused) {
+        ++counters_.commits_refused;
+        return;
+    }
+    if (end == CommitEnd::dropped) {
         ++counters_.entries_refused;
         return;
     }

@@ -50,9 +50,9 @@ class StoreOwner {
     StoreOwner &operator=(const StoreOwner &) = delete;
 
     // Makes the store's directory if need be (mode 0700, the server's own), and
-    // removes entries left half written.
+    // removes entries left half written; once, when the server starts.
     static Status prepare(const WeightStoreOptions &options);
-    // Prepares the store and counts what it holds.
+    // Opens the store (making its directory if need be) and counts what it holds.
     Status open(const WeightStoreOptions &options);
     bool enabled() const { return root_.valid(); }
 
@@ -73,6 +73,9 @@ class StoreOwner {
   private:
     struct Channel;
     struct Commit;
+    // How a commit ends: its entry named; dropped once its bytes came (they did not
+    // match, or never came whole); refused before any came (no room on the disk).
+    enum class CommitEnd { named, dropped, refused };
     struct Stored {
         uint64_t bytes = 0;
         int64_t used_ns = 0;
@@ -88,7 +91,7 @@ class StoreOwner {
     Status create_entry(Commit *commit);
     void run_commit(std::unique_ptr<Commit> commit);
     bool take_bytes(Commit &commit);
-    void finish_commit(Commit &commit, bool named);
+    void finish_commit(Commit &commit, CommitEnd end);
     Status reserve(const std::string &tenant, const std::string &name, uint64_t bytes);
     void evict_locked(uint64_t room_for);
     Status open_tenant(const std::string &tenant, UniqueFd *directory);
