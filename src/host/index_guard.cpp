@@ -80,24 +80,22 @@ void gather(const ggml_tensor *t, uint8_t *out) {
     }
 }
 
-// The first element of the dense `bytes` (of I32 or I64 values) outside [0, bound), or -1.
-int64_t first_out_of_range(const std::vector<uint8_t> &bytes, ggml_type type, int64_t bound, int64_t *value) {
-    if (type == GGML_TYPE_I32) {
-        const size_t n = bytes.size() / sizeof(int32_t);
-        for (size_t k = 0; k < n; ++k) {
-            int32_t v;
-            std::memcpy(&v, bytes.data() + k * sizeof(v), sizeof(v));
-            if (v < 0 || v >= bound) return *value = v, static_cast<int64_t>(k);
-        }
-        return -1;
-    }
-    const size_t n = bytes.size() / sizeof(int64_t);
+// The first element of the dense `bytes`, as Index values, outside [0, bound), or -1.
+template <class Index>
+int64_t first_out_of_range(const std::vector<uint8_t> &bytes, int64_t bound, int64_t *value) {
+    const size_t n = bytes.size() / sizeof(Index);
     for (size_t k = 0; k < n; ++k) {
-        int64_t v;
+        Index v;
         std::memcpy(&v, bytes.data() + k * sizeof(v), sizeof(v));
         if (v < 0 || v >= bound) return *value = v, static_cast<int64_t>(k);
     }
     return -1;
+}
+
+// The same for the index types the kernels read: I32, else I64.
+int64_t first_out_of_range(const std::vector<uint8_t> &bytes, ggml_type type, int64_t bound, int64_t *value) {
+    return type == GGML_TYPE_I32 ? first_out_of_range<int32_t>(bytes, bound, value)
+                                 : first_out_of_range<int64_t>(bytes, bound, value);
 }
 
 std::string node_label(const ggml_tensor *node) {
