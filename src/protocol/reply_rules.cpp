@@ -20,6 +20,8 @@ bool is_power_of_two(uint64_t value) { return value != 0 && (value & (value - 1)
 
 }  // namespace
 
+Status reply_without_tail(CommandId id, uint64_t tail_size) { return no_tail(command_name(id), tail_size); }
+
 // Handshake: our version, a bounded device count, no capability we did not ask for.
 uint64_t ReplyRule<Hello>::max_tail(const Hello::Request &, uint64_t) { return 0; }
 Status ReplyRule<Hello>::check(const Hello::Request &request, const Hello::Reply &reply, uint64_t tail_size) {
@@ -48,16 +50,6 @@ Status ReplyRule<DeviceInfo>::check(const DeviceInfo::Request &, const DeviceInf
     return Status::success();
 }
 
-uint64_t ReplyRule<DeviceMemory>::max_tail(const DeviceMemory::Request &, uint64_t) { return 0; }
-Status ReplyRule<DeviceMemory>::check(const DeviceMemory::Request &, const DeviceMemory::Reply &, uint64_t tail_size) {
-    return no_tail("device_memory", tail_size);
-}
-
-uint64_t ReplyRule<SupportsOp>::max_tail(const SupportsOp::Request &, uint64_t) { return 0; }
-Status ReplyRule<SupportsOp>::check(const SupportsOp::Request &, const SupportsOp::Reply &, uint64_t tail_size) {
-    return no_tail("supports_op", tail_size);
-}
-
 // The tensor's own size is checked where the tensor is known (RemoteDevice::alloc_size).
 uint64_t ReplyRule<AllocSize>::max_tail(const AllocSize::Request &, uint64_t) { return 0; }
 Status ReplyRule<AllocSize>::check(const AllocSize::Request &, const AllocSize::Reply &reply, uint64_t tail_size) {
@@ -81,17 +73,6 @@ Status ReplyRule<BufferAlloc>::check(const BufferAlloc::Request &request, const 
     const uint64_t expected_tail = reply.shared == BufferAlloc::kSharedInRegion ? sizeof(uint64_t) : 0;
     if (tail_size != expected_tail) return refused("buffer_alloc", "has a tail of the wrong size");
     return Status::success();
-}
-
-uint64_t ReplyRule<BufferFromFile>::max_tail(const BufferFromFile::Request &, uint64_t) { return 0; }
-Status ReplyRule<BufferFromFile>::check(const BufferFromFile::Request &, const BufferFromFile::Reply &,
-                                        uint64_t tail_size) {
-    return no_tail("buffer_from_file", tail_size);
-}
-
-uint64_t ReplyRule<BufferAdopt>::max_tail(const BufferAdopt::Request &, uint64_t) { return 0; }
-Status ReplyRule<BufferAdopt>::check(const BufferAdopt::Request &, const BufferAdopt::Reply &, uint64_t tail_size) {
-    return no_tail("buffer_adopt", tail_size);
 }
 
 // Exactly the bytes asked.
@@ -122,16 +103,6 @@ Status ReplyRule<GetTensor2d>::check(const GetTensor2d::Request &request, const 
                                         std::to_string(rows_bytes(request)) + " asked");
 }
 
-uint64_t ReplyRule<CopyTensor>::max_tail(const CopyTensor::Request &, uint64_t) { return 0; }
-Status ReplyRule<CopyTensor>::check(const CopyTensor::Request &, const CopyTensor::Reply &, uint64_t tail_size) {
-    return no_tail("copy_tensor", tail_size);
-}
-
-uint64_t ReplyRule<BackendInit>::max_tail(const BackendInit::Request &, uint64_t) { return 0; }
-Status ReplyRule<BackendInit>::check(const BackendInit::Request &, const BackendInit::Reply &, uint64_t tail_size) {
-    return no_tail("backend_init", tail_size);
-}
-
 // One int32 per node and two per dependency, and no more of either than the
 // request's encoded graph has bytes; the order itself is checked against the
 // graph (parse_node_order).
@@ -148,11 +119,6 @@ Status ReplyRule<GraphOptimize>::check(const GraphOptimize::Request &, const Gra
     return Status::success();
 }
 
-uint64_t ReplyRule<Synchronize>::max_tail(const Synchronize::Request &, uint64_t) { return 0; }
-Status ReplyRule<Synchronize>::check(const Synchronize::Request &, const Synchronize::Reply &, uint64_t tail_size) {
-    return no_tail("synchronize", tail_size);
-}
-
 uint64_t ReplyRule<ServerStatus>::max_tail(const ServerStatus::Request &, uint64_t) {
     return uint64_t{kMaxStatusDevices} * sizeof(StatusDevice) + uint64_t{kMaxStatusSessions} * sizeof(StatusSession);
 }
@@ -165,11 +131,6 @@ Status ReplyRule<ServerStatus>::check(const ServerStatus::Request &, const Serve
         uint64_t{reply.n_devices} * sizeof(StatusDevice) + uint64_t{reply.n_sessions} * sizeof(StatusSession);
     if (tail_size != expected) return refused("server_status", "has a tail of the wrong size");
     return Status::success();
-}
-
-uint64_t ReplyRule<WeightLookup>::max_tail(const WeightLookup::Request &, uint64_t) { return 0; }
-Status ReplyRule<WeightLookup>::check(const WeightLookup::Request &, const WeightLookup::Reply &, uint64_t tail_size) {
-    return no_tail("weight_lookup", tail_size);
 }
 
 }  // namespace ggml_remote::protocol

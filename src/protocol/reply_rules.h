@@ -51,21 +51,39 @@ struct ReplyRule;  // defined below for every command with a reply, and only for
     };
 GGML_REMOTE_REPLY_RULE(Hello)
 GGML_REMOTE_REPLY_RULE(DeviceInfo)
-GGML_REMOTE_REPLY_RULE(DeviceMemory)
-GGML_REMOTE_REPLY_RULE(SupportsOp)
 GGML_REMOTE_REPLY_RULE(AllocSize)
 GGML_REMOTE_REPLY_RULE(BufferAlloc)
-GGML_REMOTE_REPLY_RULE(BufferFromFile)
-GGML_REMOTE_REPLY_RULE(BufferAdopt)
 GGML_REMOTE_REPLY_RULE(GetTensor)
 GGML_REMOTE_REPLY_RULE(GetTensor2d)
-GGML_REMOTE_REPLY_RULE(CopyTensor)
-GGML_REMOTE_REPLY_RULE(BackendInit)
 GGML_REMOTE_REPLY_RULE(GraphOptimize)
-GGML_REMOTE_REPLY_RULE(Synchronize)
 GGML_REMOTE_REPLY_RULE(ServerStatus)
-GGML_REMOTE_REPLY_RULE(WeightLookup)
 #undef GGML_REMOTE_REPLY_RULE
+
+// A refusal of `tail_size` bytes after a reply that has none, or success.
+Status reply_without_tail(CommandId id, uint64_t tail_size);
+
+// The rule of a reply that is its fixed fields alone: no tail. Their values are
+// the server's answer to a question (found or not, supported or not, a handle
+// the server checks when it is used), with nothing to hold them against here.
+template <class Cmd>
+struct NoTailRule {
+    static uint64_t max_tail(const typename Cmd::Request &, uint64_t) { return 0; }
+    static Status check(const typename Cmd::Request &, const typename Cmd::Reply &, uint64_t tail_size) {
+        return reply_without_tail(Cmd::id, tail_size);
+    }
+};
+#define GGML_REMOTE_NO_TAIL_RULE(Cmd) \
+    template <>                       \
+    struct ReplyRule<Cmd> : NoTailRule<Cmd> {};
+GGML_REMOTE_NO_TAIL_RULE(DeviceMemory)
+GGML_REMOTE_NO_TAIL_RULE(SupportsOp)
+GGML_REMOTE_NO_TAIL_RULE(BufferFromFile)
+GGML_REMOTE_NO_TAIL_RULE(BufferAdopt)
+GGML_REMOTE_NO_TAIL_RULE(CopyTensor)
+GGML_REMOTE_NO_TAIL_RULE(BackendInit)
+GGML_REMOTE_NO_TAIL_RULE(Synchronize)
+GGML_REMOTE_NO_TAIL_RULE(WeightLookup)
+#undef GGML_REMOTE_NO_TAIL_RULE
 
 // Whether Cmd has a rule: one-way commands need none; for the others, an
 // incomplete ReplyRule<Cmd> fails to compile here.
