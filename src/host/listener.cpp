@@ -265,7 +265,7 @@ class Listener {
             const int slot = admission_.free_slot();
             PeerAccount account;  // a region is its own tenant, named by its file
             account.key = "region " + peer;
-            reset_status_slot(slot, id, peer, account);
+            reset_status_slot(slot, id, peer);
             pid_t pid = -1;
             const UniqueFd store = store_channel(peer, false);  // the region's tenant, as its worker's peer
             const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1, store.get()}, &pid);
@@ -653,11 +653,12 @@ class Listener {
         const int id = next_session_++;
         ledger_.set_next_session_id(next_session_);
         const int slot = admission_.free_slot();
-        reset_status_slot(slot, id, peer, account);
+        reset_status_slot(slot, id, peer);
         pid_t pid = -1;
-        const int keys = peer.rfind("tls://", 0) == 0 ? keys_.fd() : -1;  // only TLS workers read keys
+        const bool tls = peer.rfind("tls://", 0) == 0;
+        const int keys = tls ? keys_.fd() : -1;  // only TLS workers read keys
         // The store's tenant: the account the kernel names, or a TLS guest's identity.
-        const UniqueFd store = store_channel(account.key, peer.rfind("tls://", 0) == 0);
+        const UniqueFd store = store_channel(account.key, tls);
         const Status spawned =
             jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get()}, &pid);
         if (!spawned) {
@@ -679,16 +680,13 @@ class Listener {
         log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
     }
 
-    void reset_status_slot(int index, int id, const std::string &peer, const PeerAccount &account) {
+    void reset_status_slot(int index, int id, const std::string &peer) {
         SessionSlot *slot = index >= 0 ? board_.slot(index) : nullptr;
         if (slot == nullptr) return;
         slot->id = id;
         slot->pid = 0;
         slot->started_unix = static_cast<int64_t>(::time(nullptr));
         std::snprintf(slot->peer, sizeof(slot->peer), "%s", peer.c_str());
-        slot->peer_kind = static_cast<uint32_t>(account.kind);
-        slot->peer_uid = account.uid;
-        std::snprintf(slot->peer_key, sizeof(slot->peer_key), "%s", account.key.c_str());
         clear_figures(slot);
         clear_core_fields(slot);
     }

@@ -14,7 +14,6 @@ struct BoardHeader {
     uint32_t magic;
     uint32_t slots;
     uint32_t slot_size;  // sizeof(SessionSlot): a board of another layout is not attached
-    std::atomic<int32_t> next_session_id;
 };
 constexpr uint32_t kBoardMagic = 0x42534752;  // "RGSB"
 static_assert(std::is_standard_layout<SessionSlot>::value, "slots live in shared memory");
@@ -37,7 +36,6 @@ Status StatusBoard::create(uint32_t slots, StatusBoard *board) {
     header->magic = kBoardMagic;
     header->slots = slots;
     header->slot_size = sizeof(SessionSlot);
-    header->next_session_id.store(1);
     board->slots_ = slots;
     SessionSlot *slot = first_slot(board->mapping_);
     for (uint32_t i = 0; i < slots; ++i) new (&slot[i]) SessionSlot{};  // the memory file starts zeroed

@@ -20,11 +20,6 @@ struct SessionSlot {
     int32_t pid;
     int64_t started_unix;
     char peer[112];
-    // The peer's account for --max-sessions-per-peer (PeerAccount), written by the
-    // listener when it starts the worker, read by a listener that takes over.
-    uint32_t peer_kind;  // PeerAccount::Kind
-    uint32_t peer_uid;
-    char peer_key[64];
     std::atomic<uint64_t> commands;
     std::atomic<uint64_t> bytes_received;
     std::atomic<uint64_t> bytes_sent;

@@ -70,7 +70,7 @@ void forge_slot(StatusBoard *board, int index, pid_t pid, int id) {
     slot->live.store(1);
     slot->pid = pid;
     slot->id = id;
-    std::memset(slot->peer_key, 'k', sizeof(slot->peer_key));
+    std::memset(slot->peer, 'k', sizeof(slot->peer));  // unterminated
 }
 
 std::vector<UniqueFd> pidfds_of(std::initializer_list<pid_t> pids) {
