@@ -104,8 +104,10 @@ Status check_path_overlaps(const std::vector<NamedPath> &writable_paths, const s
                            const std::vector<NamedPath> &code_paths) {
     const std::vector<Resolved> writable = resolve_all(writable_paths);
     if (Status s = check_writable_apart(writable); !s) return s;
+    if (writable.empty()) return Status::success();
+    const std::vector<Resolved> code_trees = resolve_all(code_paths), trusted_files = resolve_all(trusted_paths);
     for (const Resolved &directory : writable) {
-        for (const Resolved &code : resolve_all(code_paths)) {
+        for (const Resolved &code : code_trees) {
             const char *how = relation(directory.path, code.path);
             if (how == nullptr) continue;
             return refusal(shown(*directory.named, directory.path) + " " + how + " " + shown(*code.named, code.path),
@@ -113,7 +115,7 @@ Status check_path_overlaps(const std::vector<NamedPath> &writable_paths, const s
                            "over its worker could plant code for other sessions or the server; choose a directory "
                            "apart from them");
         }
-        for (const Resolved &trusted : resolve_all(trusted_paths)) {
+        for (const Resolved &trusted : trusted_files) {
             if (!path_within(trusted.path, directory.path)) continue;
             return refusal(
                 shown(*trusted.named, trusted.path) + " lies inside " + shown(*directory.named, directory.path),
