@@ -8,6 +8,8 @@
 //   3. then a small buffer and c = a + b compute the right numbers.
 // Prints one "ok: ..." line per step, or "FAIL: ..." and exits 1.
 // usage: GGML_BACKEND_PATH=libggml-remote.so GGML_REMOTE_SERVERS=... gpu_failures_client
+#include "client_support.h"
+
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
@@ -21,23 +23,10 @@
 
 namespace {
 
-[[noreturn]] void fail(const std::string &why) {
-    std::printf("FAIL: %s\n", why.c_str());
-    std::exit(1);
-}
-
-struct ContextDeleter {
-    void operator()(ggml_context *ctx) const { ggml_free(ctx); }
-};
-struct BufferDeleter {
-    void operator()(ggml_backend_buffer *buffer) const { ggml_backend_buffer_free(buffer); }
-};
-struct BackendDeleter {
-    void operator()(ggml_backend *backend) const { ggml_backend_free(backend); }
-};
-using Context = std::unique_ptr<ggml_context, ContextDeleter>;
-using Buffer = std::unique_ptr<ggml_backend_buffer, BufferDeleter>;
-using Backend = std::unique_ptr<ggml_backend, BackendDeleter>;
+using client_support::Backend;
+using client_support::Buffer;
+using client_support::Context;
+using client_support::fail;
 
 ggml_backend_dev_t first_remote_device() {
     ggml_backend_load_all();

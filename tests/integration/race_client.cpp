@@ -22,6 +22,8 @@
 //        race_client SECONDS [--ring shm|REGION_FILE]      (RACE_ONLY=CASE: that case only)
 // prints one line per case ("ok CASE: N computes, R refused, ...") or "FAIL: ...".
 // exits 0 when every case held, 1 when one did not.
+#include "client_support.h"
+
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
@@ -48,24 +50,10 @@
 
 namespace {
 
-[[noreturn]] void fail(const std::string &why) {
-    std::printf("FAIL: %s\n", why.c_str());
-    std::fflush(stdout);
-    std::exit(1);
-}
-
-struct ContextFree {
-    void operator()(ggml_context *ctx) const { ggml_free(ctx); }
-};
-struct BufferFree {
-    void operator()(ggml_backend_buffer *buffer) const { ggml_backend_buffer_free(buffer); }
-};
-struct BackendFree {
-    void operator()(ggml_backend *backend) const { ggml_backend_free(backend); }
-};
-using Context = std::unique_ptr<ggml_context, ContextFree>;
-using Buffer = std::unique_ptr<ggml_backend_buffer, BufferFree>;
-using Backend = std::unique_ptr<ggml_backend, BackendFree>;
+using client_support::Backend;
+using client_support::Buffer;
+using client_support::Context;
+using client_support::fail;
 using Bytes = std::vector<uint8_t>;
 
 // One op whose kernel follows data. `build` makes its graph's output in ctx and
