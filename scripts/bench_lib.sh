@@ -9,8 +9,13 @@ wait_for() {  # wait_for CHECK-COMMAND...
 }
 tcp_open() { bash -c "exec 3<>/dev/tcp/127.0.0.1/$1"; }  # tcp_open PORT: true once something listens
 
-# ensure_model PRESET: prints the path of the synthetic F16 llama model, writing it once.
+# ensure_model PRESET[-q4km|-q8]: prints the path of the synthetic F16 llama model,
+# writing it once; with a suffix, of its llama-quantize'd copy (Q4_K_M, Q8_0).
 ensure_model() {
+    case $1 in
+        *-q4km) ensure_quantized "${1%-q4km}" Q4_K_M "$1"; return ;;
+        *-q8) ensure_quantized "${1%-q8}" Q8_0 "$1"; return ;;
+    esac
     local model=${build:?}/models/$1-f16.gguf
     if [ ! -s "$model" ]; then
         echo "bench: writing the $1 model" >&2
@@ -19,6 +24,18 @@ ensure_model() {
         mv "$model.tmp" "$model"
     fi
     echo "$model"
+}
+
+# ensure_quantized PRESET TYPE NAME: the F16 model quantized to TYPE, written once.
+ensure_quantized() {
+    local f16 out=${build:?}/models/$3.gguf
+    f16=$(ensure_model "$1")
+    if [ ! -s "$out" ]; then
+        echo "bench: quantizing the $1 model to $2" >&2
+        llama-quantize "$f16" "$out.tmp" "$2" >"$out.log" 2>&1 || { tail -5 "$out.log" >&2; return 1; }
+        mv "$out.tmp" "$out"
+    fi
+    echo "$out"
 }
 
 # cache_as_read FILE: the file's pages cached as a model read from disk has them. A
