@@ -18,11 +18,14 @@ struct BoardHeader {
 constexpr uint32_t kBoardMagic = 0x42534752;  // "RGSB"
 static_assert(std::is_standard_layout<SessionSlot>::value, "slots live in shared memory");
 
-static_assert(sizeof(BoardHeader) <= 64, "the header and its padding");
-size_t board_size(uint32_t slots) { return sizeof(BoardHeader) + 64 + size_t(slots) * sizeof(SessionSlot); }
+// The slots start a cache line after the header, at an offset their atomics can live at.
+constexpr size_t kFirstSlotOffset = 64;
+static_assert(sizeof(BoardHeader) <= kFirstSlotOffset, "the header fits before the slots");
+static_assert(kFirstSlotOffset % alignof(SessionSlot) == 0, "the slots are aligned");
+size_t board_size(uint32_t slots) { return kFirstSlotOffset + size_t(slots) * sizeof(SessionSlot); }
 
 SessionSlot *first_slot(const Mapping &mapping) {
-    return reinterpret_cast<SessionSlot *>(static_cast<uint8_t *>(mapping.data()) + sizeof(BoardHeader) + 64);
+    return reinterpret_cast<SessionSlot *>(static_cast<uint8_t *>(mapping.data()) + kFirstSlotOffset);
 }
 
 }  // namespace
