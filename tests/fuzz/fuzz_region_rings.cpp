@@ -58,6 +58,7 @@ bool host_step(Region &region, bool reads, size_t size, uint64_t *own_in, uint64
     std::vector<uint8_t> bytes(size);
     if (reads) {
         if (!region.ring->read(bytes.data(), size, -1).ok()) return false;
+        if (size == 0) return true;  // a read of nothing touches the ring nowhere, whatever the counts
         // The guest's count stood still during the read: only a count that the
         // ring could hold, with all of it written, lets the read through.
         const uint64_t written = region.header->rings[0].written.load();
@@ -71,6 +72,7 @@ bool host_step(Region &region, bool reads, size_t size, uint64_t *own_in, uint64
     for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>(*own_out + i);
     const iovec part{bytes.data(), size};
     if (!region.ring->write(&part, 1, -1).ok()) return false;
+    if (size == 0) return true;  // likewise a write of nothing
     // Likewise: a guest's read count past what was written, or so far behind that
     // the ring would overflow, lets no write through.
     const uint64_t read = region.header->rings[1].read.load();
