@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,16 @@ namespace client_support {
     std::printf("FAIL: %s\n", why.c_str());
     std::fflush(stdout);
     std::exit(1);
+}
+
+// The first device the ggml-remote plugin registered.
+inline ggml_backend_dev_t first_remote_device() {
+    ggml_backend_load_all();
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t device = ggml_backend_dev_get(i);
+        if (std::strncmp(ggml_backend_dev_name(device), "REMOTE", 6) == 0) return device;
+    }
+    fail("no REMOTE device (is the server running, GGML_BACKEND_PATH set?)");
 }
 
 struct ContextFree {

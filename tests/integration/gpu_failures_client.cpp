@@ -27,15 +27,7 @@ using client_support::Backend;
 using client_support::Buffer;
 using client_support::Context;
 using client_support::fail;
-
-ggml_backend_dev_t first_remote_device() {
-    ggml_backend_load_all();
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-        ggml_backend_dev_t device = ggml_backend_dev_get(i);
-        if (std::strncmp(ggml_backend_dev_name(device), "REMOTE", 6) == 0) return device;
-    }
-    fail("no REMOTE device (is the server running, GGML_BACKEND_PATH set?)");
-}
+using client_support::first_remote_device;
 
 Context metadata_context() {
     ggml_init_params params{};

@@ -54,6 +54,7 @@ using client_support::Backend;
 using client_support::Buffer;
 using client_support::Context;
 using client_support::fail;
+using client_support::first_remote_device;
 using Bytes = std::vector<uint8_t>;
 
 // One op whose kernel follows data. `build` makes its graph's output in ctx and
@@ -361,15 +362,6 @@ void run_case(const Case &c, ggml_backend_t remote, ggml_backend_t cpu, double s
                 (unsigned long long)tally.computes, (unsigned long long)tally.refused,
                 (unsigned long long)tally.untouched, (unsigned long long)racer_writes);
     std::fflush(stdout);
-}
-
-ggml_backend_dev_t first_remote_device() {
-    ggml_backend_load_all();
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-        ggml_backend_dev_t device = ggml_backend_dev_get(i);
-        if (std::strncmp(ggml_backend_dev_name(device), "REMOTE", 6) == 0) return device;
-    }
-    fail("no REMOTE device (is the server running, GGML_BACKEND_PATH set?)");
 }
 
 }  // namespace
