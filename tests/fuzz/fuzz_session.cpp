@@ -4,8 +4,8 @@
 // Session::handle one by one, as the worker hands over the frames it receives.
 //
 // Graphs are validated exactly as in the server. Only the final compute is gated
-// (compute_gate.h): graphs whose data-dependent indexes ggml would abort on, and
-// graphs too large to compute quickly, pass validation and are then not computed.
+// (compute_gate.h): graphs too large to compute quickly pass validation and are
+// then not computed. Out-of-range indexes are computed, for the index guard to refuse.
 #include "compute_gate.h"
 #include "write_set_oracle.h"
 #include "fuzz_support.h"
