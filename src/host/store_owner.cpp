@@ -170,11 +170,21 @@ std::string StoreOwner::tenant_of(const std::string &tenant) const {
     return tenant_directory_name(options_.shared_across_tenants ? std::string() : tenant);
 }
 
+namespace {
+
+// The store's directory, made first if need be (mode 0700, the server's own).
+Status open_store_directory(const std::string &directory, UniqueFd *root) {
+    if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) return failure("mkdir " + directory);
+    root->reset(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return root->valid() ? Status::success() : failure("open " + directory);
+}
+
+}  // namespace
+
 Status StoreOwner::prepare(const WeightStoreOptions &options) {
     if (options.directory.empty()) return Status::success();
-    if (::mkdir(options.directory.c_str(), 0700) != 0 && errno != EEXIST) return failure("mkdir " + options.directory);
-    UniqueFd root(::open(options.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!root.valid()) return failure("open " + options.directory);
+    UniqueFd root;
+    if (Status s = open_store_directory(options.directory, &root); !s) return s;
     for_each_entry(root.get(), [](int directory, const char *tenant) {
         UniqueFd part(::openat(directory, tenant, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
         if (!part.valid()) return;
@@ -189,9 +199,7 @@ Status StoreOwner::open(const WeightStoreOptions &options) {
     options_ = options;
     // The server's start prepared the directory (prepare): the half-written entries
     // of earlier owners are gone already, and scan() passes over temporaries.
-    if (::mkdir(options.directory.c_str(), 0700) != 0 && errno != EEXIST) return failure("mkdir " + options.directory);
-    root_.reset(::open(options.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!root_.valid()) return failure("open " + options.directory);
+    if (Status s = open_store_directory(options.directory, &root_); !s) return s;
     if (options_.max_bytes == 0) {
         struct statvfs fs {};
         options_.max_bytes = ::fstatvfs(root_.get(), &fs) == 0 ? uint64_t(fs.f_blocks) * fs.f_frsize / 4 : 0;
