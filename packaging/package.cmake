@@ -1,7 +1,8 @@
 # Install rules and the Debian package (make deb: cpack -G DEB in the build tree).
 # Included at the end of the top-level CMakeLists.txt. The package installs under
 # /usr:
-#   /usr/bin/ggml-remote-server
+#   /usr/bin/ggml-remote-server                      the listener
+#   /usr/libexec/ggml-remote/ggml-remote-worker       one per guest, started by the listener
 #   /usr/lib/<multiarch>/ggml-remote/libggml-remote.so   (GGML_BACKEND_PATH; not in
 #       ggml's own backends0/ folder, so ggml applications load it only when asked)
 #   /usr/share/man/man1/ggml-remote-server.1.gz
@@ -17,6 +18,9 @@ else()
 endif()
 
 install(TARGETS ggml-remote-server RUNTIME DESTINATION bin)
+# The listener finds its worker program at ../libexec/ggml-remote/ from its own
+# directory (host/listener/worker_jail.h), as it finds it beside itself in a build tree.
+install(TARGETS ggml-remote-worker RUNTIME DESTINATION libexec/ggml-remote)
 install(TARGETS ggml-remote LIBRARY DESTINATION ${GGML_REMOTE_PLUGIN_DIR} NAMELINK_SKIP)
 
 # The man page, compressed the way Debian wants it (gzip -9n: no name, no time stamp).
@@ -92,6 +96,7 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # Depends: is worked out when cpack runs, from the built files (cpack-depends.cmake).
 set(CPACK_GGML_REMOTE_ELF_FILES ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/ggml-remote-server
+  ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/ggml-remote-worker
   ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}/${CMAKE_SHARED_LIBRARY_PREFIX}ggml-remote${CMAKE_SHARED_LIBRARY_SUFFIX})
 set(CPACK_GGML_REMOTE_SHLIBDEPS ${GGML_REMOTE_PACKAGING_DIR}/shlibdeps.sh)
 set(CPACK_PROJECT_CONFIG_FILE ${GGML_REMOTE_PACKAGING_DIR}/cpack-depends.cmake)

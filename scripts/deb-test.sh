@@ -142,7 +142,7 @@ install_package() {
 
 files_installed() {
     local path owner
-    for path in /usr/bin/ggml-remote-server "$PLUGIN" /usr/share/man/man1/ggml-remote-server.1.gz \
+    for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker "$PLUGIN" /usr/share/man/man1/ggml-remote-server.1.gz \
         /usr/lib/systemd/system/ggml-remote.service /usr/lib/systemd/system/ggml-remote.socket \
         /usr/lib/sysusers.d/ggml-remote.conf /usr/share/doc/ggml-remote/README.Debian \
         /usr/share/doc/ggml-remote/changelog.Debian.gz /usr/share/doc/ggml-remote/copyright; do
@@ -359,7 +359,7 @@ purge_package() {
     local path
     apt-get purge -y ggml-remote >"$LOGS/apt-purge.log" 2>&1 ||
         { tail -n 20 "$LOGS/apt-purge.log" | indent; die "apt-get purge failed"; return; }
-    for path in /usr/bin/ggml-remote-server "$PLUGIN" /usr/lib/systemd/system/ggml-remote.service \
+    for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker "$PLUGIN" /usr/lib/systemd/system/ggml-remote.service \
         /usr/share/man/man1/ggml-remote-server.1.gz; do
         [ ! -e "$path" ] || die "$path is still there" || return
     done

@@ -1,5 +1,5 @@
 // WaitOptions: how a side that waits for its peer behaves, as its process's
-// options say (the guest's GuestOptions, the server's ServerOptions). Transport
+// options say (the guest's GuestOptions, the server's ServingOptions). Transport
 // code never reads the environment: it is given these values.
 #pragma once
 

@@ -8,7 +8,7 @@
 // aborts on it, or the write-set oracle sees the stray write).
 #pragma once
 
-#include "host/op_validation.h"
+#include "host/worker/graph/op_validation.h"
 #include "protocol/tensor_codec.h"
 
 #include <ggml.h>

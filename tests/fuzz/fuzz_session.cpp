@@ -9,7 +9,7 @@
 #include "compute_gate.h"
 #include "write_set_oracle.h"
 #include "fuzz_support.h"
-#include "host/session.h"
+#include "host/worker/session/session.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -5,7 +5,7 @@
 // (graph_builder.cpp, op_validation.cpp); a list that passes is handed to the
 // host CPU device as the supports_op and alloc_size commands do.
 #include "fuzz_support.h"
-#include "host/graph_builder.h"
+#include "host/worker/graph/graph_builder.h"
 #include "protocol/tensor_codec.h"
 
 #include <ggml-backend.h>

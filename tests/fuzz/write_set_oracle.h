@@ -10,7 +10,7 @@
 #pragma once
 
 #include "compute_gate.h"
-#include "host/op_validation.h"
+#include "host/worker/graph/op_validation.h"
 
 #include <ggml-backend.h>
 #include <ggml.h>

@@ -1,5 +1,5 @@
 # ivshmem_region_{owner,shrunk_idle,shrunk_attached}: the files the listener maps are its own
-# (src/host/region_port.h; issue 25, class 5).
+# (src/host/listener/region_port.h; issue 25, class 5).
 #  owner: a region file that another user (nobody) created first, and would read
 #      every session through, is refused, with ,reuse too; the server creates its
 #      own file exclusively, mode 0600, and takes over a leftover of its own only

@@ -2,7 +2,7 @@
 # preload, see worker_probe.cpp) forges the status board, which every worker maps
 # writable, and the listener is then replaced (SIGUSR2). What the new listener
 # adopts, counts and ends comes only from the pidfds and the ledger the old one
-# handed over (src/host/adopted_sessions.h, session_ledger.h), never from the board:
+# handed over (src/host/listener/adopted_sessions.h, session_ledger.h), never from the board:
 #  decoys: the worker marks two slots live for decoy processes (another user's,
 #      whose command lines name those slots, as a worker's do). The new listener
 #      takes over the one real session only, serves guests up to --max-sessions,

@@ -139,7 +139,7 @@ unsigned char *board_mapping() {
     return nullptr;
 }
 
-// The board's layout (src/host/status_board.cpp): a 16-byte header (magic, slots,
+// The board's layout (src/host/common/status_board.cpp): a 16-byte header (magic, slots,
 // slot size, next id), 64 bytes of padding, then the slots; a slot starts with
 // live (u32), id (i32), pid (i32).
 void forge_board(const std::string &how) {

@@ -1,6 +1,6 @@
-// Admission (src/host/admission.h): unauthenticated connections have a cap of their
+// Admission (src/host/listener/admission.h): unauthenticated connections have a cap of their
 // own and never hold a session place; a TLS worker gets its place by asking.
-#include "host/admission.h"
+#include "host/listener/admission.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // CoreSchedule: how many threads a session's compute gets beside the others, and
 // when the host's cores are contended (no side may spin then).
-#include "host/core_schedule.h"
+#include "host/worker/session/core_schedule.h"
 
 #include "transport/spin_policy.h"
 

@@ -1,5 +1,5 @@
 // HandleTable: per-session objects named by numbers that are never reused.
-#include "host/handle_table.h"
+#include "host/worker/session/handle_table.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // private copy, and the kernel reads that copy, not the guest's bytes again; indexes
 // the graph computes are checked between segments of the compute.
 #include "ggml_test_support.h"
-#include "host/index_guard.h"
+#include "host/worker/graph/index_guard.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>

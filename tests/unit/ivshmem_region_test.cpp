@@ -1,7 +1,7 @@
 // ivshmem regions without a VM: the layout, a guest's session through a region
 // file (claim, frames both ways, its end noticed, the next session), and a
 // hostile guest's writes to the region refused or confined to its own session.
-#include "host/region_port.h"
+#include "host/listener/region_port.h"
 #include "transport/connection.h"
 #include "transport/ivshmem_region.h"
 

@@ -1,14 +1,14 @@
-// Listener handover (src/host/listener_handover.h, adopted_sessions.h,
+// Listener handover (src/host/listener/listener_handover.h, adopted_sessions.h,
 // session_ledger.h, key_snapshot.h): a new listener takes over only the workers
 // whose pidfds it was handed, whatever the board says, learns when they end without
 // being their parent, receives the descriptors it is handed under their names, and
 // keeps the last good key file.
-#include "host/adopted_sessions.h"
-#include "host/key_snapshot.h"
-#include "host/listener_handover.h"
-#include "host/session_ledger.h"
-#include "host/status_board.h"
-#include "host/worker_jail.h"
+#include "host/listener/adopted_sessions.h"
+#include "host/listener/key_snapshot.h"
+#include "host/listener/listener_handover.h"
+#include "host/listener/session_ledger.h"
+#include "host/common/status_board.h"
+#include "host/listener/worker_jail.h"
 #include "transport/tls_key.h"
 
 #include <gtest/gtest.h>

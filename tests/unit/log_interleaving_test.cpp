@@ -3,7 +3,8 @@
 // processes log at once through the server's own paths (log_line, and ggml's
 // messages, which ggml sends in pieces) into one pipe; every line that comes out
 // must be one process's whole line.
-#include "host/server_options.h"
+#include "host/worker/session/host_devices.h"
+#include "host/common/server_log.h"
 
 #include <ggml.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
-// MetricsEndpoint (src/host/metrics_endpoint.h): the HTTP side of --metrics, which
+// MetricsEndpoint (src/host/listener/metrics_endpoint.h): the HTTP side of --metrics, which
 // answers one request per connection and never makes the listener wait.
-#include "host/metrics_endpoint.h"
+#include "host/listener/metrics_endpoint.h"
 #include "transport/socket.h"
 
 #include <gmock/gmock.h>

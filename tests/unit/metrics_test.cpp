@@ -1,6 +1,6 @@
-// Metrics (src/host/metrics.h): the text Prometheus scrapes, from the listener's
+// Metrics (src/host/listener/metrics.h): the text Prometheus scrapes, from the listener's
 // counts and the status board.
-#include "host/metrics.h"
+#include "host/listener/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

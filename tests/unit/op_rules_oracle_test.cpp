@@ -7,8 +7,8 @@
 // writes in place) changed. ggml-cpu is not instrumented, so this, not ASan, is
 // what sees a stray write. Each op runs in a child process: a kernel that faults
 // or aborts on an accepted node is a finding too, named by the op.
-#include "host/index_guard.h"
-#include "host/op_validation.h"
+#include "host/worker/graph/index_guard.h"
+#include "host/worker/graph/op_validation.h"
 #include "protocol/tensor_codec.h"
 #include "transport/shared_memory.h"
 

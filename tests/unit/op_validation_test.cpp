@@ -2,7 +2,7 @@
 // source taken away, a shape or type changed, or op_params out of range are refused
 // with a reason that names the op and the node.
 #include "ggml_test_support.h"
-#include "host/op_validation.h"
+#include "host/worker/graph/op_validation.h"
 
 #include <ggml-backend.h>
 #include <ggml.h>

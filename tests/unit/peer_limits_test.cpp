@@ -1,6 +1,6 @@
 // Fairness between peers: who a connection counts against, and how many sessions
 // each may hold (--max-sessions-per-peer).
-#include "host/peer_limits.h"
+#include "host/listener/peer_limits.h"
 #include "transport/peer_account.h"
 #include "transport/socket.h"
 
@@ -84,7 +84,7 @@ TEST(PeerLimits, AnAddressIsNeverExemptWhateverItsAccountsUidField) {
 }
 
 TEST(PeerLimits, TheDefaultIsAQuarterOfMaxSessionsAndAtLeastOne) {
-    ServerOptions options;
+    ListenerOptions options;
     EXPECT_EQ(sessions_per_peer(options), 16);  // of the default 64
     options.max_sessions = 8;
     EXPECT_EQ(sessions_per_peer(options), 2);

@@ -4,7 +4,7 @@
 #include "ggml_test_support.h"
 #include "guest/remote_device.h"
 #include "guest/remote_session.h"
-#include "host/session.h"
+#include "host/worker/session/session.h"
 #include "protocol/commands.h"
 
 #include <ggml-backend.h>

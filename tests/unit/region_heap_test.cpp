@@ -1,6 +1,6 @@
 // RegionHeap: an ivshmem region's heap, kept by the host: aligned ranges, first
 // fit, merged when given back, and nothing but its own ranges taken back.
-#include "host/region_heap.h"
+#include "host/worker/session/region_heap.h"
 
 #include <gtest/gtest.h>
 

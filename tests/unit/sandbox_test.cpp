@@ -1,9 +1,9 @@
 // The worker sandbox: what a sandboxed process can no longer do, and what a
 // session worker still needs (threads, memory files, its socket, the CPU backend).
 // Each test sandboxes a child process of its own and reports back through a pipe.
-#include "host/sandbox.h"
-#include "host/server_options.h"
-#include "host/worker_identity.h"
+#include "host/worker/jail/sandbox.h"
+#include "host/worker/session/host_devices.h"
+#include "host/worker/jail/worker_identity.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>

@@ -1,5 +1,5 @@
 // One write per log line (host/server_log.h).
-#include "host/server_log.h"
+#include "host/common/server_log.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

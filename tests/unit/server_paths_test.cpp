@@ -1,5 +1,5 @@
 // The start-up refusal of overlapping paths (host/server_paths.h).
-#include "host/server_paths.h"
+#include "host/listener/server_paths.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -29,7 +29,7 @@ class ServerPaths : public ::testing::Test {
         return path;
     }
     Status check(const std::string &store, const std::string &cache) const {
-        ServerOptions options;
+        ListenerOptions options;
         options.weight_store.directory = store;
         options.shader_cache = cache;
         return check_server_paths(options);
@@ -84,7 +84,7 @@ TEST_F(ServerPaths, OverlapThroughALinkIsRefused) {
 }
 
 TEST_F(ServerPaths, RecordDirectoryMustStayApartToo) {
-    ServerOptions options;
+    ListenerOptions options;
     options.weight_store.directory = make_directory("store");
     options.record_dir = options.weight_store.directory + "/frames";
     EXPECT_THAT(check_server_paths(options).message(), HasSubstr("GGML_REMOTE_RECORD_DIR"));
@@ -92,7 +92,7 @@ TEST_F(ServerPaths, RecordDirectoryMustStayApartToo) {
 
 TEST_F(ServerPaths, KeyFileSocketsAndRegionsInsideAWritableDirectoryAreRefused) {
     const std::string store = make_directory("store");
-    ServerOptions options;
+    ListenerOptions options;
     options.weight_store.directory = store;
     options.tls_psk_file = store + "/keys.psk";
     EXPECT_THAT(check_server_paths(options).message(), HasSubstr("--tls-psk " + store + "/keys.psk lies inside"));
@@ -109,7 +109,7 @@ TEST_F(ServerPaths, KeyFileSocketsAndRegionsInsideAWritableDirectoryAreRefused) 
 TEST_F(ServerPaths, AWritableDirectoryAroundOrInsideWhatWorkersLoadIsRefused) {
     EXPECT_THAT(check("/", "").message(), HasSubstr("--weight-store / contains the path workers load from"));
     EXPECT_THAT(check("", "/usr/lib/shaders").message(), HasSubstr("lies inside the path workers load from /usr"));
-    ServerOptions options;
+    ListenerOptions options;
     options.backend_path = make_directory("backends");
     options.weight_store.directory = options.backend_path;
     EXPECT_THAT(check_server_paths(options).message(), HasSubstr("is the same directory as"));

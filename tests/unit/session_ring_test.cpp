@@ -4,7 +4,7 @@
 // larger than the ring, in rows), and a guest's wrong ranges and lengths refused
 // with the frames kept in step.
 #include "ggml_test_support.h"
-#include "host/session.h"
+#include "host/worker/session/session.h"
 #include "protocol/commands.h"
 
 #include <ggml-backend.h>

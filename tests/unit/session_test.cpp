@@ -1,8 +1,8 @@
 // Session: one guest's view of the host, driven in-process through handle() and
 // serve(), on the host's CPU device.
 #include "ggml_test_support.h"
-#include "host/session.h"
-#include "host/store_owner.h"
+#include "host/worker/session/session.h"
+#include "host/listener/store_owner.h"
 #include "protocol/commands.h"
 #include "protocol/content_digest.h"
 #include "protocol/tensor_codec.h"
@@ -954,7 +954,7 @@ TEST_F(CpuSessionGraph, FailedStoreLeavesTheSlotEmpty) {
 // A guest can describe an op ggml's kernels would trip over: a missing source, or
 // sources whose shapes the op cannot combine. The host answers; it does not crash.
 TEST_F(CpuSessionGraph, NodeMissingASourceItsOpNeedsIsRefused) {
-    // BUG (src/protocol/tensor_codec.cpp decode_tensor_list / src/host/graph_builder.cpp build_tensors): nothing
+    // BUG (src/protocol/tensor_codec.cpp decode_tensor_list / src/host/worker/graph/graph_builder.cpp build_tensors): nothing
     // checks that a node has the sources its op needs; the CPU kernel dereferences the null src[1] (SIGSEGV).
     ggml_tensor *a = vector("a"), *b = vector("b");
     ggml_tensor *sum = ggml_add(ctx.get(), a, b);
@@ -970,7 +970,7 @@ TEST_F(CpuSessionGraph, NodeMissingASourceItsOpNeedsIsRefused) {
 }
 
 TEST_F(CpuSessionGraph, NodeWhoseSourceShapesDoNotFitItsOpIsRefused) {
-    // BUG (src/host/graph_builder.cpp build_tensors): op shapes are not checked against ggml's own rules, so the
+    // BUG (src/host/worker/graph/graph_builder.cpp build_tensors): op shapes are not checked against ggml's own rules, so the
     // CPU kernel's GGML_ASSERT(ggml_can_repeat(src1, src0)) aborts the host process.
     ggml_tensor *a = vector("a"), *b = vector("b");
     ggml_tensor *sum = ggml_add(ctx.get(), a, b);

@@ -1,7 +1,7 @@
-// Shader cache (src/host/shader_cache.h): each tenant's directory lies right beneath
+// Shader cache (src/host/common/shader_cache.h): each tenant's directory lies right beneath
 // the cache's root, whatever the tenant's name holds, and a worker uses it only when
 // it is a private directory of its own, not a link or a file planted in its place.
-#include "host/shader_cache.h"
+#include "host/common/shader_cache.h"
 
 #include <gtest/gtest.h>
 

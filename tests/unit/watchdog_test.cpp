@@ -1,6 +1,6 @@
 // Watchdog: a guest that hangs up during a compute raises the abort flag, and a
 // compute that then does not stop (a kernel that never returns) ends the worker.
-#include "host/watchdog.h"
+#include "host/worker/session/watchdog.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // WeightStore and content digests: entries by content, per tenant, checked,
 // evicted; a damaged entry is never used.
 #include "ggml_test_support.h"
-#include "host/store_channel.h"
-#include "host/store_fill.h"
-#include "host/store_owner.h"
-#include "host/weight_store.h"
+#include "host/common/store_channel.h"
+#include "host/worker/weights/store_fill.h"
+#include "host/listener/store_owner.h"
+#include "host/worker/weights/weight_store.h"
 #include "protocol/content_digest.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
-// WorkerJail (src/host/worker_jail.h): starts workers with their arguments and only
+// WorkerJail (src/host/listener/worker_jail.h): starts workers with their arguments and only
 // the descriptors they are given, reports how they ended, and ends them all at
 // shutdown within a bound, even one that ignores SIGTERM.
-#include "host/worker_jail.h"
+#include "host/listener/worker_jail.h"
 
 #include <gtest/gtest.h>
 

@@ -1,19 +1,20 @@
-// ggml-remote-server: serves the host's ggml devices to ggml-remote guests.
-#include "host/listener.h"
-#include "host/sandbox.h"
-#include "host/server_options.h"
-#include "host/server_paths.h"
-#include "host/shader_cache.h"
-#include "status_command.h"
-#include "host/worker.h"
-#include "host/worker_identity.h"
-#include "host/store_owner.h"
+// ggml-remote-server: the listener. It accepts guests and starts a worker process
+// (ggml-remote-worker) for each; it never loads a backend nor decodes a guest's messages.
+#include "host/common/serving_flags.h"
+#include "host/common/server_log.h"
+#include "host/common/shader_cache.h"
+#include "host/listener/device_probe.h"
+#include "host/listener/listener.h"
+#include "host/listener/server_paths.h"
+#include "host/listener/store_owner.h"
+#include "host/listener/worker_jail.h"
+#include "host/worker/jail/sandbox.h"
+#include "host/worker/jail/worker_identity.h"
 #include "protocol/wire.h"
+#include "status_command.h"
 #include "transport/endpoint.h"
 #include "transport/spin_policy.h"
 #include "transport/tls_key.h"
-
-#include <ggml-backend.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -136,49 +137,28 @@ example:
 
 void print_usage(const char *program) { std::printf(kUsage, program, kDefaultEndpoint, program, program); }
 
-[[noreturn]] void fail(const std::string &message) {
-    std::fprintf(stderr, "ggml-remote-server: %s (see --help)\n", message.c_str());
-    std::exit(2);
+[[noreturn]] void fail(const std::string &message) { host::fail_command_line(message); }
+
+// The worker program, found once; the server cannot serve without it.
+std::string worker_program() {
+    std::string path;
+    if (Status found = host::find_worker_program(&path); !found) fail(found.message());
+    return path;
 }
 
-uint64_t parse_size(const std::string &flag, const std::string &text) {
-    char *end = nullptr;
-    errno = 0;
-    const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || end == text.c_str() || errno != 0 || text[0] == '-') fail(flag + ": not a size: " + text);
-    uint64_t multiplier = 1;
-    const std::string suffix = end;
-    if (suffix == "K" || suffix == "k") multiplier = 1ull << 10;
-    else if (suffix == "M" || suffix == "m") multiplier = 1ull << 20;
-    else if (suffix == "G" || suffix == "g") multiplier = 1ull << 30;
-    else if (suffix == "T" || suffix == "t") multiplier = 1ull << 40;
-    else if (!suffix.empty()) fail(flag + ": unknown size suffix '" + suffix + "' (use K, M, G or T)");
-    uint64_t result = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(value), multiplier, &result)) fail(flag + ": too large: " + text);
-    return result;
-}
-
-int parse_int(const std::string &flag, const std::string &text, int min) {
-    char *end = nullptr;
-    const long value = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || value < min || value > 1 << 30) {
-        fail(flag + ": expected a whole number >= " + std::to_string(min) + ", got '" + text + "'");
+// The host's devices, from the device probe (device_probe.h).
+std::vector<host::ProbedDevice> probed_devices(const host::ServingOptions &options) {
+    std::vector<host::ProbedDevice> devices;
+    if (Status status = host::probe_devices(worker_program(), options, &devices); !status) {
+        std::fprintf(stderr, "ggml-remote-server: %s\n", status.message().c_str());
+        std::exit(1);
     }
-    return static_cast<int>(value);
-}
-
-// Workers get the path as the listener resolved it, for their sandbox's rules.
-std::string absolute_path(const std::string &flag, const std::string &path) {
-    if (path.empty()) fail(flag + " needs a directory");
-    if (path[0] == '/') return path;
-    char cwd[PATH_MAX];
-    if (::getcwd(cwd, sizeof(cwd)) == nullptr) fail("cannot resolve " + path + ": no working directory");
-    return std::string(cwd) + "/" + path;
+    return devices;
 }
 
 // Makes the store's directory: the listener's own (its store owner writes it), never
 // the workers', which reach entries only through the owner.
-void prepare_weight_store(const host::ServerOptions &options) {
+void prepare_weight_store(const host::ListenerOptions &options) {
     const host::WeightStoreOptions &store = options.weight_store;
     if (store.directory.empty()) return;
     Status status = host::StoreOwner::prepare(store);
@@ -197,7 +177,7 @@ void prepare_weight_store(const host::ServerOptions &options) {
 
 // Makes the shader cache's directory, for the workers' user where they run as another,
 // and says whether sessions will use it: only where Landlock keeps tenants apart.
-void prepare_shader_cache(const host::ServerOptions &options, const host::WorkerIdentity &identity,
+void prepare_shader_cache(const host::ListenerOptions &options, const host::WorkerIdentity &identity,
                           bool files_confined) {
     if (options.shader_cache.empty()) return;
     if (!files_confined) {
@@ -229,20 +209,11 @@ void check_metrics_endpoint(const std::string &text, bool insecure) {
 }
 
 int list_devices() {
-    host::load_host_backends(false);
-    host::ServerOptions all;
-    std::vector<ggml_backend_dev_t> devices;
-    Status status = host::select_devices(all, &devices);
-    if (!status) {
-        std::fprintf(stderr, "ggml-remote-server: %s\n", status.message().c_str());
-        return 1;
-    }
     std::printf("host devices:\n");
-    for (ggml_backend_dev_t device : devices) {
-        size_t free = 0, total = 0;
-        ggml_backend_dev_memory(device, &free, &total);
-        std::printf("  %s: %s (%zu MiB, %zu MiB free)\n", ggml_backend_dev_name(device),
-                    ggml_backend_dev_description(device), total >> 20, free >> 20);
+    for (const host::ProbedDevice &device : probed_devices(host::ServingOptions())) {
+        std::printf("  %s: %s (%llu MiB, %llu MiB free)\n", device.name.c_str(), device.description.c_str(),
+                    static_cast<unsigned long long>(device.total_bytes >> 20),
+                    static_cast<unsigned long long>(device.free_bytes >> 20));
     }
     return 0;
 }
@@ -257,130 +228,17 @@ std::string describe_core_scheduling(const host::SessionLimits &limits) {
            (cores == 1 ? " core" : " cores");
 }
 
-// The command line, walked flag by flag; a flag's value is the argument after it.
-class Arguments {
-  public:
-    Arguments(int argc, char **argv) : argc_(argc), argv_(argv) {}
-
-    // Moves to the next flag; false past the last.
-    bool next() {
-        first_ = ++last_;
-        return first_ < argc_;
-    }
-    std::string flag() const { return argv_[first_]; }
-    std::string value() {
-        if (last_ + 1 >= argc_) fail(flag() + " needs a value");
-        return argv_[++last_];
-    }
-    int int_value(int min) { return parse_int(flag(), value(), min); }
-    uint64_t size_value() { return parse_size(flag(), value()); }
-    // The flag and the value it took, as given: what the workers are passed.
-    void append_given(std::vector<std::string> *command) const {
-        command->insert(command->end(), argv_ + first_, argv_ + last_ + 1);
-    }
-
-  private:
-    int argc_;
-    char **argv_;
-    int first_ = 0, last_ = 0;
-};
-
-// What the listener tells each worker it starts (host/worker.h).
-struct WorkerArguments {
-    int fd = -1;  // the guest's socket; -1: this process is the listener
-    int session_id = 0;
-    std::string peer;
-};
-
 struct CommandLine {
-    host::ServerOptions options;
+    host::ListenerOptions options;
     bool insecure = false;
-    WorkerArguments worker;
-    // Everything but the worker-only flags is passed on to the workers.
+    // The worker's program, then the serving flags (serving_flags.h) as given.
     std::vector<std::string> worker_command;
     // All of argv: SIGUSR2 starts the listener anew with it.
     std::vector<std::string> listener_command;
 };
 
-int parse_poll(Arguments &args) {
-    const int poll = args.int_value(0);
-    if (poll > 100) {
-        std::fprintf(stderr, "ggml-remote-server: --poll takes 0 to 100\n");
-        std::exit(2);
-    }
-    return poll;
-}
-
-// Flags of each session's limits; false for a flag of another kind.
-bool parse_session_limit(Arguments &args, host::SessionLimits *limits) {
-    const std::string flag = args.flag();
-    if (flag == "-t" || flag == "--threads") {
-        limits->default_threads = args.int_value(1);
-    } else if (flag == "--poll") {
-        limits->cpu_poll = parse_poll(args);
-    } else if (flag == "--cores") {
-        limits->cores = args.int_value(1);
-    } else if (flag == "--no-core-scheduling") {
-        limits->schedule_cores = false;
-    } else if (flag == "--memory-quota") {
-        limits->memory_quota = args.size_value();
-    } else if (flag == "--max-buffers") {
-        limits->max_buffers = static_cast<uint32_t>(args.int_value(1));
-    } else if (flag == "--max-backends") {
-        limits->max_backends = static_cast<uint32_t>(args.int_value(1));
-    } else if (flag == "--mapped-file-quota") {
-        limits->mapped_file_quota = args.size_value();
-        if (limits->mapped_file_quota == 0) fail("--mapped-file-quota must be at least one byte");
-    } else if (flag == "--max-message-size") {
-        limits->max_message_size = args.size_value();
-    } else if (flag == "--handshake-timeout") {
-        limits->handshake_timeout_s = args.int_value(0);
-    } else if (flag == "--frame-timeout") {
-        limits->frame_timeout_s = args.int_value(0);
-    } else if (flag == "--idle-timeout") {
-        limits->idle_timeout_s = args.int_value(0);
-    } else if (flag == "--no-repack") {
-        limits->repack_weights = false;
-    } else {
-        return false;
-    }
-    return true;
-}
-
-// Flags of what is served, to whom and how; false for a flag of another kind.
-bool parse_serving_flag(Arguments &args, host::ServerOptions *options) {
-    const std::string flag = args.flag();
-    if (flag == "--tls-psk") {
-        options->tls_psk_file = args.value();
-    } else if (flag == "-d" || flag == "--device") {
-        options->devices.push_back(args.value());
-    } else if (flag == "--weight-store-size") {
-        options->weight_store.max_bytes = args.size_value();
-        if (options->weight_store.max_bytes == 0) fail("--weight-store-size must be at least one byte");
-    } else if (flag == "--weight-store-shared") {
-        options->weight_store.shared_across_tenants = true;
-    } else if (flag == "--weight-store-verify") {
-        options->weight_store.verify_on_use = true;
-    } else if (flag == "--max-sessions") {
-        options->max_sessions = args.int_value(1);
-    } else if (flag == "--max-sessions-per-peer") {
-        options->max_sessions_per_peer = args.int_value(1);
-    } else if (flag == "--max-unauthenticated") {
-        options->max_unauthenticated = args.int_value(1);
-    } else if (flag == "--worker-user") {
-        options->worker_user = args.value();
-    } else if (flag == "--no-sandbox") {
-        options->sandbox = false;
-    } else if (flag == "-v" || flag == "--verbose") {
-        options->verbose = true;
-    } else {
-        return parse_session_limit(args, &options->limits);
-    }
-    return true;
-}
-
 // Flags only the listener acts on; --weight-store reaches the workers resolved.
-bool parse_listener_flag(Arguments &args, CommandLine *line) {
+bool parse_listener_flag(host::CommandLineCursor &args, CommandLine *line) {
     const std::string flag = args.flag();
     if (flag == "-l" || flag == "--listen") {
         line->options.listen.push_back(args.value());
@@ -391,36 +249,22 @@ bool parse_listener_flag(Arguments &args, CommandLine *line) {
     } else if (flag == "--keep-sessions") {
         line->options.keep_sessions = true;
     } else if (flag == "--weight-store") {
-        line->options.weight_store.directory = absolute_path(flag, args.value());
-        line->worker_command.insert(line->worker_command.end(), {flag, line->options.weight_store.directory});
+        line->options.weight_store.directory = host::absolute_path(flag, args.value());
+    } else if (flag == "--weight-store-size") {
+        line->options.weight_store.max_bytes = args.size_value();
+        if (line->options.weight_store.max_bytes == 0) fail("--weight-store-size must be at least one byte");
+    } else if (flag == "--weight-store-shared") {
+        line->options.weight_store.shared_across_tenants = true;
+    } else if (flag == "--weight-store-verify") {
+        line->options.weight_store.verify_on_use = true;
+    } else if (flag == "--max-sessions-per-peer") {
+        line->options.max_sessions_per_peer = args.int_value(1);
+    } else if (flag == "--max-unauthenticated") {
+        line->options.max_unauthenticated = args.int_value(1);
     } else if (flag == "--shader-cache") {
-        line->options.shader_cache = absolute_path(flag, args.value());
+        // Workers get the path as the listener resolved it, for their sandbox's rules.
+        line->options.shader_cache = host::absolute_path(flag, args.value());
         line->worker_command.insert(line->worker_command.end(), {flag, line->options.shader_cache});
-    } else {
-        return false;
-    }
-    return true;
-}
-
-// Flags the listener passes to a worker it starts, and only to it.
-bool parse_worker_flag(Arguments &args, CommandLine *line) {
-    const std::string flag = args.flag();
-    if (flag == "--worker-fd") {
-        line->worker.fd = args.int_value(0);
-    } else if (flag == "--session-id") {
-        line->worker.session_id = args.int_value(0);
-    } else if (flag == "--peer") {
-        line->worker.peer = args.value();
-    } else if (flag == "--status-fd") {
-        line->options.status_fd = args.int_value(0);
-    } else if (flag == "--status-slot") {
-        line->options.status_slot = args.int_value(0);
-    } else if (flag == "--admission-fd") {
-        line->options.admission_fd = args.int_value(0);
-    } else if (flag == "--tls-psk-fd") {
-        line->options.tls_psk_fd = args.int_value(0);
-    } else if (flag == "--store-fd") {
-        line->options.store_fd = args.int_value(0);
     } else {
         return false;
     }
@@ -430,9 +274,8 @@ bool parse_worker_flag(Arguments &args, CommandLine *line) {
 // Reads the flags into *line; an exit status where one answers at once (--help,
 // --version, --list-devices).
 std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) {
-    line->worker_command = {argv[0]};
     line->listener_command.assign(argv, argv + argc);
-    Arguments args(argc, argv);
+    host::CommandLineCursor args(argc, argv);
     while (args.next()) {
         const std::string flag = args.flag();
         if (flag == "-h" || flag == "--help") {
@@ -444,7 +287,7 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) 
             return 0;
         }
         if (flag == "--list-devices") return list_devices();
-        if (parse_listener_flag(args, line) || parse_worker_flag(args, line)) continue;
+        if (parse_listener_flag(args, line)) continue;
         if (!parse_serving_flag(args, &line->options)) fail("unknown argument: " + flag);
         args.append_given(&line->worker_command);
     }
@@ -452,7 +295,7 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) 
 }
 
 // Each --listen endpoint, or the default one; authentication beyond loopback.
-void check_listen_endpoints(host::ServerOptions *options, bool insecure) {
+void check_listen_endpoints(host::ListenerOptions *options, bool insecure) {
     // Under systemd socket activation the sockets come from systemd (LISTEN_FDS).
     if (options->listen.empty() && std::getenv("LISTEN_FDS") == nullptr) options->listen.push_back(kDefaultEndpoint);
     for (const std::string &text : options->listen) {
@@ -471,7 +314,7 @@ void check_listen_endpoints(host::ServerOptions *options, bool insecure) {
 }
 
 // The --tls-psk file must parse; a warning where others, or the workers, could read it.
-void check_key_file(const host::ServerOptions &options) {
+void check_key_file(const host::ListenerOptions &options) {
     std::vector<PreSharedKey> keys;
     Status status = read_psk_file(options.tls_psk_file, &keys);
     if (!status) fail("--tls-psk: " + status.message());
@@ -489,7 +332,7 @@ void check_key_file(const host::ServerOptions &options) {
 }
 
 // The --worker-user's identity; returns the start-up words for it ("" without one).
-std::string resolve_worker_user(const host::ServerOptions &options, host::WorkerIdentity *identity) {
+std::string resolve_worker_user(const host::ListenerOptions &options, host::WorkerIdentity *identity) {
     if (options.worker_user.empty()) return "";
     if (::geteuid() != 0) fail("--worker-user needs the server to start as root");
     Status status = host::find_worker_identity(options.worker_user, identity);
@@ -498,20 +341,15 @@ std::string resolve_worker_user(const host::ServerOptions &options, host::Worker
 }
 
 // Fails early on a --device that does not exist, and says what is served.
-void announce_devices(const host::ServerOptions &options) {
-    host::load_host_backends(options.verbose);
-    std::vector<ggml_backend_dev_t> devices;
-    Status status = host::select_devices(options, &devices);
-    if (!status) fail(status.message());
-    for (ggml_backend_dev_t device : devices) {
-        host::log_line(std::string("serving ") + ggml_backend_dev_name(device) + ": " +
-                       ggml_backend_dev_description(device));
+void announce_devices(const host::ListenerOptions &options) {
+    for (const host::ProbedDevice &device : probed_devices(options)) {
+        host::log_line("serving " + device.name + ": " + device.description);
     }
 }
 
 // A sandbox that cannot work here is found now, once, rather than by every guest.
 // Whether Landlock will confine the workers' files.
-bool announce_sandbox(const host::ServerOptions &options, const std::string &worker_identity) {
+bool announce_sandbox(const host::ListenerOptions &options, const std::string &worker_identity) {
     if (!options.sandbox) {
         host::log_line("session workers: NOT sandboxed (--no-sandbox)" + worker_identity);
         return false;
@@ -528,7 +366,7 @@ bool announce_sandbox(const host::ServerOptions &options, const std::string &wor
 
 // The listener: checks its configuration, says what it serves, then serves.
 int serve(CommandLine *line) {
-    host::ServerOptions &options = line->options;
+    host::ListenerOptions &options = line->options;
     check_listen_endpoints(&options, line->insecure);
     if (!options.metrics.empty()) check_metrics_endpoint(options.metrics, line->insecure);
     if (!options.tls_psk_file.empty()) check_key_file(options);
@@ -536,6 +374,7 @@ int serve(CommandLine *line) {
     if (Status paths = host::check_server_paths(options); !paths) fail(paths.message());
     host::WorkerIdentity identity;
     const std::string worker_identity = resolve_worker_user(options, &identity);
+    line->worker_command.insert(line->worker_command.begin(), worker_program());
     prepare_weight_store(options);
     announce_devices(options);
     prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
@@ -551,8 +390,6 @@ int main(int argc, char **argv) {
     if (const std::optional<int> answered = parse_command_line(argc, argv, &line)) return *answered;
     // Read once, here; the listener names a malformed value, its workers keep quiet.
     const Status environment = host::read_server_environment(&line.options);
-    const WorkerArguments &worker = line.worker;
-    if (worker.fd >= 0) return host::run_worker(worker.fd, worker.session_id, worker.peer, line.options);
     if (!environment) host::log_line("warning: " + environment.message());
     return serve(&line);
 }

@@ -1,0 +1,80 @@
+#include "host/common/server_log.h"
+
+#include "protocol/printable.h"
+#include "transport/socket.h"
+
+#include <unistd.h>
+
+#include <ctime>
+
+namespace ggml_remote::host {
+
+std::string whole_log_line(std::string_view line) {
+    if (line.size() + 1 <= kMaxLogLine) {
+        std::string whole(line);
+        whole += '\n';
+        return whole;
+    }
+    // The marker's room, for the largest count a line can have.
+    constexpr size_t kMarkerRoom = sizeof("...(cut 18446744073709551615 bytes)\n") - 1;
+    size_t kept = kMaxLogLine - kMarkerRoom;
+    while (kept > 0 && (static_cast<unsigned char>(line[kept]) & 0xc0) == 0x80) --kept;  // not mid-character
+    std::string whole(line.substr(0, kept));
+    whole += "...(cut " + std::to_string(line.size() - kept) + " bytes)\n";
+    return whole;
+}
+
+void write_log_line(int fd, std::string_view line) {
+    const std::string whole = whole_log_line(line);
+    (void)write_fully(fd, whole.data(), whole.size());  // on failure there is nowhere left to tell
+}
+
+void GgmlLogJoiner::add(ggml_log_level level, std::string_view text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (level != GGML_LOG_LEVEL_CONT) {
+        // A new message: what came before it was a line of its own.
+        if (!pending_.empty()) emit(pending_);
+        pending_.clear();
+        level_ = level;
+    }
+    pending_.append(text);
+    emit_complete_lines();
+}
+
+void GgmlLogJoiner::flush() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!pending_.empty()) emit(pending_);
+    pending_.clear();
+}
+
+void GgmlLogJoiner::emit_complete_lines() {
+    // A line ends where a message or a continuation ends with a newline. Newlines
+    // inside one are the message's own (they may come from a guest's tensor name):
+    // one_line escapes them, so that no message starts a line of its own.
+    const bool ended = !pending_.empty() && pending_.back() == '\n';
+    if (ended) pending_.pop_back();
+    // A message that never ends its line must not grow without bound either.
+    if (ended || pending_.size() >= kMaxLogLine) {
+        emit(pending_);
+        pending_.clear();
+    }
+}
+
+void GgmlLogJoiner::emit(std::string_view line) {
+    if (shown_(level_)) write_log_line(fd_, one_line(line));
+}
+
+void log_line(const std::string &text) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
+    // Guest strings are escaped where they enter a message (printable()); this is
+    // the guard behind that, so that no entry can ever start a line of its own.
+    // One write per line: other processes' lines never land inside it (server_log.h).
+    write_log_line(STDERR_FILENO, std::string(stamp) + " ggml-remote-server: " + one_line(text));
+}
+
+
+}  // namespace ggml_remote::host

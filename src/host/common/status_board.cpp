@@ -1,0 +1,108 @@
+#include "host/common/status_board.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <new>
+#include <type_traits>
+
+namespace ggml_remote::host {
+
+namespace {
+
+struct BoardHeader {
+    uint32_t magic;
+    uint32_t slots;
+    uint32_t slot_size;  // sizeof(SessionSlot): a board of another layout is not attached
+};
+constexpr uint32_t kBoardMagic = 0x42534752;  // "RGSB"
+static_assert(std::is_standard_layout<SessionSlot>::value, "slots live in shared memory");
+
+// The slots start a cache line after the header, at an offset their atomics can live at.
+constexpr size_t kFirstSlotOffset = 64;
+static_assert(sizeof(BoardHeader) <= kFirstSlotOffset, "the header fits before the slots");
+static_assert(kFirstSlotOffset % alignof(SessionSlot) == 0, "the slots are aligned");
+size_t board_size(uint32_t slots) { return kFirstSlotOffset + size_t(slots) * sizeof(SessionSlot); }
+
+SessionSlot *first_slot(const Mapping &mapping) {
+    return reinterpret_cast<SessionSlot *>(static_cast<uint8_t *>(mapping.data()) + kFirstSlotOffset);
+}
+
+}  // namespace
+
+Status StatusBoard::create(uint32_t slots, StatusBoard *board) {
+    Status status = create_shared_memory(board_size(slots), "ggml-remote-status", &board->fd_);
+    if (!status) return status;
+    status = Mapping::map(board->fd_.get(), 0, board_size(slots), true, &board->mapping_);
+    if (!status) return status;
+    auto *header = static_cast<BoardHeader *>(board->mapping_.data());
+    header->magic = kBoardMagic;
+    header->slots = slots;
+    header->slot_size = sizeof(SessionSlot);
+    board->slots_ = slots;
+    SessionSlot *slot = first_slot(board->mapping_);
+    for (uint32_t i = 0; i < slots; ++i) new (&slot[i]) SessionSlot{};  // the memory file starts zeroed
+    return Status::success();
+}
+
+Status StatusBoard::attach(int fd, StatusBoard *board) {
+    board->fd_.reset(fd);
+    struct stat st {};
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    // Unsealed, a worker could shrink it under the listener's mapping.
+    if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(board_size(0)) || seals < 0 ||
+        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        return error(Code::error, "status board: not a sealed board");
+    }
+    Status status = Mapping::map(fd, 0, static_cast<size_t>(st.st_size), true, &board->mapping_);
+    if (!status) return status;
+    const auto *header = static_cast<const BoardHeader *>(board->mapping_.data());
+    if (header->magic != kBoardMagic) return error(Code::error, "status board: bad header");
+    if (header->slot_size != sizeof(SessionSlot)) return error(Code::error, "status board: another version's layout");
+    // The number of slots comes from the file's size, which its seals fix; the
+    // header's count is a worker's to write.
+    board->slots_ = static_cast<uint32_t>((static_cast<size_t>(st.st_size) - board_size(0)) / sizeof(SessionSlot));
+    return Status::success();
+}
+
+SessionSlot *StatusBoard::slot(uint32_t index) const {
+    return index < slots_ ? first_slot(mapping_) + index : nullptr;
+}
+
+void clear_figures(SessionSlot *slot) {
+    for (auto *figure : {&slot->commands, &slot->bytes_received, &slot->bytes_sent, &slot->graph_computes,
+                         &slot->memory_in_use, &slot->buffers, &slot->backends, &slot->mapped_file_bytes,
+                         &slot->memory_quota, &slot->max_buffers, &slot->max_backends, &slot->mapped_file_quota,
+                         &slot->store_hits, &slot->store_misses, &slot->store_bytes_saved}) {
+        figure->store(0, std::memory_order_relaxed);
+    }
+    for (auto &refused : slot->commands_refused) refused.store(0, std::memory_order_relaxed);
+    slot->turned_away.store(0, std::memory_order_relaxed);
+}
+
+void record_turned_away(SessionSlot *slot, GuestRefusal reason) {
+    slot->turned_away.store(static_cast<uint32_t>(reason) + 1, std::memory_order_relaxed);
+}
+
+std::optional<GuestRefusal> turned_away(const SessionSlot &slot) {
+    const uint32_t recorded = slot.turned_away.load(std::memory_order_relaxed);
+    if (recorded == 0 || recorded > kGuestRefusalReasons) return std::nullopt;
+    return static_cast<GuestRefusal>(recorded - 1);
+}
+
+int StatusBoard::find_free() const {
+    for (uint32_t i = 0; i < slots_; ++i) {
+        if (slot(i)->live.load() == 0) return static_cast<int>(i);
+    }
+    return -1;
+}
+
+void clear_core_fields(SessionSlot *slot) {
+    slot->cores_computing.store(0);
+    slot->cores_wanted.store(0);
+    slot->cores_last_compute_ns.store(0);
+    slot->cores_threads.store(0);
+    slot->cores_shared_computes.store(0);
+}
+
+}  // namespace ggml_remote::host

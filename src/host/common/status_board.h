@@ -1,0 +1,85 @@
+// StatusBoard: what every live session is doing, in shared memory that the
+// listener creates and each worker writes its own slot of, so that a status
+// query (ggml-remote-server status) sees all sessions without asking each worker.
+#pragma once
+
+#include "host/common/refusals.h"
+#include "protocol/status.h"
+#include "transport/shared_memory.h"
+#include "transport/unique_fd.h"
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+
+namespace ggml_remote::host {
+
+struct SessionSlot {
+    std::atomic<uint32_t> live;  // 0: free
+    int32_t id;
+    int32_t pid;
+    int64_t started_unix;
+    char peer[112];
+    std::atomic<uint64_t> commands;
+    std::atomic<uint64_t> bytes_received;
+    std::atomic<uint64_t> bytes_sent;
+    std::atomic<uint64_t> graph_computes;
+    std::atomic<uint64_t> memory_in_use;
+    std::atomic<uint64_t> buffers;
+    std::atomic<uint64_t> backends;
+    std::atomic<uint64_t> mapped_file_bytes;
+    // The session's limits (0 memory quota: none), written once by its worker.
+    std::atomic<uint64_t> memory_quota;
+    std::atomic<uint64_t> max_buffers;
+    std::atomic<uint64_t> max_backends;
+    std::atomic<uint64_t> mapped_file_quota;
+    // Weights the session found in the host's weight store, or had to load, and the
+    // bytes it did not load thanks to the store.
+    std::atomic<uint64_t> store_hits;
+    std::atomic<uint64_t> store_misses;
+    std::atomic<uint64_t> store_bytes_saved;
+    // Commands answered with an error, by CommandRefusal.
+    std::atomic<uint64_t> commands_refused[kCommandRefusalReasons];
+    // GuestRefusal + 1 when the worker turned its guest away before the handshake
+    // completed; 0 when it did not. The listener reads it when it reaps the worker.
+    std::atomic<uint32_t> turned_away;
+    // Core scheduling (host/core_schedule.h), written by the session's worker and
+    // read by every other one before each of their CPU computes.
+    std::atomic<uint32_t> cores_computing;        // 1 while a CPU compute runs
+    std::atomic<uint32_t> cores_wanted;           // threads its guest wants for its computes
+    std::atomic<uint64_t> cores_last_compute_ns;  // CLOCK_MONOTONIC end of its last CPU compute
+    std::atomic<uint32_t> cores_threads;          // threads its current or last CPU compute used
+    std::atomic<uint64_t> cores_shared_computes;  // CPU computes while other sessions were active
+};
+
+// Zeroes every figure a worker writes (not `live`), before the slot's next session.
+void clear_figures(SessionSlot *slot);
+// A new session's slot starts idle, whatever its last worker left there.
+void clear_core_fields(SessionSlot *slot);
+// The worker's record that it turned its guest away, and the listener's reading of
+// it: a reason outside the list (a worker writes the board) reads as none.
+void record_turned_away(SessionSlot *slot, GuestRefusal reason);
+std::optional<GuestRefusal> turned_away(const SessionSlot &slot);
+
+class StatusBoard {
+  public:
+    // The listener's board with room for `slots` sessions.
+    static Status create(uint32_t slots, StatusBoard *board);
+    // A worker's view of the listener's board, or a new listener's of the board of the
+    // listener it replaces; an error for a board of another layout (another version),
+    // or one whose size is not sealed. Its number of slots comes from its size.
+    static Status attach(int fd, StatusBoard *board);
+
+    int fd() const { return fd_.get(); }
+    uint32_t slots() const { return slots_; }
+    SessionSlot *slot(uint32_t index) const;
+    // A free slot, or -1.
+    int find_free() const;
+
+  private:
+    UniqueFd fd_;
+    Mapping mapping_;
+    uint32_t slots_ = 0;
+};
+
+}  // namespace ggml_remote::host

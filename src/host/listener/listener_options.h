@@ -1,0 +1,30 @@
+// ListenerOptions: the listener's own settings, beside the serving options it
+// hands on to every worker (serving_options.h). No worker reads these.
+#pragma once
+
+#include "host/common/serving_options.h"
+#include "host/common/store_layout.h"
+
+#include <string>
+#include <vector>
+
+namespace ggml_remote::host {
+
+struct ListenerOptions : ServingOptions {
+    std::vector<std::string> listen;  // endpoints
+    // --max-sessions-per-peer; 0: the default, a quarter of max_sessions (peer_limits.h).
+    int max_sessions_per_peer = 0;
+    // Connections that have not authenticated yet (TLS guests in their handshake);
+    // they never hold one of max_sessions (see admission.h).
+    int max_unauthenticated = 16;
+    // --metrics: where the listener answers Prometheus scrapes (metrics_endpoint.h); empty: nowhere.
+    std::string metrics;
+    // --keep-sessions: SIGTERM and SIGINT stop only the listener; live sessions go on
+    // in their workers until their guests leave (a service manager's restart).
+    bool keep_sessions = false;
+    // --weight-store DIR and its limits: the store's owner runs in the listener
+    // (store_owner.h); workers reach entries only through it.
+    WeightStoreOptions weight_store;
+};
+
+}  // namespace ggml_remote::host

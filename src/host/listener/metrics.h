@@ -1,0 +1,67 @@
+// Metrics: the server's figures in Prometheus' text exposition format (version
+// 0.0.4), for the --metrics endpoint (metrics_endpoint.h). The listener takes a
+// snapshot of its own counts and of the status board; rendering is a pure function
+// of that snapshot.
+#pragma once
+
+#include "host/common/refusals.h"
+#include "host/common/status_board.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ggml_remote::host {
+
+// One session's figures, as its worker last wrote them to its status board slot.
+struct SessionFigures {
+    int32_t id = 0;
+    std::string peer;
+    uint64_t commands = 0;
+    uint64_t graph_computes = 0;
+    uint64_t bytes_received = 0;
+    uint64_t bytes_sent = 0;
+    uint64_t memory_in_use = 0;
+    uint64_t memory_quota = 0;  // 0: no limit
+    uint64_t buffers = 0;
+    uint64_t max_buffers = 0;
+    uint64_t backends = 0;
+    uint64_t max_backends = 0;
+    uint64_t mapped_file_bytes = 0;
+    uint64_t mapped_file_quota = 0;
+    uint64_t store_hits = 0;
+    uint64_t store_misses = 0;
+    uint64_t store_bytes_saved = 0;
+    std::array<uint64_t, kCommandRefusalReasons> commands_refused{};  // by CommandRefusal
+};
+
+// The figures in `slot`; id and peer are left to the caller, who knows them
+// without trusting the board (every worker can write it).
+SessionFigures read_figures(const SessionSlot &slot);
+
+// Adds the counters of `session` (not its gauges) to `total`: the listener keeps
+// the counters of the sessions that ended, so that no total goes down when one does.
+void add_counters(const SessionFigures &session, SessionFigures *total);
+
+struct MetricsSnapshot {
+    uint64_t sessions_live = 0;
+    uint64_t max_sessions = 0;
+    uint64_t sessions_started = 0;
+    uint64_t unauthenticated = 0;  // connections still in their TLS handshake
+    std::array<uint64_t, kGuestRefusalReasons> guests_refused{};  // by GuestRefusal
+    SessionFigures ended;                  // counters of the sessions that ended
+    std::vector<SessionFigures> sessions;  // the live ones
+};
+
+// The whole /metrics answer: server figures, totals over all sessions, then each
+// live session's figures labelled with its id and peer.
+std::string render_metrics(const MetricsSnapshot &snapshot);
+
+// A label value as the format wants it: backslash, double quote and newline
+// escaped; any other byte that is not printable ASCII becomes '?', so that a
+// peer's name never makes the answer invalid UTF-8 or adds a line.
+std::string escape_label_value(std::string_view text);
+
+}  // namespace ggml_remote::host

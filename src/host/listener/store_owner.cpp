@@ -1,0 +1,552 @@
+#include "host/listener/store_owner.h"
+
+#include "host/common/store_channel.h"
+#include "protocol/content_digest.h"
+#include "transport/socket.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <utility>
+
+namespace ggml_remote::host {
+
+using protocol::ContentDigest;
+using store_channel::Kind;
+using store_channel::Reply;
+using store_channel::Request;
+
+namespace {
+
+constexpr char kMagic[8] = {'G', 'G', 'R', 'W', 'S', 'T', 'R', '1'};
+constexpr const char *kTemporaryPrefix = ".new-";
+constexpr uint64_t kPage = 4096;
+// A worker that sends none of a commit's bytes for this long loses the commit.
+constexpr int kStallMs = 10000;
+constexpr int kPollMs = 200;
+constexpr size_t kSpliceChunk = size_t(1) << 20;
+
+struct EntryHeader {
+    char magic[8];
+    uint8_t digest[16];
+    uint64_t size;
+    uint64_t content_offset;
+    uint64_t check;  // XXH3-64 of the fields above
+};
+
+uint64_t header_check(const EntryHeader &header) { return XXH3_64bits(&header, offsetof(EntryHeader, check)); }
+
+Status failure(const std::string &what) { return error(Code::error, "weight store: " + what + ": " + std::strerror(errno)); }
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+// Calls `visit(directory fd, name)` for every directory entry but "." and "..".
+void for_each_entry(int directory, const std::function<void(int, const char *)> &visit) {
+    const int listing = ::openat(directory, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (listing < 0) return;
+    DIR *dir = ::fdopendir(listing);
+    if (dir == nullptr) {
+        ::close(listing);
+        return;
+    }
+    while (const dirent *entry = ::readdir(dir)) {
+        if (std::strcmp(entry->d_name, ".") == 0 || std::strcmp(entry->d_name, "..") == 0) continue;
+        visit(::dirfd(dir), entry->d_name);
+    }
+    ::closedir(dir);
+}
+
+// A half-written entry nobody writes any more: ".new-<pid>-<n>" of a process that is
+// gone, or of this one (an owner that starts has no commit under way).
+bool is_orphaned_temporary(const char *name) {
+    if (std::strncmp(name, kTemporaryPrefix, std::strlen(kTemporaryPrefix)) != 0) return false;
+    const long pid = std::strtol(name + std::strlen(kTemporaryPrefix), nullptr, 10);
+    return pid <= 0 || pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
+}
+
+// Whether the entry is whole: its header, and a length that matches it. (Whether
+// it holds the size a worker asks for is another question: a wrong size is not
+// damage, and must not let a worker remove an entry by asking for it.)
+bool header_is_sound(const EntryHeader &header, const ContentDigest &digest, uint64_t file_size) {
+    return std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0 &&
+           std::memcmp(header.digest, digest.bytes, sizeof(digest.bytes)) == 0 &&
+           header.content_offset >= kEntryHeaderSpan && header.content_offset < 2 * kEntryHeaderSpan &&
+           header.check == header_check(header) && header.size <= UINT64_MAX - header.content_offset &&
+           file_size == header.content_offset + header.size;
+}
+
+// The digest of [offset, +size) of `file`.
+bool digest_of_file(int file, uint64_t offset, uint64_t size, ContentDigest *digest) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t start = offset / page * page;
+    const size_t length = static_cast<size_t>(offset + size - start);
+    void *mapped = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, file, static_cast<off_t>(start));
+    if (mapped == MAP_FAILED) return false;
+    (void)::madvise(mapped, length, MADV_SEQUENTIAL);
+    *digest = protocol::content_digest(static_cast<uint8_t *>(mapped) + (offset - start), size);
+    ::munmap(mapped, length);
+    return true;
+}
+
+// What an entry of `size` bytes at `content_offset` takes on disk: its header page
+// and the pages of its bytes (the hole between them takes nothing).
+uint64_t entry_bytes(uint64_t content_offset, uint64_t size) {
+    const uint64_t first = content_offset / kPage * kPage;
+    const uint64_t end = (content_offset + size + kPage - 1) / kPage * kPage;
+    return kPage + (end - first);
+}
+
+bool is_pipe(int fd) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+ContentDigest digest_of(const uint8_t (&bytes)[16]) {
+    ContentDigest digest;
+    std::memcpy(digest.bytes, bytes, sizeof(digest.bytes));
+    return digest;
+}
+
+}  // namespace
+
+struct StoreOwner::Channel {
+    UniqueFd fd;
+    std::string tenant;  // its directory's name; empty until a TLS worker names itself
+    bool awaiting_identity = false;
+    std::thread thread;
+    std::thread commit;
+    std::atomic<bool> committing{false};
+    std::atomic<bool> ended{false};
+};
+
+struct StoreOwner::Commit {
+    Channel *channel = nullptr;
+    std::string tenant, name, temporary;
+    UniqueFd directory, file, data, result;
+    ContentDigest digest;
+    uint64_t size = 0, content_offset = 0, reserved = 0;
+    std::string key() const { return tenant + "/" + name; }
+};
+
+StoreOwner::StoreOwner() = default;
+
+StoreOwner::~StoreOwner() {
+    stopping_.store(true);
+    std::list<std::unique_ptr<Channel>> channels;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        channels.swap(channels_);
+    }
+    for (auto &channel : channels) (void)::shutdown(channel->fd.get(), SHUT_RDWR);
+    for (auto &channel : channels) {
+        if (channel->thread.joinable()) channel->thread.join();
+    }
+}
+
+std::string StoreOwner::tenant_directory_name(const std::string &tenant) {
+    if (tenant.empty()) return "shared";
+    const ContentDigest digest = protocol::content_digest(tenant.data(), tenant.size());
+    return "t-" + digest.hex().substr(0, 24);
+}
+
+std::string StoreOwner::tenant_of(const std::string &tenant) const {
+    return tenant_directory_name(options_.shared_across_tenants ? std::string() : tenant);
+}
+
+namespace {
+
+// The store's directory, made first if need be (mode 0700, the server's own).
+Status open_store_directory(const std::string &directory, UniqueFd *root) {
+    if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) return failure("mkdir " + directory);
+    root->reset(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return root->valid() ? Status::success() : failure("open " + directory);
+}
+
+}  // namespace
+
+Status StoreOwner::prepare(const WeightStoreOptions &options) {
+    if (options.directory.empty()) return Status::success();
+    UniqueFd root;
+    if (Status s = open_store_directory(options.directory, &root); !s) return s;
+    for_each_entry(root.get(), [](int directory, const char *tenant) {
+        UniqueFd part(::openat(directory, tenant, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+        if (!part.valid()) return;
+        for_each_entry(part.get(), [](int tenant_directory, const char *name) {
+            if (is_orphaned_temporary(name)) (void)::unlinkat(tenant_directory, name, 0);
+        });
+    });
+    return Status::success();
+}
+
+Status StoreOwner::open(const WeightStoreOptions &options) {
+    options_ = options;
+    // The server's start prepared the directory (prepare): the half-written entries
+    // of earlier owners are gone already, and scan() passes over temporaries.
+    if (Status s = open_store_directory(options.directory, &root_); !s) return s;
+    if (options_.max_bytes == 0) {
+        struct statvfs fs {};
+        options_.max_bytes = ::fstatvfs(root_.get(), &fs) == 0 ? uint64_t(fs.f_blocks) * fs.f_frsize / 4 : 0;
+    }
+    scan();
+    return Status::success();
+}
+
+void StoreOwner::scan() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for_each_entry(root_.get(), [&](int root, const char *tenant) {
+        UniqueFd part(::openat(root, tenant, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+        if (!part.valid()) return;
+        for_each_entry(part.get(), [&](int directory, const char *name) {
+            struct stat st {};
+            if (name[0] == '.' || ::fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+            const uint64_t bytes = uint64_t(st.st_blocks) * 512;
+            stored_[std::string(tenant) + "/" + name] = {bytes,
+                                                         int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+            stored_bytes_ += bytes;
+        });
+    });
+}
+
+StoreOwnerCounters StoreOwner::counters() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counters_;
+}
+
+uint64_t StoreOwner::bytes_held() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stored_bytes_ + reserved_bytes_;
+}
+
+Status StoreOwner::connect(const std::string &tenant, bool tenant_from_worker, UniqueFd *worker_end) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return failure("socketpair");
+    worker_end->reset(pair[0]);
+    serve(UniqueFd(pair[1]), tenant, tenant_from_worker);
+    return Status::success();
+}
+
+void StoreOwner::forget_ended_channels() {
+    std::list<std::unique_ptr<Channel>> ended;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = channels_.begin(); it != channels_.end();) {
+            auto next = std::next(it);
+            if ((*it)->ended.load()) ended.splice(ended.end(), channels_, it);
+            it = next;
+        }
+    }
+    for (auto &channel : ended) channel->thread.join();
+}
+
+void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant, bool tenant_from_worker) {
+    if (!enabled()) return;
+    forget_ended_channels();
+    auto channel = std::make_unique<Channel>();
+    channel->fd = std::move(channel_fd);
+    channel->awaiting_identity = tenant_from_worker;
+    if (!tenant_from_worker) channel->tenant = tenant_of(tenant);
+    Channel *served = channel.get();
+    std::lock_guard<std::mutex> lock(mutex_);
+    channels_.push_back(std::move(channel));
+    served->thread = std::thread(&StoreOwner::serve_channel, this, served);
+}
+
+void StoreOwner::serve_channel(Channel *channel) {
+    store_channel::NoSigpipe no_sigpipe;
+    for (;;) {
+        Request request;
+        std::vector<UniqueFd> fds;
+        // A message of another size, or too many descriptors, ends the channel.
+        if (!store_channel::receive_message(channel->fd.get(), &request, sizeof(request), &fds, 2, -1)) break;
+        if (stopping_.load()) break;
+        answer(channel, request, fds);
+    }
+    // A commit under way ends when its worker's pipe closes, it stalls, or we stop.
+    if (channel->commit.joinable()) channel->commit.join();
+    channel->ended.store(true);
+}
+
+void StoreOwner::answer(Channel *channel, const Request &request, std::vector<UniqueFd> &fds) {
+    Reply reply;
+    UniqueFd file;
+    Status status;
+    switch (static_cast<Kind>(request.kind)) {
+    case Kind::identify:
+        status = identify(channel, request);
+        break;
+    case Kind::find:
+        status = find(*channel, request, &reply, &file);
+        break;
+    case Kind::commit:
+        status = start_commit(channel, request, fds, &reply);
+        break;
+    default:
+        status = error(Code::bad_request, "unknown weight store request " + std::to_string(request.kind));
+    }
+    reply.code = static_cast<int32_t>(status.code());
+    std::snprintf(reply.message, sizeof(reply.message), "%s", status.message().c_str());
+    const int fd = file.get();
+    (void)store_channel::send_message(channel->fd.get(), &reply, sizeof(reply), file.valid() ? &fd : nullptr,
+                                      file.valid() ? 1 : 0);
+}
+
+Status StoreOwner::identify(Channel *channel, const Request &request) {
+    if (!channel->awaiting_identity) return error(Code::bad_request, "weight store: this worker's tenant is fixed");
+    if (request.identity_size == 0 || request.identity_size > store_channel::kMaxIdentity) {
+        return error(Code::bad_request, "weight store: no identity");
+    }
+    channel->tenant = tenant_of("tls " + std::string(request.identity, request.identity_size));
+    channel->awaiting_identity = false;
+    return Status::success();
+}
+
+Status StoreOwner::open_tenant(const std::string &tenant, UniqueFd *directory) {
+    if (::mkdirat(root_.get(), tenant.c_str(), 0700) != 0 && errno != EEXIST) return failure("mkdir " + tenant);
+    directory->reset(::openat(root_.get(), tenant.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    if (!directory->valid()) return failure("open " + tenant);
+    return Status::success();
+}
+
+void StoreOwner::remove_entry(const std::string &key) {
+    (void)::unlinkat(root_.get(), key.c_str(), 0);
+    const auto it = stored_.find(key);
+    if (it == stored_.end()) return;
+    stored_bytes_ -= it->second.bytes;
+    stored_.erase(it);
+}
+
+Status StoreOwner::find(const Channel &channel, const Request &request, Reply *reply, UniqueFd *file) {
+    if (channel.awaiting_identity) return error(Code::bad_request, "weight store: the worker has not named its guest");
+    UniqueFd directory;
+    if (Status s = open_tenant(channel.tenant, &directory); !s) return s;
+    const ContentDigest digest = digest_of(request.digest);
+    const std::string name = digest.hex(), key = channel.tenant + "/" + name;
+    UniqueFd entry(::openat(directory.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!entry.valid()) return Status::success();  // not found
+    EntryHeader header{};
+    struct stat st {};
+    bool sound = ::fstat(entry.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+                 ::pread(entry.get(), &header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header)) &&
+                 header_is_sound(header, digest, static_cast<uint64_t>(st.st_size));
+    if (sound && header.size != request.size) return Status::success();  // another tensor: not found
+    if (sound && options_.verify_on_use) {
+        ContentDigest found;
+        sound = digest_of_file(entry.get(), header.content_offset, request.size, &found) && found == digest;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!sound) {
+        // Damaged (a crash, bit rot): the guest sends the bytes again.
+        remove_entry(key);
+        ++counters_.entries_damaged;
+        return Status::success();
+    }
+    // Most recently used: in memory at once, on disk (for the next start) at most
+    // every lru_resolution_s, since a time stamp is a journal write.
+    Stored &stored = stored_[key];
+    if (stored.bytes == 0) {
+        stored.bytes = uint64_t(st.st_blocks) * 512;
+        stored_bytes_ += stored.bytes;
+    }
+    stored.used_ns = now_ns();
+    if (stored.used_ns / 1000000000 - st.st_mtim.tv_sec >= options_.lru_resolution_s) (void)::futimens(entry.get(), nullptr);
+    reply->found = 1;
+    reply->content_offset = header.content_offset;
+    *file = std::move(entry);
+    return Status::success();
+}
+
+void StoreOwner::evict_locked(uint64_t room_for) {
+    while (stored_bytes_ + reserved_bytes_ + room_for > options_.max_bytes && !stored_.empty()) {
+        auto oldest = stored_.begin();
+        for (auto it = stored_.begin(); it != stored_.end(); ++it) {
+            if (it->second.used_ns < oldest->second.used_ns) oldest = it;
+        }
+        const std::string key = oldest->first;
+        remove_entry(key);  // unlinked: a worker's mapping of it stays valid
+        ++counters_.entries_evicted;
+    }
+}
+
+Status StoreOwner::reserve(const std::string &tenant, const std::string &name, uint64_t bytes) {
+    const std::string key = tenant + "/" + name;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (in_flight_.count(key) != 0) {
+        ++counters_.commits_refused;
+        return error(Code::limit_exceeded, "weight store: this entry is being written already");
+    }
+    if (bytes > options_.max_bytes) {
+        ++counters_.commits_refused;
+        return error(Code::limit_exceeded, "weight store: an entry of " + std::to_string(bytes) +
+                                               " bytes exceeds the store's limit");
+    }
+    evict_locked(bytes);
+    if (stored_bytes_ + reserved_bytes_ + bytes > options_.max_bytes) {
+        ++counters_.commits_refused;
+        return error(Code::limit_exceeded, "weight store: full with entries being written");
+    }
+    in_flight_[key] = bytes;
+    reserved_bytes_ += bytes;
+    return Status::success();
+}
+
+Status StoreOwner::start_commit(Channel *channel, const Request &request, std::vector<UniqueFd> &fds, Reply *reply) {
+    if (channel->awaiting_identity) return error(Code::bad_request, "weight store: the worker has not named its guest");
+    if (channel->committing.load()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++counters_.commits_refused;
+        return error(Code::limit_exceeded, "weight store: one commit at a time");
+    }
+    if (fds.size() != 2 || !is_pipe(fds[0].get()) || !is_pipe(fds[1].get())) {
+        return error(Code::bad_request, "weight store: a commit needs two pipes");
+    }
+    if (request.size == 0) return error(Code::bad_request, "weight store: an empty entry");
+    auto commit = std::make_unique<Commit>();
+    commit->channel = channel;
+    commit->tenant = channel->tenant;
+    commit->digest = digest_of(request.digest);
+    commit->name = commit->digest.hex();
+    commit->size = request.size;
+    commit->content_offset = kEntryHeaderSpan + request.phase % kEntryHeaderSpan;
+    if (request.size > options_.max_bytes) return error(Code::limit_exceeded, "weight store: larger than the store");
+    commit->reserved = entry_bytes(commit->content_offset, commit->size);
+    if (Status s = reserve(commit->tenant, commit->name, commit->reserved); !s) return s;
+    if (Status s = create_entry(commit.get()); !s) {
+        finish_commit(*commit, CommitEnd::refused);  // no room on the disk: a refusal, like the limit's
+        return s;
+    }
+    commit->data = std::move(fds[0]);
+    commit->result = std::move(fds[1]);
+    reply->content_offset = commit->content_offset;
+    if (channel->commit.joinable()) channel->commit.join();  // the last one is over
+    channel->committing.store(true);
+    channel->commit = std::thread(&StoreOwner::run_commit, this, std::move(commit));
+    return Status::success();
+}
+
+Status StoreOwner::create_entry(Commit *commit) {
+    if (Status s = open_tenant(commit->tenant, &commit->directory); !s) return s;
+    commit->temporary = kTemporaryPrefix + std::to_string(::getpid()) + "-" + std::to_string(next_temporary_++);
+    // Read-only from the start: the owner writes through this descriptor, nobody
+    // opens the entry for writing again.
+    commit->file.reset(::openat(commit->directory.get(), commit->temporary.c_str(),
+                                O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400));
+    if (!commit->file.valid()) return failure("create an entry");
+    EntryHeader header{};
+    std::memcpy(header.magic, kMagic, sizeof(kMagic));
+    std::memcpy(header.digest, commit->digest.bytes, sizeof(commit->digest.bytes));
+    header.size = commit->size;
+    header.content_offset = commit->content_offset;
+    header.check = header_check(header);
+    // The space first: a full disk is a refusal now, not a fault later.
+    const uint64_t first = commit->content_offset / kPage * kPage;
+    int rc = ::posix_fallocate(commit->file.get(), 0, kPage);
+    if (rc == 0) {
+        rc = ::posix_fallocate(commit->file.get(), static_cast<off_t>(first),
+                               static_cast<off_t>(commit->content_offset + commit->size - first));
+    }
+    if (rc == 0 && ::pwrite(commit->file.get(), &header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {
+        rc = errno != 0 ? errno : EIO;
+    }
+    if (rc != 0) {
+        errno = rc;
+        return error(rc == ENOSPC || rc == EDQUOT ? Code::limit_exceeded : Code::error,
+                     "weight store: no room for an entry of " + std::to_string(commit->size) +
+                         " bytes: " + std::strerror(rc));
+    }
+    return Status::success();
+}
+
+bool StoreOwner::take_bytes(Commit &commit) {
+    loff_t at = static_cast<loff_t>(commit.content_offset);
+    uint64_t left = commit.size;
+    auto last_progress = std::chrono::steady_clock::now();
+    while (left > 0) {
+        if (stopping_.load()) return false;
+        const int ready = poll_one(commit.data.get(), POLLIN, kPollMs);
+        if (ready < 0) return false;
+        if (ready == 0) {
+            if (std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(kStallMs)) return false;
+            continue;
+        }
+        const ssize_t moved = ::splice(commit.data.get(), nullptr, commit.file.get(), &at,
+                                       std::min<uint64_t>(left, kSpliceChunk), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (moved == 0) return false;  // the worker closed its end early
+        if (moved < 0) {
+            if (errno == EAGAIN || errno == EINTR) continue;
+            return false;
+        }
+        left -= static_cast<uint64_t>(moved);
+        last_progress = std::chrono::steady_clock::now();
+    }
+    return true;
+}
+
+void StoreOwner::run_commit(std::unique_ptr<Commit> commit) {
+    store_channel::NoSigpipe no_sigpipe;
+    // Hashing a model's weights takes as long as receiving them: on cores nothing
+    // else wants (this thread only).
+    sched_param idle{};
+    (void)::sched_setscheduler(0, SCHED_IDLE, &idle);
+    bool named = take_bytes(*commit);
+    commit->data.reset();
+    if (named) {
+        // Our own copy, which no worker can change, is what gets hashed and named.
+        ContentDigest found;
+        named = digest_of_file(commit->file.get(), commit->content_offset, commit->size, &found) &&
+                found == commit->digest;
+    }
+    if (named) {
+        named = ::renameat(commit->directory.get(), commit->temporary.c_str(), commit->directory.get(),
+                           commit->name.c_str()) == 0;
+    }
+    finish_commit(*commit, named ? CommitEnd::named : CommitEnd::dropped);
+    commit->channel->committing.store(false);  // before the answer: the worker may go on at once
+    const uint8_t answer = named ? store_channel::kNamed : store_channel::kNotNamed;
+    (void)!::write(commit->result.get(), &answer, 1);
+}
+
+void StoreOwner::finish_commit(Commit &commit, CommitEnd end) {
+    const bool named = end == CommitEnd::named;
+    if (!named && commit.directory.valid() && !commit.temporary.empty()) {
+        (void)::unlinkat(commit.directory.get(), commit.temporary.c_str(), 0);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = in_flight_.find(commit.key());
+    if (it != in_flight_.end()) {
+        reserved_bytes_ -= it->second;
+        in_flight_.erase(it);
+    }
+    if (end == CommitEnd::refused) {
+        ++counters_.commits_refused;
+        return;
+    }
+    if (end == CommitEnd::dropped) {
+        ++counters_.entries_refused;
+        return;
+    }
+    Stored &stored = stored_[commit.key()];
+    stored_bytes_ -= stored.bytes;  // an entry it replaced
+    stored = {commit.reserved, now_ns()};
+    stored_bytes_ += stored.bytes;
+    ++counters_.entries_written;
+}
+
+}  // namespace ggml_remote::host

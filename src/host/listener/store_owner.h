@@ -1,0 +1,118 @@
+// StoreOwner: the only writer of the weight store (--weight-store DIR).
+//
+// It runs in the listener, on threads of its own; session workers have no access
+// to DIR at all (their Landlock rules leave it out). Each worker gets one end of a
+// socket pair at spawn, the owner serves the other (store_channel.h) for the
+// tenant the listener knows from accept: the peer's account on a unix or TCP
+// socket, the region of an ivshmem guest. A TLS guest's tenant is its identity,
+// known only after the handshake in its worker: that channel starts without a
+// tenant, and its worker names the identity once.
+//
+//   DIR/<tenant>/<digest hex>     entries (mode 0400; never written once named)
+//   DIR/<tenant>/.new-<pid>-<n>   entries being written by the owner
+//
+// A worker gets read-only descriptors of entries. The owner never changes an
+// entry's size: it is written whole before it is named, and removed (evicted, found
+// damaged) by unlink only, so a worker's mapping of an entry stays valid.
+//
+// A new entry: the worker names digest, size and phase; the owner reserves the
+// space (counted against the limit with what other commits have in flight, then
+// posix_fallocate, so a full disk is a refusal), takes exactly `size` bytes from a
+// pipe the worker passed, hashes its own copy and names it only if the digest
+// matches. One commit at a time per worker; a worker that goes away or stalls ends
+// its commit.
+#pragma once
+
+#include "host/common/store_channel.h"
+#include "host/common/store_layout.h"
+
+#include <atomic>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace ggml_remote::host {
+
+struct StoreOwnerCounters {
+    uint64_t entries_written = 0;
+    uint64_t entries_refused = 0;  // bytes that did not match their digest, or never came
+    uint64_t entries_damaged = 0;  // found damaged, removed
+    uint64_t entries_evicted = 0;
+    uint64_t commits_refused = 0;  // no room (the limit, a full disk) or one already in flight
+};
+
+class StoreOwner {
+  public:
+    StoreOwner();
+    ~StoreOwner();
+    StoreOwner(const StoreOwner &) = delete;
+    StoreOwner &operator=(const StoreOwner &) = delete;
+
+    // Makes the store's directory if need be (mode 0700, the server's own), and
+    // removes entries left half written; once, when the server starts.
+    static Status prepare(const WeightStoreOptions &options);
+    // Opens the store (making its directory if need be) and counts what it holds.
+    Status open(const WeightStoreOptions &options);
+    bool enabled() const { return root_.valid(); }
+
+    // Serves a worker on `channel` for `tenant`; with `tenant_from_worker` (TLS) the
+    // worker names its identity first, and `tenant` is ignored.
+    void serve(UniqueFd channel, const std::string &tenant, bool tenant_from_worker);
+    // A socket pair whose one end is served as above: the other, the worker's.
+    Status connect(const std::string &tenant, bool tenant_from_worker, UniqueFd *worker_end);
+
+    StoreOwnerCounters counters() const;
+    // Bytes of named entries and of those being written (reserved).
+    uint64_t bytes_held() const;
+    uint64_t max_bytes() const { return options_.max_bytes; }
+
+    // DIR/<this> holds `tenant`'s entries ("" : the shared part).
+    static std::string tenant_directory_name(const std::string &tenant);
+
+  private:
+    struct Channel;
+    struct Commit;
+    // How a commit ends: its entry named; dropped once its bytes came (they did not
+    // match, or never came whole); refused before any came (no room on the disk).
+    enum class CommitEnd { named, dropped, refused };
+    struct Stored {
+        uint64_t bytes = 0;
+        int64_t used_ns = 0;
+    };
+
+    void serve_channel(Channel *channel);
+    void answer(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds);
+    Status identify(Channel *channel, const store_channel::Request &request);
+    Status find(const Channel &channel, const store_channel::Request &request, store_channel::Reply *reply,
+                UniqueFd *file);
+    Status start_commit(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds,
+                        store_channel::Reply *reply);
+    Status create_entry(Commit *commit);
+    void run_commit(std::unique_ptr<Commit> commit);
+    bool take_bytes(Commit &commit);
+    void finish_commit(Commit &commit, CommitEnd end);
+    Status reserve(const std::string &tenant, const std::string &name, uint64_t bytes);
+    void evict_locked(uint64_t room_for);
+    Status open_tenant(const std::string &tenant, UniqueFd *directory);
+    void scan();
+    void forget_ended_channels();
+    void remove_entry(const std::string &key);
+    std::string tenant_of(const std::string &tenant) const;
+
+    UniqueFd root_;
+    WeightStoreOptions options_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<uint64_t> next_temporary_{0};
+
+    mutable std::mutex mutex_;
+    std::map<std::string, Stored> stored_;  // "<tenant dir>/<name>"
+    std::map<std::string, uint64_t> in_flight_;  // the same keys: reserved bytes
+    uint64_t stored_bytes_ = 0;
+    uint64_t reserved_bytes_ = 0;
+    StoreOwnerCounters counters_;
+    std::list<std::unique_ptr<Channel>> channels_;
+};
+
+}  // namespace ggml_remote::host

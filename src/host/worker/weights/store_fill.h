@@ -1,0 +1,116 @@
+// StoreFill: a session's use of the weight store (weight_store.h).
+//
+// A lookup that finds its entry fills the range from it. In a buffer in the
+// worker's own memory, the entry's whole pages are mapped in place (copy-on-write),
+// and only the partial pages at the two ends are copied: sessions that load the
+// same weights share one copy of them. Elsewhere (device memory, another place in
+// the page), the bytes are copied.
+//
+// A lookup that finds nothing makes a new entry; the guest's bytes land in the
+// buffer as they would without a store. The next command that is not a write ends
+// it, and only when the guest sent at least the entry's size of bytes into its
+// range since: the work the store does for a guest is bounded by what it sent. In
+// the worker's memory, the store's thread, on otherwise idle cores, streams the
+// bytes to the store's owner, which checks them against the digest and names the
+// entry (or drops it); once named, the buffer's whole pages are swapped for the
+// entry's (same bytes, one copy for all sessions), unless the range was written
+// since. From device memory the bytes are read and streamed at once.
+#pragma once
+
+#include "host/worker/weights/weight_store.h"
+#include "transport/shared_memory.h"
+
+#include <ggml.h>
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace ggml_remote::host {
+
+struct StoreFillCounters {
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+    uint64_t bytes_saved = 0;  // bytes the guest did not send
+};
+
+class StoreFill {
+  public:
+    // Where a lookup's bytes go: `range` is a byte tensor over them (the session's
+    // write_range); `memory` the buffer's own mapping when the store's pages may be
+    // put into it (the worker's private memory), else null.
+    struct Target {
+        ggml_tensor *range = nullptr;
+        Mapping *memory = nullptr;
+        uint64_t buffer = 0;  // the session's handle
+        uint64_t offset = 0;  // of the range in the buffer
+    };
+
+    Status open(UniqueFd channel, const std::string &identity) { return store_.open(std::move(channel), identity); }
+    bool enabled() const { return store_.enabled(); }
+
+    // Fills `target` from the entry for `digest` (*found), or starts a new entry.
+    Status lookup(const Target &target, const protocol::ContentDigest &digest, bool *found);
+    // Starts a new entry for the bytes the guest sends next (WeightOffer): unless the
+    // store holds them already, which only costs the guest the bytes it sends anyway.
+    Status offer(const Target &target, const protocol::ContentDigest &digest);
+    // `sent` bytes of the guest's arrived for [offset, +size) of `buffer` (SetTensor):
+    // they count towards the new entry where they fall in its range.
+    void received(uint64_t buffer, uint64_t offset, uint64_t size, uint64_t sent);
+    // Hands the new entry, if any, to the store, when the guest sent its bytes.
+    Status finish_pending();
+    // The guest left: a new entry whose bytes it sent is handed over, and the
+    // commits are done within `limit` (they hold only bytes it sent), or dropped.
+    void stop(std::chrono::milliseconds limit);
+
+    // Bytes of a buffer changed (or it is being freed: then call forget_buffer):
+    // a new entry made from the range before is not swapped in.
+    void written(uint64_t buffer, uint64_t offset, uint64_t size);
+    // The buffer is about to be freed: the store's thread may be copying from it.
+    void forget_buffer(uint64_t buffer);
+    // Swaps in the pages of entries named since the last call (cheap when none are due).
+    void map_named();
+
+    const StoreFillCounters &counters() const { return counters_; }
+    WeightStore &store() { return store_; }
+
+  private:
+    struct Pending {
+        protocol::ContentDigest digest;
+        uint64_t size = 0;
+        uint64_t phase = 0;
+        uint64_t received = 0;  // bytes the guest sent into the range since
+        ggml_tensor range;      // what target.range points at
+        Target target;
+    };
+    // A new entry copied from a buffer's memory, to be swapped in once named.
+    struct Awaiting {
+        protocol::ContentDigest digest;
+        Mapping *memory = nullptr;
+        uint64_t buffer = 0;
+        size_t offset = 0;  // in the mapping
+        uint64_t size = 0;
+        bool written = false;  // since the copy was queued: keep the buffer's own bytes
+    };
+    void swap_in(const Awaiting &awaiting);
+    // [first whole page, end of the last whole page) of `size` bytes at `offset` of
+    // `memory`; empty when they hold no whole page.
+    static void whole_pages(const Mapping *memory, size_t offset, uint64_t size, size_t *first, size_t *end);
+    // Whether the entry's pages can stand in for whole pages of `entry.size` bytes at
+    // `offset` of `memory` (which pages: [*first, *end)).
+    static bool pages_of_entry_fit(const Mapping *memory, size_t offset, const StoreEntry &entry, size_t *first,
+                                   size_t *end);
+    // Maps them there, copy-on-write.
+    static bool map_pages_of_entry(Mapping *memory, size_t offset, const StoreEntry &entry, size_t first,
+                                   size_t end);
+    bool fill_in_place(const Target &target, const StoreEntry &entry);
+    Status fill_by_copy(const Target &target, const StoreEntry &entry);
+    Status start_entry(const Target &target, const protocol::ContentDigest &digest);
+
+    WeightStore store_;
+    std::optional<Pending> pending_;
+    std::vector<Awaiting> awaiting_;
+    StoreFillCounters counters_;
+};
+
+}  // namespace ggml_remote::host
