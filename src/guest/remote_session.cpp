@@ -361,7 +361,7 @@ Status RemoteSession::flush_queue() {
 Status RemoteSession::run(CommandId id, Exchange &x) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     // Freeing what a lost connection held needs no new one.
-    if (broken_ && (id == CommandId::buffer_free || id == CommandId::backend_free)) {
+    if (broken_ && command_has(id, kReleases)) {
         return error(Code::disconnected, "no connection to " + endpoint_);
     }
     if (Status status = refuse_if_lost_locked(); !status) return status;

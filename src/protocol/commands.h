@@ -26,41 +26,63 @@
 
 namespace ggml_remote::protocol {
 
-// Whether a request is exactly its Request struct (the host refuses any other
-// size), or the struct followed by a variable tail.
-enum class RequestSize : uint8_t { exact, with_tail };
+// What the dispatchers do around a command besides calling its handler: one bit a
+// column of the list below, each read in one place (named beside it). A command
+// with none is kPlain: an exact request, a reply, no special handling.
+enum CommandPolicy : uint32_t {
+    kPlain = 0,
+    // The request is its Request struct and then a variable tail; without this bit,
+    // exactly its struct (the host's dispatcher refuses any other size).
+    kTakesTail = 1u << 0,
+    // The host sends no reply; a failure is reported with the next reply
+    // (guest: post(); host: Session::serve).
+    kOneWay = 1u << 1,
+    // The one command a session may start with (Session::run_handler).
+    kOpensSession = 1u << 2,
+    // On the shared ring the tail is tensor data, read in place by the handler
+    // instead of copied out first (Session::tail_left_in_ring).
+    kTailInRing = 1u << 3,
+    // Writes a tensor's bytes: a new weight store entry being filled stays open;
+    // every other command completes it (Session::run_handler).
+    kWritesWeights = 1u << 4,
+    // A failure goes to the server's log too, a few per session (Session::handle_frame).
+    kFailureLogged = 1u << 5,
+    // Frees a host object: with the connection lost it fails at once, and makes no
+    // new connection for it (guest: RemoteSession::run).
+    kReleases = 1u << 6,
+};
 
-// X(id, name, struct, request size). The ids are the wire's: never renumber.
-#define GGML_REMOTE_COMMANDS(X)                              \
-    X(1, hello, Hello, with_tail)                            \
-    X(2, device_info, DeviceInfo, exact)                     \
-    X(3, device_memory, DeviceMemory, exact)                 \
-    X(4, supports_op, SupportsOp, with_tail)                 \
-    X(5, alloc_size, AllocSize, with_tail)                   \
-    X(6, buffer_alloc, BufferAlloc, exact)                   \
-    X(7, buffer_free, BufferFree, exact)                     \
-    X(8, buffer_clear, BufferClear, exact)                   \
-    X(9, buffer_reset, BufferReset, exact)                   \
-    X(10, init_tensor, InitTensor, with_tail)                \
-    X(11, set_tensor, SetTensor, with_tail)                  \
-    X(12, set_tensor_2d, SetTensor2d, with_tail)             \
-    X(13, get_tensor, GetTensor, exact)                      \
-    X(14, get_tensor_2d, GetTensor2d, exact)                 \
-    X(15, memset_tensor, MemsetTensor, exact)                \
-    X(16, copy_tensor, CopyTensor, exact)                    \
-    X(17, backend_init, BackendInit, exact)                  \
-    X(18, backend_free, BackendFree, exact)                  \
-    X(19, set_n_threads, SetNThreads, exact)                 \
-    X(20, graph_compute, GraphCompute, with_tail)            \
-    X(21, buffer_from_file, BufferFromFile, exact)           \
-    X(22, synchronize, Synchronize, exact)                   \
-    X(23, server_status, ServerStatus, exact)                \
-    X(24, buffer_set_usage, BufferSetUsage, exact)           \
-    X(25, buffer_written, BufferWritten, exact)              \
-    X(26, weight_lookup, WeightLookup, exact)                \
-    X(27, weight_offer, WeightOffer, exact)                  \
-    X(28, graph_optimize, GraphOptimize, with_tail)          \
-    X(29, buffer_adopt, BufferAdopt, exact)
+// X(id, name, struct, policy). The ids are the wire's: never renumber.
+#define GGML_REMOTE_COMMANDS(X) \
+    X(1, hello, Hello, kTakesTail | kOpensSession)                                          \
+    X(2, device_info, DeviceInfo, kPlain)                                                   \
+    X(3, device_memory, DeviceMemory, kPlain)                                               \
+    X(4, supports_op, SupportsOp, kTakesTail)                                               \
+    X(5, alloc_size, AllocSize, kTakesTail)                                                 \
+    X(6, buffer_alloc, BufferAlloc, kPlain)                                                 \
+    X(7, buffer_free, BufferFree, kOneWay | kReleases)                                      \
+    X(8, buffer_clear, BufferClear, kOneWay)                                                \
+    X(9, buffer_reset, BufferReset, kOneWay)                                                \
+    X(10, init_tensor, InitTensor, kTakesTail | kOneWay)                                    \
+    X(11, set_tensor, SetTensor, kTakesTail | kOneWay | kTailInRing | kWritesWeights)       \
+    X(12, set_tensor_2d, SetTensor2d, kTakesTail | kOneWay | kTailInRing | kWritesWeights)  \
+    X(13, get_tensor, GetTensor, kPlain)                                                    \
+    X(14, get_tensor_2d, GetTensor2d, kPlain)                                               \
+    X(15, memset_tensor, MemsetTensor, kOneWay)                                             \
+    X(16, copy_tensor, CopyTensor, kPlain)                                                  \
+    X(17, backend_init, BackendInit, kPlain)                                                \
+    X(18, backend_free, BackendFree, kOneWay | kReleases)                                   \
+    X(19, set_n_threads, SetNThreads, kOneWay)                                              \
+    X(20, graph_compute, GraphCompute, kTakesTail | kOneWay | kFailureLogged)               \
+    X(21, buffer_from_file, BufferFromFile, kPlain)                                         \
+    X(22, synchronize, Synchronize, kPlain)                                                 \
+    X(23, server_status, ServerStatus, kPlain)                                              \
+    X(24, buffer_set_usage, BufferSetUsage, kOneWay)                                        \
+    X(25, buffer_written, BufferWritten, kOneWay)                                           \
+    X(26, weight_lookup, WeightLookup, kPlain)                                              \
+    X(27, weight_offer, WeightOffer, kOneWay)                                               \
+    X(28, graph_optimize, GraphOptimize, kTakesTail)                                        \
+    X(29, buffer_adopt, BufferAdopt, kPlain)
 
 #define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {
@@ -68,6 +90,24 @@ enum class CommandId : uint16_t {
     count_,  // not a command: one past the last id
 };
 #undef GGML_REMOTE_COMMAND_ID
+
+// The command's policy bits (kPlain for an id that names no command).
+constexpr uint32_t command_policy(CommandId id) {
+#define GGML_REMOTE_COMMAND_POLICY(number, name, Cmd, policy) \
+    if (id == CommandId::name) return policy;
+    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_POLICY)
+#undef GGML_REMOTE_COMMAND_POLICY
+    return kPlain;
+}
+
+// Whether the command with wire id `command` has every bit of `policy`.
+constexpr bool command_has(uint16_t command, uint32_t policy) {
+    return (command_policy(static_cast<CommandId>(command)) & policy) == policy;
+}
+constexpr bool command_has(CommandId id, uint32_t policy) { return (command_policy(id) & policy) == policy; }
+
+// Whether the command's request may be longer than its Request struct.
+constexpr bool takes_tail(CommandId id) { return command_has(id, kTakesTail); }
 
 // "set_tensor"; "unknown" for an id that names no command.
 const char *command_name(CommandId id);
@@ -111,7 +151,7 @@ struct Empty {};
 // version's longer Hello is still read far enough to be told which version we speak.
 struct Hello {
     static constexpr CommandId id = CommandId::hello;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t magic = kHelloMagic;
         uint32_t protocol_version = kProtocolVersion;
@@ -127,7 +167,7 @@ struct Hello {
 // Reply tail: three NUL-terminated strings: name, description, buffer type name.
 struct DeviceInfo {
     static constexpr CommandId id = CommandId::device_info;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
     };
@@ -151,7 +191,7 @@ struct DeviceInfo {
 
 struct DeviceMemory {
     static constexpr CommandId id = CommandId::device_memory;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
     };
@@ -164,7 +204,7 @@ struct DeviceMemory {
 // Request tail: an encoded tensor list whose last tensor is the op.
 struct SupportsOp {
     static constexpr CommandId id = CommandId::supports_op;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
     };
@@ -176,7 +216,7 @@ struct SupportsOp {
 // Request tail: an encoded tensor list whose last tensor is the one to size.
 struct AllocSize {
     static constexpr CommandId id = CommandId::alloc_size;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
     };
@@ -187,7 +227,7 @@ struct AllocSize {
 
 struct BufferAlloc {
     static constexpr CommandId id = CommandId::buffer_alloc;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
         uint64_t size;
@@ -208,7 +248,7 @@ struct BufferAlloc {
 // too instead of copied. Only where DeviceInfo says shared_buffers.
 struct BufferFromFile {
     static constexpr CommandId id = CommandId::buffer_from_file;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
         uint64_t file_offset;
@@ -227,7 +267,7 @@ struct BufferFromFile {
 // host seals those it makes) and exactly `size` bytes long.
 struct BufferAdopt {
     static constexpr CommandId id = CommandId::buffer_adopt;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
         uint64_t size;
@@ -239,7 +279,7 @@ struct BufferAdopt {
 
 struct BufferFree {
     static constexpr CommandId id = CommandId::buffer_free;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t buffer;
     };
@@ -248,7 +288,7 @@ struct BufferFree {
 
 struct BufferClear {
     static constexpr CommandId id = CommandId::buffer_clear;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t buffer;
         uint8_t value;
@@ -261,7 +301,7 @@ struct BufferClear {
 // them in its CPU's fastest layouts (host/weight_repack.h).
 struct BufferSetUsage {
     static constexpr CommandId id = CommandId::buffer_set_usage;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t buffer;
         uint32_t usage;
@@ -274,7 +314,7 @@ struct BufferSetUsage {
 // writes without saying so only makes its own results wrong.
 struct BufferWritten {
     static constexpr CommandId id = CommandId::buffer_written;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t buffer;
         uint64_t offset;
@@ -285,7 +325,7 @@ struct BufferWritten {
 
 struct BufferReset {
     static constexpr CommandId id = CommandId::buffer_reset;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t buffer;
     };
@@ -295,7 +335,7 @@ struct BufferReset {
 // Request tail: an encoded tensor list whose last tensor is the one to initialise.
 struct InitTensor {
     static constexpr CommandId id = CommandId::init_tensor;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t buffer;
     };
@@ -319,7 +359,7 @@ constexpr uint64_t kMinWeightLookupBytes = uint64_t(64) << 10;
 
 struct WeightLookup {
     static constexpr CommandId id = CommandId::weight_lookup;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange range;
         uint8_t digest[16];
@@ -335,7 +375,7 @@ struct WeightLookup {
 // bytes that follow as a new entry, as after a lookup that found nothing.
 struct WeightOffer {
     static constexpr CommandId id = CommandId::weight_offer;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange range;
         uint8_t digest[16];
@@ -346,7 +386,7 @@ struct WeightOffer {
 // Request tail: `range.size` bytes.
 struct SetTensor {
     static constexpr CommandId id = CommandId::set_tensor;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange range;
     };
@@ -357,7 +397,7 @@ struct SetTensor {
 // request tail: the rows packed back to back.
 struct SetTensor2d {
     static constexpr CommandId id = CommandId::set_tensor_2d;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange range;
         uint64_t n_copies;
@@ -369,7 +409,7 @@ struct SetTensor2d {
 // Reply tail: `range.size` bytes.
 struct GetTensor {
     static constexpr CommandId id = CommandId::get_tensor;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange range;
     };
@@ -379,7 +419,7 @@ struct GetTensor {
 // Reply tail: the n_copies rows packed back to back.
 struct GetTensor2d {
     static constexpr CommandId id = CommandId::get_tensor_2d;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange range;
         uint64_t n_copies;
@@ -390,7 +430,7 @@ struct GetTensor2d {
 
 struct MemsetTensor {
     static constexpr CommandId id = CommandId::memset_tensor;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange range;
         uint8_t value;
@@ -401,7 +441,7 @@ struct MemsetTensor {
 // Copies src.size bytes between two buffers of the same session (dst.size must match).
 struct CopyTensor {
     static constexpr CommandId id = CommandId::copy_tensor;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         BufferRange src;
         BufferRange dst;
@@ -413,7 +453,7 @@ struct CopyTensor {
 
 struct BackendInit {
     static constexpr CommandId id = CommandId::backend_init;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t device;
     };
@@ -424,7 +464,7 @@ struct BackendInit {
 
 struct BackendFree {
     static constexpr CommandId id = CommandId::backend_free;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t backend;
     };
@@ -433,7 +473,7 @@ struct BackendFree {
 
 struct SetNThreads {
     static constexpr CommandId id = CommandId::set_n_threads;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t backend;
         int32_t n_threads;
@@ -458,7 +498,7 @@ enum GraphMode : uint8_t {
 // graph (tensor list + node indexes), unless replayed.
 struct GraphCompute {
     static constexpr CommandId id = CommandId::graph_compute;
-    static constexpr bool one_way = true;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t backend;
         uint32_t slot;
@@ -476,7 +516,7 @@ struct GraphCompute {
 // `until` has run. A backend without graph_optimize replies has_optimizer 0.
 struct GraphOptimize {
     static constexpr CommandId id = CommandId::graph_optimize;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t backend;
     };
@@ -492,7 +532,7 @@ struct GraphOptimize {
 // read shared memory that a compute writes.
 struct Synchronize {
     static constexpr CommandId id = CommandId::synchronize;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint64_t backend;
     };
@@ -504,7 +544,7 @@ struct Synchronize {
 // Reply tail: n_devices StatusDevice, then n_sessions StatusSession.
 struct ServerStatus {
     static constexpr CommandId id = CommandId::server_status;
-    static constexpr bool one_way = false;
+    static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
         uint32_t reserved;
     };
@@ -549,23 +589,23 @@ struct StatusSession {
 
 #pragma pack(pop)
 
-// Whether the command's request may be longer than its Request struct.
-constexpr bool takes_tail(CommandId id) {
-#define GGML_REMOTE_COMMAND_TAKES_TAIL(number, name, Cmd, size) \
-    if (id == CommandId::name) return RequestSize::size == RequestSize::with_tail;
-    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_TAKES_TAIL)
-#undef GGML_REMOTE_COMMAND_TAKES_TAIL
-    return false;
-}
-
 // Every command's struct, in the order of their ids.
-#define GGML_REMOTE_COMMAND_TYPE(number, name, Cmd, size) , std::tuple<Cmd>()
+#define GGML_REMOTE_COMMAND_TYPE(number, name, Cmd, policy) , std::tuple<Cmd>()
 using AllCommands = decltype(std::tuple_cat(std::tuple<>() GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_TYPE)));
 #undef GGML_REMOTE_COMMAND_TYPE
 
+// The size of the command's Request struct (0 for an id that names no command).
+constexpr size_t request_size(CommandId id) {
+#define GGML_REMOTE_COMMAND_REQUEST_SIZE(number, name, Cmd, policy) \
+    if (id == CommandId::name) return sizeof(Cmd::Request);
+    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_REQUEST_SIZE)
+#undef GGML_REMOTE_COMMAND_REQUEST_SIZE
+    return 0;
+}
+
 // Each struct names its own line of the list, and the ids run 1, 2, 3... with no
 // gap (the host's handler table is indexed by them).
-#define GGML_REMOTE_COMMAND_CHECK(number, name, Cmd, size)                                  \
+#define GGML_REMOTE_COMMAND_CHECK(number, name, Cmd, policy)                                  \
     static_assert(Cmd::id == CommandId::name, #Cmd "::id is not the id of its line");   \
     static_assert(std::tuple_element_t<number - 1, AllCommands>::id == CommandId::name, \
                   #Cmd " is not where its id says in GGML_REMOTE_COMMANDS");

@@ -99,7 +99,6 @@ class Dispatcher {
             }
             return status;
         };
-        one_way_[static_cast<size_t>(Cmd::id)] = Cmd::one_way;
     }
 
     // Null when the command is unknown.
@@ -107,7 +106,7 @@ class Dispatcher {
         if (command >= handlers_.size() || !handlers_[command]) return nullptr;
         return &handlers_[command];
     }
-    bool one_way(uint16_t command) const { return command < one_way_.size() && one_way_[command]; }
+    bool one_way(uint16_t command) const { return protocol::command_has(command, protocol::kOneWay); }
 
   private:
     // The request's fixed part; refused when short, or longer than it for a
@@ -125,7 +124,6 @@ class Dispatcher {
 
     static constexpr size_t kCount = static_cast<size_t>(protocol::CommandId::count_);
     std::array<RawHandler, kCount> handlers_{};
-    std::array<bool, kCount> one_way_{};
 };
 
 }  // namespace ggml_remote::host

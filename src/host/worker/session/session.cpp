@@ -120,7 +120,7 @@ Status Session::handle_frame(uint16_t command, ByteView payload, TailStream *str
     // A failed handshake is the guest's refusal, which its worker reports, not a command's.
     if (!status.ok() && handshaken_) {
         ++counters_.commands_refused[static_cast<size_t>(command_refusal_for(status.code()))];
-        if (command == static_cast<uint16_t>(CommandId::graph_compute)) report_compute_failure(status);
+        if (protocol::command_has(command, protocol::kFailureLogged)) report_compute_failure(status);
     }
     return status;
 }
@@ -140,12 +140,11 @@ Status Session::run_handler(uint16_t command, ByteView payload, TailStream *stre
                            ReplyFrame *reply) {
     const Dispatcher::RawHandler *handler = dispatcher_.find(command);
     if (handler == nullptr) return error(Code::bad_request, "unknown command " + std::to_string(command));
-    if (!handshaken_ && command != static_cast<uint16_t>(CommandId::hello)) {
+    if (!handshaken_ && !protocol::command_has(command, protocol::kOpensSession)) {
         return error(Code::bad_request, "the first message must be the handshake");
     }
     // A new store entry is complete once the guest does anything but write.
-    if (command != static_cast<uint16_t>(CommandId::set_tensor) &&
-        command != static_cast<uint16_t>(CommandId::set_tensor_2d)) {
+    if (!protocol::command_has(command, protocol::kWritesWeights)) {
         Status stored = store_fill_.finish_pending();
         if (!stored) return stored;
     }

@@ -214,9 +214,8 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
 uint64_t Session::tail_left_in_ring(const ServeLoop &, const FrameHeader &header) const {
     // Only tensor data, only after the handshake, and not while frames are recorded whole.
     if (!handshaken_ || recorder_ != nullptr) return 0;
-    size_t fixed = 0;
-    if (header.command == static_cast<uint16_t>(CommandId::set_tensor)) fixed = sizeof(SetTensor::Request);
-    if (header.command == static_cast<uint16_t>(CommandId::set_tensor_2d)) fixed = sizeof(SetTensor2d::Request);
+    if (!protocol::command_has(header.command, protocol::kTailInRing)) return 0;
+    const size_t fixed = protocol::request_size(static_cast<CommandId>(header.command));
     // A payload too short for its request is refused by the dispatcher, as ever.
     return fixed > 0 && header.payload_size > fixed ? header.payload_size - fixed : 0;
 }
