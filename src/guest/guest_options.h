@@ -1,6 +1,6 @@
 // GuestOptions: the plugin's settings, read from its environment once, at
-// start-up; the rest of the guest is given these values. README.md lists the
-// variables for users.
+// start-up; the rest of the guest is given these values. docs/REFERENCE.md lists
+// the variables for users.
 #pragma once
 
 #include "transport/wait_options.h"
