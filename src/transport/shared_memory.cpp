@@ -148,8 +148,10 @@ Status Mapping::overlay_file(size_t offset, size_t length, int fd, uint64_t file
     if (placed == MAP_FAILED) {
         const int saved = errno;
         // A failed MAP_FIXED may have unmapped the range: never leave a hole in a buffer.
-        (void)::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-        return error(Code::error, std::string("mmap: ") + std::strerror(saved));
+        void *refilled = ::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        // Should even that fail, the hole stays: a use of it ends only this worker.
+        const char *hole = refilled == MAP_FAILED ? " (and the range could not be refilled)" : "";
+        return error(Code::error, std::string("mmap: ") + std::strerror(saved) + hole);
     }
     return Status::success();
 }

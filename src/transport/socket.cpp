@@ -107,7 +107,8 @@ bool adopt_listening_socket(int fd, InheritedSocket *socket) {
                       NI_NUMERICHOST | NI_NUMERICSERV);
         socket->endpoint.kind = Endpoint::Kind::tcp;
         socket->endpoint.host = host;
-        socket->endpoint.port = std::atoi(service);
+        // NI_NUMERICSERV: the port's digits, or the "0" it started as.
+        socket->endpoint.port = static_cast<int>(std::strtol(service, nullptr, 10));
     } else {
         return false;
     }
