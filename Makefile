@@ -4,8 +4,11 @@
 BUILD ?= build
 RUN := scripts/in-sysroot
 CTEST_ARGS ?=
+# WERROR=ON: warnings fail the build (CI); the default leaves the cache's setting.
+WERROR ?=
+CMAKE_FLAGS := $(if $(WERROR),-DGGML_REMOTE_WERROR=$(WERROR))
 
-.PHONY: all build test unit demo conformance bench bench-vm sysroot clean fuzz sanitize
+.PHONY: all build test unit demo conformance bench bench-vm sysroot clean fuzz sanitize format tidy
 
 all: build
 
@@ -13,7 +16,7 @@ sysroot:
 	scripts/make-sysroot
 
 build:
-	$(RUN) sh -c 'cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $$(command -v ninja >/dev/null && echo -G Ninja) >/dev/null && cmake --build $(BUILD) -j2'
+	$(RUN) sh -c 'cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) $$(command -v ninja >/dev/null && echo -G Ninja) >/dev/null && cmake --build $(BUILD) -j2'
 
 test: build
 	$(RUN) ctest --test-dir $(BUILD) --output-on-failure $(CTEST_ARGS)
@@ -47,6 +50,14 @@ fuzz:
 SANITIZE_BUILD ?= build-sanitize
 sanitize:
 	$(RUN) env CTEST_ARGS="$(CTEST_ARGS)" scripts/sanitize.sh $(SANITIZE_BUILD)
+
+# make format: fails naming each C++ file clang-format would change (FIX=1 rewrites them).
+format:
+	$(RUN) env FIX=$(FIX) scripts/check-format.sh
+
+# make tidy: clang-tidy (.clang-tidy) over the protocol, transports and host/common.
+tidy: build
+	$(RUN) scripts/check-tidy.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
