@@ -1,5 +1,7 @@
 #include "host/worker/jail/sandbox.h"
 
+#include "host/worker/jail/seccomp_policy.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -28,51 +30,6 @@ namespace {
 // board, the few a frame carries, and whatever a GPU driver opens per device.
 constexpr rlim_t kMaxDescriptors = 4096;
 
-// System calls a session worker never makes once it serves a guest: they start
-// programs, reach into other processes, open new connections, change the system
-// or the process's identity. Each is refused with EPERM (clone, clone3, kill and
-// friends have rules of their own below, with their arguments).
-//
-// Why a deny-list and not an allow-list: the worker runs the host's ggml backends,
-// and GPU backends talk to their drivers through ioctls, mmaps and helper threads
-// that differ per vendor and driver release. An allow-list tight enough to matter
-// would break them on the next driver update; a deny-list takes away what an
-// attacker who got code execution in a worker wants next (a shell, the network,
-// the listener and the other workers, the kernel's rarer interfaces) and leaves the
-// backends alone.
-constexpr const char *kDeniedSyscalls[] = {
-    // new programs and processes (threads stay allowed: see the clone rules)
-    "execve", "execveat", "fork", "vfork",
-    // other processes
-    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_open", "pidfd_getfd",
-    "pidfd_send_signal", "tkill", "kcmp", "get_robust_list", "process_mrelease",
-    // new network connections; the guest's socket keeps working (sendmsg, recvmsg)
-    "socket", "connect", "bind", "listen", "accept", "accept4",
-    // io_uring would do all of the above without the system calls
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
-    // mounts, namespaces, file handles
-    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "fsopen", "fsconfig", "fsmount", "fspick",
-    "move_mount", "open_tree", "mount_setattr", "name_to_handle_at", "open_by_handle_at", "quotactl", "quotactl_fd",
-    "swapon", "swapoff",
-    // the kernel's rarer interfaces
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "bpf", "perf_event_open",
-    "userfaultfd", "fanotify_init", "keyctl", "add_key", "request_key", "syslog", "reboot", "acct", "iopl", "ioperm",
-    "uselib", "lookup_dcookie", "vhangup",
-    // identity, time, limits (set once, before the filter)
-    "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups", "setfsuid", "setfsgid",
-    "capset", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname",
-    "setrlimit"};
-
-// IOPRIO_WHO_PROCESS (linux/ioprio.h is not in every libc's headers).
-constexpr scmp_datum_t kIoprioWhoProcess = 1;
-
-// clone()'s flags are its first argument, except on s390.
-#if defined(__s390__)
-constexpr unsigned kCloneFlagsArg = 1;
-#else
-constexpr unsigned kCloneFlagsArg = 0;
-#endif
-
 struct FilterDeleter {
     void operator()(void *filter) const { seccomp_release(filter); }
 };
@@ -80,28 +37,6 @@ using Filter = std::unique_ptr<void, FilterDeleter>;
 
 Status seccomp_failure(const std::string &what, int rc) {
     return error(Code::error, "seccomp: " + what + ": " + std::strerror(-rc));
-}
-
-// A rule on one argument of a system call.
-struct ArgumentRule {
-    const char *name;
-    scmp_arg_cmp condition;
-};
-
-scmp_arg_cmp masked_equal(unsigned arg, scmp_datum_t mask, scmp_datum_t value) {
-    return {arg, SCMP_CMP_MASKED_EQ, mask, value};
-}
-
-scmp_arg_cmp not_equal(unsigned arg, scmp_datum_t value) { return {arg, SCMP_CMP_NE, value, 0}; }
-
-// Adds `action` for `name` (when `condition` holds, if there is one); a call this
-// architecture does not have is skipped.
-Status add_rule(scmp_filter_ctx filter, uint32_t action, const char *name, const scmp_arg_cmp *condition = nullptr) {
-    const int syscall = seccomp_syscall_resolve_name(name);
-    if (syscall == __NR_SCMP_ERROR) return Status::success();
-    const int rc = seccomp_rule_add_array(filter, action, syscall, condition != nullptr ? 1 : 0, condition);
-    if (rc < 0) return seccomp_failure(std::string("rule for ") + name, rc);
-    return Status::success();
 }
 
 Status load_filter() {
@@ -120,61 +55,8 @@ Status load_filter() {
     // only its data. Where libseccomp cannot say so (API level < 4), the kernel's default stays.
     if (seccomp_api_get() >= 4) (void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_SSB, 1);
 
-    const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
-    for (const char *name : kDeniedSyscalls) {
-        Status status = add_rule(ctx, deny, name);
-        if (!status) return status;
-    }
-    const auto self = static_cast<scmp_datum_t>(::getpid());
-    const ArgumentRule rules[] = {
-        // clone makes threads (CLONE_THREAD, as pthread_create does) but no process,
-        // and no thread in a namespace of its own.
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_THREAD, 0)},
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_NEWNS, CLONE_NEWNS)},
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_NEWCGROUP, CLONE_NEWCGROUP)},
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_NEWUTS, CLONE_NEWUTS)},
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_NEWIPC, CLONE_NEWIPC)},
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_NEWUSER, CLONE_NEWUSER)},
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_NEWPID, CLONE_NEWPID)},
-        {"clone", masked_equal(kCloneFlagsArg, CLONE_NEWNET, CLONE_NEWNET)},
-        // Signals only to this process: not to the listener, not to other workers.
-        {"kill", not_equal(0, self)},
-        {"tgkill", not_equal(0, self)},
-        {"rt_sigqueueinfo", not_equal(0, self)},
-        {"rt_tgsigqueueinfo", not_equal(0, self)},
-        // Limits can be read (getrlimit is prlimit64 without a new limit), not raised,
-        // and only this process's.
-        {"prlimit64", not_equal(2, 0)},
-        {"prlimit64", not_equal(0, 0)},
-        // Scheduling, priority, CPU affinity and memory placement of the calling thread
-        // only, named as 0: a filter cannot compare with each thread's own id, and a
-        // rule cannot allow two values of one argument, so a thread named by its id
-        // (pthread_setaffinity_np, pthread_setschedparam) is refused as well. ggml-cpu
-        // calls those only for an explicit cpumask or priority, which workers never set.
-        {"sched_setaffinity", not_equal(0, 0)},
-        {"sched_setscheduler", not_equal(0, 0)},
-        {"sched_setparam", not_equal(0, 0)},
-        {"sched_setattr", not_equal(0, 0)},
-        {"migrate_pages", not_equal(0, 0)},
-        {"move_pages", not_equal(0, 0)},
-        {"setpriority", not_equal(0, PRIO_PROCESS)},  // not a process group or a user
-        {"setpriority", not_equal(1, 0)},
-        {"ioprio_set", not_equal(0, kIoprioWhoProcess)},
-        {"ioprio_set", not_equal(1, 0)},
-        // Once undumpable, always: a dumpable worker's memory would be open to its siblings.
-        {"prctl", masked_equal(0, 0xffffffffu, PR_SET_DUMPABLE)},
-        // A terminal on stdout or stderr must not take typed-in commands from us.
-        // (ioctl's request is 32 bits wide; the mask ignores what lies above.)
-        {"ioctl", masked_equal(1, 0xffffffffu, TIOCSTI)},
-        {"ioctl", masked_equal(1, 0xffffffffu, TIOCLINUX)},
-    };
-    for (const ArgumentRule &rule : rules) {
-        Status status = add_rule(ctx, deny, rule.name, &rule.condition);
-        if (!status) return status;
-    }
-    // clone3 passes its flags in memory, where a filter cannot look: ENOSYS makes
-    // glibc fall back to clone, whose flags the rules above check.
-    Status status = add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3");
+    // The policy itself is data: seccomp_policy.h.
+    Status status = compile_seccomp_policy(session_worker_policy(), ctx, static_cast<uint64_t>(::getpid()));
     if (!status) return status;
 
     rc = seccomp_load(ctx);
