@@ -50,14 +50,18 @@ enum CommandPolicy : uint32_t {
     // Frees a host object: with the connection lost it fails at once, and makes no
     // new connection for it (guest: RemoteSession::run).
     kReleases = 1u << 6,
+    // The reply is its Reply struct alone: the guest refuses any tail and has no
+    // more to check (its ReplyRule is NoTailRule, protocol/reply_rules.h). A reply
+    // with a tail, or fields to hold against the request, has a rule of its own.
+    kFixedReply = 1u << 7,
 };
 
 // X(id, name, struct, policy). The ids are the wire's: never renumber.
 #define GGML_REMOTE_COMMANDS(X) \
     X(1, hello, Hello, kTakesTail | kOpensSession)                                          \
     X(2, device_info, DeviceInfo, kPlain)                                                   \
-    X(3, device_memory, DeviceMemory, kPlain)                                               \
-    X(4, supports_op, SupportsOp, kTakesTail)                                               \
+    X(3, device_memory, DeviceMemory, kFixedReply)                                          \
+    X(4, supports_op, SupportsOp, kTakesTail | kFixedReply)                                 \
     X(5, alloc_size, AllocSize, kTakesTail)                                                 \
     X(6, buffer_alloc, BufferAlloc, kPlain)                                                 \
     X(7, buffer_free, BufferFree, kOneWay | kReleases)                                      \
@@ -69,20 +73,20 @@ enum CommandPolicy : uint32_t {
     X(13, get_tensor, GetTensor, kPlain)                                                    \
     X(14, get_tensor_2d, GetTensor2d, kPlain)                                               \
     X(15, memset_tensor, MemsetTensor, kOneWay)                                             \
-    X(16, copy_tensor, CopyTensor, kPlain)                                                  \
-    X(17, backend_init, BackendInit, kPlain)                                                \
+    X(16, copy_tensor, CopyTensor, kFixedReply)                                             \
+    X(17, backend_init, BackendInit, kFixedReply)                                           \
     X(18, backend_free, BackendFree, kOneWay | kReleases)                                   \
     X(19, set_n_threads, SetNThreads, kOneWay)                                              \
     X(20, graph_compute, GraphCompute, kTakesTail | kOneWay | kFailureLogged)               \
-    X(21, buffer_from_file, BufferFromFile, kPlain)                                         \
-    X(22, synchronize, Synchronize, kPlain)                                                 \
+    X(21, buffer_from_file, BufferFromFile, kFixedReply)                                    \
+    X(22, synchronize, Synchronize, kFixedReply)                                            \
     X(23, server_status, ServerStatus, kPlain)                                              \
     X(24, buffer_set_usage, BufferSetUsage, kOneWay)                                        \
     X(25, buffer_written, BufferWritten, kOneWay)                                           \
-    X(26, weight_lookup, WeightLookup, kPlain)                                              \
+    X(26, weight_lookup, WeightLookup, kFixedReply)                                         \
     X(27, weight_offer, WeightOffer, kOneWay)                                               \
     X(28, graph_optimize, GraphOptimize, kTakesTail)                                        \
-    X(29, buffer_adopt, BufferAdopt, kPlain)
+    X(29, buffer_adopt, BufferAdopt, kFixedReply)
 
 #define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {

@@ -40,8 +40,10 @@ constexpr uint64_t kMaxBufferAlignment = 1u << 20;
 constexpr uint32_t kMaxStatusDevices = 1024;
 constexpr uint32_t kMaxStatusSessions = 65536;
 
-template <class Cmd>
-struct ReplyRule;  // defined below for every command with a reply, and only for those
+// Defined below for every command with a reply, and only for those: by the
+// command's kFixedReply column, or a rule of its own.
+template <class Cmd, class = void>
+struct ReplyRule;
 
 #define GGML_REMOTE_REPLY_RULE(Cmd)                                                                     \
     template <>                                                                                         \
@@ -72,18 +74,8 @@ struct NoTailRule {
         return reply_without_tail(Cmd::id, tail_size);
     }
 };
-#define GGML_REMOTE_NO_TAIL_RULE(Cmd) \
-    template <>                       \
-    struct ReplyRule<Cmd> : NoTailRule<Cmd> {};
-GGML_REMOTE_NO_TAIL_RULE(DeviceMemory)
-GGML_REMOTE_NO_TAIL_RULE(SupportsOp)
-GGML_REMOTE_NO_TAIL_RULE(BufferFromFile)
-GGML_REMOTE_NO_TAIL_RULE(BufferAdopt)
-GGML_REMOTE_NO_TAIL_RULE(CopyTensor)
-GGML_REMOTE_NO_TAIL_RULE(BackendInit)
-GGML_REMOTE_NO_TAIL_RULE(Synchronize)
-GGML_REMOTE_NO_TAIL_RULE(WeightLookup)
-#undef GGML_REMOTE_NO_TAIL_RULE
+template <class Cmd>
+struct ReplyRule<Cmd, std::enable_if_t<command_has(Cmd::id, kFixedReply)>> : NoTailRule<Cmd> {};
 
 // Whether Cmd has a rule: one-way commands need none; for the others, an
 // incomplete ReplyRule<Cmd> fails to compile here.
@@ -92,7 +84,7 @@ struct HasReplyRule : std::true_type {};
 template <class Cmd>
 struct HasReplyRule<Cmd, false> : std::integral_constant<bool, sizeof(ReplyRule<Cmd>) != 0> {};
 
-#define GGML_REMOTE_REPLY_RULE_CHECK(number, name, Cmd, size) \
+#define GGML_REMOTE_REPLY_RULE_CHECK(number, name, Cmd, policy) \
     static_assert(HasReplyRule<Cmd>::value, #Cmd " has a reply but no ReplyRule");
 GGML_REMOTE_COMMANDS(GGML_REMOTE_REPLY_RULE_CHECK)
 #undef GGML_REMOTE_REPLY_RULE_CHECK

@@ -57,6 +57,9 @@ TEST(CommandPolicy, ColumnsAgreeWithEachOtherAndWithTheStructs) {
         if (Cmd::one_way) {
             EXPECT_TRUE(std::is_empty<typename Cmd::Reply>::value) << name;
         }
+        if (command_has(Cmd::id, kFixedReply)) {
+            EXPECT_FALSE(Cmd::one_way) << name;  // a rule for a reply that never comes
+        }
         EXPECT_EQ(Cmd::one_way, command_has(Cmd::id, kOneWay)) << name;
         EXPECT_EQ(request_size(Cmd::id), sizeof(typename Cmd::Request)) << name;
     });
