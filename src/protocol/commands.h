@@ -590,6 +590,7 @@ struct StatusSession {
     uint64_t cores_threads;
     uint64_t cores_shared_computes;
 };
+static_assert(sizeof(StatusSession) == 4 + 4 + 112 + 8 + 12 * 8 + 2 * 8, "status session layout");
 
 #pragma pack(pop)
 

@@ -139,8 +139,8 @@ unsigned char *board_mapping() {
     return nullptr;
 }
 
-// The board's layout (src/host/common/status_board.cpp): a 16-byte header (magic, slots,
-// slot size, next id), 64 bytes of padding, then the slots; a slot starts with
+// The board's layout (src/host/common/status_board.cpp): a header (magic, slots,
+// slot size, figures layout), then the slots from offset 64; a slot starts with
 // live (u32), id (i32), pid (i32).
 void forge_board(const std::string &how) {
     unsigned char *board = board_mapping();
@@ -159,7 +159,7 @@ void forge_board(const std::string &how) {
         for (char &c : list) c = c == ',' ? ':' : c;
         split(list.c_str(), &decoys);
         for (size_t i = 0; i + 1 < decoys.size(); i += 2) {
-            unsigned char *slot = board + 80 + size_t(std::atoi(decoys[i + 1].c_str())) * slot_size;
+            unsigned char *slot = board + 64 + size_t(std::atoi(decoys[i + 1].c_str())) * slot_size;
             const int32_t id = 900 + static_cast<int32_t>(i), pid = std::atoi(decoys[i].c_str());
             std::memcpy(slot + 4, &id, 4);
             std::memcpy(slot + 8, &pid, 4);

@@ -246,6 +246,15 @@ TEST(StatusBoard, RefusesTheBoardOfAnotherLayoutAndCountsSlotsBySize) {
     const Status attached = StatusBoard::attach(::dup(board.fd()), &other);
     EXPECT_FALSE(attached.ok());
     EXPECT_NE(attached.message().find("layout"), std::string::npos) << attached.message();
+    // The fourth word stands for the list of session figures: another version's
+    // may hold as many in another order, in a slot of the same size.
+    static_cast<uint32_t *>(header)[2] -= 8;
+    static_cast<uint32_t *>(header)[3] ^= 1;
+    StatusBoard reordered;
+    EXPECT_FALSE(StatusBoard::attach(::dup(board.fd()), &reordered).ok());
+    static_cast<uint32_t *>(header)[3] ^= 1;
+    StatusBoard again;
+    EXPECT_TRUE(StatusBoard::attach(::dup(board.fd()), &again).ok());
     ::munmap(header, 64);
 }
 

@@ -10,12 +10,23 @@ namespace ggml_remote::host {
 
 namespace {
 
+// A board of another layout is not attached: its slot size or its list of figures
+// differs. The magic changed with the layout check, so that a build from before it
+// (which compares the slot size only) refuses this one's board too.
 struct BoardHeader {
     uint32_t magic;
     uint32_t slots;
-    uint32_t slot_size;  // sizeof(SessionSlot): a board of another layout is not attached
+    uint32_t slot_size;  // sizeof(SessionSlot)
+    uint32_t figures;    // figures_layout()
 };
-constexpr uint32_t kBoardMagic = 0x42534752;  // "RGSB"
+constexpr uint32_t kBoardMagic = 0x32534752;  // "RGS2"
+
+// FNV-1a of the list's fields and kinds: a reordered list keeps the slot's size.
+constexpr uint32_t figures_layout() {
+    uint32_t hash = 2166136261u;
+    for (const char c : kSessionFiguresLayout) hash = (hash ^ static_cast<uint8_t>(c)) * 16777619u;
+    return hash;
+}
 static_assert(std::is_standard_layout<SessionSlot>::value, "slots live in shared memory");
 
 // The slots start a cache line after the header, at an offset their atomics can live at.
@@ -39,6 +50,7 @@ Status StatusBoard::create(uint32_t slots, StatusBoard *board) {
     header->magic = kBoardMagic;
     header->slots = slots;
     header->slot_size = sizeof(SessionSlot);
+    header->figures = figures_layout();
     board->slots_ = slots;
     SessionSlot *slot = first_slot(board->mapping_);
     for (uint32_t i = 0; i < slots; ++i) new (&slot[i]) SessionSlot{};  // the memory file starts zeroed
@@ -58,7 +70,9 @@ Status StatusBoard::attach(int fd, StatusBoard *board) {
     if (!status) return status;
     const auto *header = static_cast<const BoardHeader *>(board->mapping_.data());
     if (header->magic != kBoardMagic) return error(Code::error, "status board: bad header");
-    if (header->slot_size != sizeof(SessionSlot)) return error(Code::error, "status board: another version's layout");
+    if (header->slot_size != sizeof(SessionSlot) || header->figures != figures_layout()) {
+        return error(Code::error, "status board: another version's layout");
+    }
     // The number of slots comes from the file's size, which its seals fix; the
     // header's count is a worker's to write.
     board->slots_ = static_cast<uint32_t>((static_cast<size_t>(st.st_size) - board_size(0)) / sizeof(SessionSlot));
@@ -70,14 +84,30 @@ SessionSlot *StatusBoard::slot(uint32_t index) const {
 }
 
 void clear_figures(SessionSlot *slot) {
-    for (auto *figure : {&slot->commands, &slot->bytes_received, &slot->bytes_sent, &slot->graph_computes,
-                         &slot->memory_in_use, &slot->buffers, &slot->backends, &slot->mapped_file_bytes,
-                         &slot->memory_quota, &slot->max_buffers, &slot->max_backends, &slot->mapped_file_quota,
-                         &slot->store_hits, &slot->store_misses, &slot->store_bytes_saved}) {
-        figure->store(0, std::memory_order_relaxed);
-    }
-    for (auto &refused : slot->commands_refused) refused.store(0, std::memory_order_relaxed);
+    store_figures(slot, SessionFigureValues{});
     slot->turned_away.store(0, std::memory_order_relaxed);
+}
+
+void store_figures(SessionSlot *slot, const SessionFigureValues &figures) {
+    constexpr auto relaxed = std::memory_order_relaxed;
+#define GGML_REMOTE_FIGURE_STORE(field, kind, reply, metric, from, help) slot->field.store(figures.field, relaxed);
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_STORE)
+#undef GGML_REMOTE_FIGURE_STORE
+    for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
+        slot->commands_refused[reason].store(figures.commands_refused[reason], relaxed);
+    }
+}
+
+SessionFigureValues load_figures(const SessionSlot &slot) {
+    constexpr auto relaxed = std::memory_order_relaxed;
+    SessionFigureValues figures;
+#define GGML_REMOTE_FIGURE_LOAD(field, kind, reply, metric, from, help) figures.field = slot.field.load(relaxed);
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_LOAD)
+#undef GGML_REMOTE_FIGURE_LOAD
+    for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
+        figures.commands_refused[reason] = slot.commands_refused[reason].load(relaxed);
+    }
+    return figures;
 }
 
 void record_turned_away(SessionSlot *slot, GuestRefusal reason) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "host/common/refusals.h"
+#include "host/common/session_figures.h"
 #include "protocol/status.h"
 #include "transport/shared_memory.h"
 #include "transport/unique_fd.h"
@@ -20,24 +21,11 @@ struct SessionSlot {
     int32_t pid;
     int64_t started_unix;
     char peer[112];
-    std::atomic<uint64_t> commands;
-    std::atomic<uint64_t> bytes_received;
-    std::atomic<uint64_t> bytes_sent;
-    std::atomic<uint64_t> graph_computes;
-    std::atomic<uint64_t> memory_in_use;
-    std::atomic<uint64_t> buffers;
-    std::atomic<uint64_t> backends;
-    std::atomic<uint64_t> mapped_file_bytes;
-    // The session's limits (0 memory quota: none), written once by its worker.
-    std::atomic<uint64_t> memory_quota;
-    std::atomic<uint64_t> max_buffers;
-    std::atomic<uint64_t> max_backends;
-    std::atomic<uint64_t> mapped_file_quota;
-    // Weights the session found in the host's weight store, or had to load, and the
-    // bytes it did not load thanks to the store.
-    std::atomic<uint64_t> store_hits;
-    std::atomic<uint64_t> store_misses;
-    std::atomic<uint64_t> store_bytes_saved;
+    // GGML_REMOTE_SESSION_FIGURES, written by the worker after every command (its
+    // limits too: they never change, and one path is simpler than two).
+#define GGML_REMOTE_FIGURE_ATOMIC(field, kind, reply, metric, from, help) std::atomic<uint64_t> field;
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_ATOMIC)
+#undef GGML_REMOTE_FIGURE_ATOMIC
     // Commands answered with an error, by CommandRefusal.
     std::atomic<uint64_t> commands_refused[kCommandRefusalReasons];
     // GuestRefusal + 1 when the worker turned its guest away before the handshake
@@ -54,6 +42,11 @@ struct SessionSlot {
 
 // Zeroes every figure a worker writes (not `live`), before the slot's next session.
 void clear_figures(SessionSlot *slot);
+// The worker's publication of its session's figures, and anyone's reading of them.
+// What is read was written by a worker, which its guest may have taken over: each
+// figure is any number.
+void store_figures(SessionSlot *slot, const SessionFigureValues &figures);
+SessionFigureValues load_figures(const SessionSlot &slot);
 // A new session's slot starts idle, whatever its last worker left there.
 void clear_core_fields(SessionSlot *slot);
 // The worker's record that it turned its guest away, and the listener's reading of

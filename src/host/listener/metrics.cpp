@@ -4,48 +4,14 @@ namespace ggml_remote::host {
 
 namespace {
 
-// counter: only grows, summed over ended and live sessions for the total.
-// gauge: the present value, summed over live sessions for the total.
-// limit: per session only. limit_or_none: a limit where 0 means none (+Inf).
-enum class Kind { counter, gauge, limit, limit_or_none };
-
-struct SessionMetric {
-    const char *name;  // after ggml_remote_session_ (per session) or ggml_remote_ (total)
-    Kind kind;
-    uint64_t SessionFigures::*field;
-    const char *help;  // the figure; each family adds what it sums over
-};
-
-// One table for rendering and for keeping the counters of ended sessions.
-constexpr SessionMetric kSessionMetrics[] = {
-    {"commands_total", Kind::counter, &SessionFigures::commands, "Commands handled"},
-    {"graph_computes_total", Kind::counter, &SessionFigures::graph_computes, "Graphs computed"},
-    {"received_bytes_total", Kind::counter, &SessionFigures::bytes_received, "Bytes received from guests"},
-    {"sent_bytes_total", Kind::counter, &SessionFigures::bytes_sent, "Bytes sent to guests"},
-    {"memory_bytes", Kind::gauge, &SessionFigures::memory_in_use, "Device memory in use, in bytes"},
-    {"memory_quota_bytes", Kind::limit_or_none, &SessionFigures::memory_quota,
-     "Device memory quota (--memory-quota), +Inf: none"},
-    {"buffers", Kind::gauge, &SessionFigures::buffers, "Buffers held"},
-    {"buffers_max", Kind::limit, &SessionFigures::max_buffers, "Buffers allowed (--max-buffers)"},
-    {"backends", Kind::gauge, &SessionFigures::backends, "Backends held"},
-    {"backends_max", Kind::limit, &SessionFigures::max_backends, "Backends allowed (--max-backends)"},
-    {"mapped_file_bytes", Kind::gauge, &SessionFigures::mapped_file_bytes, "Bytes of guests' files mapped"},
-    {"mapped_file_quota_bytes", Kind::limit, &SessionFigures::mapped_file_quota,
-     "Bytes of guests' files a session may map (--mapped-file-quota)"},
-    {"store_hits_total", Kind::counter, &SessionFigures::store_hits, "Weights found in the host's weight store"},
-    {"store_misses_total", Kind::counter, &SessionFigures::store_misses, "Weights not in the host's weight store"},
-    {"store_saved_bytes_total", Kind::counter, &SessionFigures::store_bytes_saved,
-     "Bytes not loaded thanks to the host's weight store"},
-};
-
 constexpr const char *kPrefix = "ggml_remote_";
 constexpr const char *kSessionPrefix = "ggml_remote_session_";
 
-const char *type_name(Kind kind) { return kind == Kind::counter ? "counter" : "gauge"; }
-bool is_limit(Kind kind) { return kind == Kind::limit || kind == Kind::limit_or_none; }
+const char *type_name(FigureKind kind) { return kind == FigureKind::counter ? "counter" : "gauge"; }
+bool is_limit(FigureKind kind) { return kind == FigureKind::limit || kind == FigureKind::limit_or_none; }
 
-std::string value_text(uint64_t value, Kind kind) {
-    return kind == Kind::limit_or_none && value == 0 ? "+Inf" : std::to_string(value);
+std::string value_text(uint64_t value, FigureKind kind) {
+    return kind == FigureKind::limit_or_none && value == 0 ? "+Inf" : std::to_string(value);
 }
 
 // The text being rendered, one family at a time.
@@ -98,14 +64,14 @@ void render_server(const MetricsSnapshot &snapshot, Exposition *out) {
 }
 
 void render_totals(const MetricsSnapshot &snapshot, Exposition *out) {
-    for (const SessionMetric &metric : kSessionMetrics) {
-        if (is_limit(metric.kind)) continue;
-        const bool counter = metric.kind == Kind::counter;
-        uint64_t total = counter ? snapshot.ended.*metric.field : 0;
-        for (const SessionFigures &session : snapshot.sessions) total += session.*metric.field;
-        const std::string name = std::string(kPrefix) + metric.name;
-        out->family(name, type_name(metric.kind),
-                    std::string(metric.help) + (counter ? ", all sessions (ended ones included)" : ", live sessions"));
+    for (const SessionFigure &figure : kSessionFigures) {
+        if (is_limit(figure.kind)) continue;
+        const bool counter = figure.kind == FigureKind::counter;
+        uint64_t total = counter ? snapshot.ended.*figure.value : 0;
+        for (const SessionFigures &session : snapshot.sessions) total += session.*figure.value;
+        const std::string name = std::string(kPrefix) + figure.metric;
+        out->family(name, type_name(figure.kind),
+                    std::string(figure.help) + (counter ? ", all sessions (ended ones included)" : ", live sessions"));
         out->sample(name, "", std::to_string(total));
     }
     const std::string refused = std::string(kPrefix) + "commands_refused_total";
@@ -118,11 +84,11 @@ void render_totals(const MetricsSnapshot &snapshot, Exposition *out) {
 }
 
 void render_sessions(const std::vector<SessionFigures> &sessions, Exposition *out) {
-    for (const SessionMetric &metric : kSessionMetrics) {
-        const std::string name = std::string(kSessionPrefix) + metric.name;
-        out->family(name, type_name(metric.kind), std::string(metric.help) + ", per session");
+    for (const SessionFigure &figure : kSessionFigures) {
+        const std::string name = std::string(kSessionPrefix) + figure.metric;
+        out->family(name, type_name(figure.kind), std::string(figure.help) + ", per session");
         for (const SessionFigures &session : sessions) {
-            out->sample(name, session_labels(session), value_text(session.*metric.field, metric.kind));
+            out->sample(name, session_labels(session), value_text(session.*figure.value, figure.kind));
         }
     }
     const std::string refused = std::string(kSessionPrefix) + "commands_refused_total";
@@ -140,32 +106,14 @@ void render_sessions(const std::vector<SessionFigures> &sessions, Exposition *ou
 }  // namespace
 
 SessionFigures read_figures(const SessionSlot &slot) {
-    constexpr auto relaxed = std::memory_order_relaxed;
     SessionFigures figures;
-    figures.commands = slot.commands.load(relaxed);
-    figures.graph_computes = slot.graph_computes.load(relaxed);
-    figures.bytes_received = slot.bytes_received.load(relaxed);
-    figures.bytes_sent = slot.bytes_sent.load(relaxed);
-    figures.memory_in_use = slot.memory_in_use.load(relaxed);
-    figures.memory_quota = slot.memory_quota.load(relaxed);
-    figures.buffers = slot.buffers.load(relaxed);
-    figures.max_buffers = slot.max_buffers.load(relaxed);
-    figures.backends = slot.backends.load(relaxed);
-    figures.max_backends = slot.max_backends.load(relaxed);
-    figures.mapped_file_bytes = slot.mapped_file_bytes.load(relaxed);
-    figures.mapped_file_quota = slot.mapped_file_quota.load(relaxed);
-    figures.store_hits = slot.store_hits.load(relaxed);
-    figures.store_misses = slot.store_misses.load(relaxed);
-    figures.store_bytes_saved = slot.store_bytes_saved.load(relaxed);
-    for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
-        figures.commands_refused[reason] = slot.commands_refused[reason].load(relaxed);
-    }
+    static_cast<SessionFigureValues &>(figures) = load_figures(slot);
     return figures;
 }
 
 void add_counters(const SessionFigures &session, SessionFigures *total) {
-    for (const SessionMetric &metric : kSessionMetrics) {
-        if (metric.kind == Kind::counter) total->*metric.field += session.*metric.field;
+    for (const SessionFigure &figure : kSessionFigures) {
+        if (figure.kind == FigureKind::counter) total->*figure.value += session.*figure.value;
     }
     for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
         total->commands_refused[reason] += session.commands_refused[reason];

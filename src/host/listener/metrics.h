@@ -5,6 +5,7 @@
 #pragma once
 
 #include "host/common/refusals.h"
+#include "host/common/session_figures.h"
 #include "host/common/status_board.h"
 
 #include <array>
@@ -15,26 +16,11 @@
 
 namespace ggml_remote::host {
 
-// One session's figures, as its worker last wrote them to its status board slot.
-struct SessionFigures {
+// One session's figures (GGML_REMOTE_SESSION_FIGURES), as its worker last wrote
+// them to its status board slot, with the listener's own record of who it is.
+struct SessionFigures : SessionFigureValues {
     int32_t id = 0;
     std::string peer;
-    uint64_t commands = 0;
-    uint64_t graph_computes = 0;
-    uint64_t bytes_received = 0;
-    uint64_t bytes_sent = 0;
-    uint64_t memory_in_use = 0;
-    uint64_t memory_quota = 0;  // 0: no limit
-    uint64_t buffers = 0;
-    uint64_t max_buffers = 0;
-    uint64_t backends = 0;
-    uint64_t max_backends = 0;
-    uint64_t mapped_file_bytes = 0;
-    uint64_t mapped_file_quota = 0;
-    uint64_t store_hits = 0;
-    uint64_t store_misses = 0;
-    uint64_t store_bytes_saved = 0;
-    std::array<uint64_t, kCommandRefusalReasons> commands_refused{};  // by CommandRefusal
 };
 
 // The figures in `slot`; id and peer are left to the caller, who knows them

@@ -162,31 +162,18 @@ Status Session::run_handler(uint16_t command, ByteView payload, TailStream *stre
     }
 }
 
-void Session::publish_status() {
-    if (status_slot_ == nullptr) return;
-    status_slot_->commands.store(counters_.commands, std::memory_order_relaxed);
-    status_slot_->bytes_received.store(counters_.bytes_received, std::memory_order_relaxed);
-    status_slot_->bytes_sent.store(counters_.bytes_sent, std::memory_order_relaxed);
-    status_slot_->graph_computes.store(counters_.graph_computes, std::memory_order_relaxed);
-    status_slot_->memory_in_use.store(memory_in_use_, std::memory_order_relaxed);
-    status_slot_->buffers.store(buffers_.size(), std::memory_order_relaxed);
-    status_slot_->backends.store(backends_.size(), std::memory_order_relaxed);
-    status_slot_->mapped_file_bytes.store(mapped_file_bytes_, std::memory_order_relaxed);
-    status_slot_->store_hits.store(store_fill_.counters().hits, std::memory_order_relaxed);
-    status_slot_->store_misses.store(store_fill_.counters().misses, std::memory_order_relaxed);
-    status_slot_->store_bytes_saved.store(store_fill_.counters().bytes_saved, std::memory_order_relaxed);
-    for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
-        status_slot_->commands_refused[reason].store(counters_.commands_refused[reason], std::memory_order_relaxed);
-    }
+SessionCounters Session::counters() const {
+    // counters_ holds what the session counts as it goes; every figure is then
+    // taken from where the list says it comes from.
+    SessionCounters totals = counters_;
+#define GGML_REMOTE_FIGURE_NOW(field, kind, reply, metric, from, help) totals.field = (from);
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_NOW)
+#undef GGML_REMOTE_FIGURE_NOW
+    return totals;
 }
 
-void Session::publish_limits() {
-    if (status_slot_ == nullptr) return;
-    status_slot_->memory_quota.store(limits_.memory_quota, std::memory_order_relaxed);
-    status_slot_->max_buffers.store(limits_.max_buffers, std::memory_order_relaxed);
-    status_slot_->max_backends.store(limits_.max_backends, std::memory_order_relaxed);
-    status_slot_->mapped_file_quota.store(limits_.mapped_file_quota, std::memory_order_relaxed);
-    publish_status();
+void Session::publish_status() {
+    if (status_slot_ != nullptr) store_figures(status_slot_, counters());
 }
 
 }  // namespace ggml_remote::host

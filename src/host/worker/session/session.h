@@ -10,6 +10,7 @@
 #include "host/worker/weights/store_fill.h"
 #include "host/worker/session/handle_table.h"
 #include "host/common/refusals.h"
+#include "host/common/session_figures.h"
 #include "host/common/session_limits.h"
 #include "host/worker/session/region_heap.h"
 #include "host/common/status_board.h"
@@ -32,15 +33,10 @@
 
 namespace ggml_remote::host {
 
-// Per-session totals, for the disconnect log line.
-struct SessionCounters {
-    uint64_t commands = 0;
-    uint64_t bytes_received = 0;
-    uint64_t bytes_sent = 0;
-    uint64_t graph_computes = 0;
+// Per-session totals, for the disconnect log line: the session's figures
+// (session_figures.h) and what only the log line tells.
+struct SessionCounters : SessionFigureValues {
     uint64_t weights_repacked = 0;
-    StoreFillCounters store;  // the weight store's (StoreFill keeps them)
-    std::array<uint64_t, kCommandRefusalReasons> commands_refused{};  // by CommandRefusal
 };
 
 class Session {
@@ -73,7 +69,7 @@ class Session {
         status_query_allowed_ = may_query;
         max_sessions_ = max_sessions;
         cores_.attach(board, slot);
-        publish_limits();
+        publish_status();
     }
 
     // Tells `log` of each graph compute that failed (a refused graph, a backend
@@ -106,11 +102,7 @@ class Session {
     Status handle(uint16_t command, protocol::ByteView payload, ReplyFrame *reply,
                   std::vector<UniqueFd> *fds = nullptr);
 
-    SessionCounters counters() const {
-        SessionCounters totals = counters_;
-        totals.store = store_fill_.counters();
-        return totals;
-    }
+    SessionCounters counters() const;
     bool handshaken() const { return handshaken_; }
     const SessionLimits &limits() const { return limits_; }
     uint64_t memory_in_use() const { return memory_in_use_; }
@@ -320,8 +312,7 @@ class Session {
     bool status_query_allowed_ = false;
     uint32_t max_sessions_ = 0;
     void publish_status();
-    void publish_limits();  // once: what status shows each session's figures against
-    SessionCounters counters_;
+    SessionCounters counters_;  // only what the session counts itself; see counters()
     WeightRepack weight_repack_;
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
     CoreSchedule cores_;

@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 namespace ggml_remote::host {
 
@@ -41,6 +43,26 @@ StatusDevice status_of_device(ggml_backend_dev_t device) {
     return entry;
 }
 
+// The figures the list puts in the reply fill StatusSession's run of uint64_t
+// between started_unix and the core-scheduling fields, each once: none of the
+// wire struct's figures is left uncopied, and a line marked in_reply that the
+// struct lacks does not compile.
+constexpr size_t kReplyFiguresBegin = offsetof(StatusSession, started_unix) + sizeof(int64_t);
+constexpr size_t kReplyFiguresEnd = offsetof(StatusSession, cores_threads);
+constexpr size_t kFiguresInReply = 0
+#define GGML_REMOTE_FIGURE_COUNT(field, kind, reply, metric, from, help) GGML_REMOTE_FIGURE_IF_##reply(+1)
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_COUNT);
+#undef GGML_REMOTE_FIGURE_COUNT
+static_assert(kFiguresInReply * sizeof(uint64_t) == kReplyFiguresEnd - kReplyFiguresBegin,
+              "every figure of StatusSession comes from one line of GGML_REMOTE_SESSION_FIGURES");
+#define GGML_REMOTE_FIGURE_IN_STATUS_SESSION(field, kind, reply, metric, from, help)                             \
+    GGML_REMOTE_FIGURE_IF_##reply(static_assert(std::is_same<decltype(StatusSession::field), uint64_t>::value && \
+                                                    offsetof(StatusSession, field) >= kReplyFiguresBegin &&      \
+                                                    offsetof(StatusSession, field) < kReplyFiguresEnd,           \
+                                                #field " is one of StatusSession's figures");)
+GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_IN_STATUS_SESSION)
+#undef GGML_REMOTE_FIGURE_IN_STATUS_SESSION
+
 StatusSession status_of_session(const SessionSlot &slot) {
     StatusSession entry{};
     entry.id = slot.id;
@@ -48,18 +70,13 @@ StatusSession status_of_session(const SessionSlot &slot) {
     std::memcpy(entry.peer, slot.peer, sizeof(entry.peer));
     entry.peer[sizeof(entry.peer) - 1] = '\0';
     entry.started_unix = slot.started_unix;
-    entry.commands = slot.commands.load(std::memory_order_relaxed);
-    entry.bytes_received = slot.bytes_received.load(std::memory_order_relaxed);
-    entry.bytes_sent = slot.bytes_sent.load(std::memory_order_relaxed);
-    entry.graph_computes = slot.graph_computes.load(std::memory_order_relaxed);
-    entry.memory_in_use = slot.memory_in_use.load(std::memory_order_relaxed);
-    entry.buffers = slot.buffers.load(std::memory_order_relaxed);
-    entry.backends = slot.backends.load(std::memory_order_relaxed);
-    entry.mapped_file_bytes = slot.mapped_file_bytes.load(std::memory_order_relaxed);
-    entry.memory_quota = slot.memory_quota.load(std::memory_order_relaxed);
-    entry.max_buffers = slot.max_buffers.load(std::memory_order_relaxed);
-    entry.max_backends = slot.max_backends.load(std::memory_order_relaxed);
-    entry.mapped_file_quota = slot.mapped_file_quota.load(std::memory_order_relaxed);
+    // The list's figures that the reply carries; the wire struct itself is fixed
+    // (commands.h), and the asserts above keep the two in step.
+    const SessionFigureValues figures = load_figures(slot);
+#define GGML_REMOTE_FIGURE_TO_REPLY(field, kind, reply, metric, from, help) \
+    GGML_REMOTE_FIGURE_IF_##reply(entry.field = figures.field;)
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_TO_REPLY)
+#undef GGML_REMOTE_FIGURE_TO_REPLY
     entry.cores_threads = slot.cores_threads.load(std::memory_order_relaxed);
     entry.cores_shared_computes = slot.cores_shared_computes.load(std::memory_order_relaxed);
     return entry;

@@ -348,9 +348,9 @@ int log_session_end(const std::string &label, const Status &outcome, const Sessi
                   human_bytes(counters.bytes_received).c_str(), human_bytes(counters.bytes_sent).c_str());
     std::string summary = totals;
     if (counters.weights_repacked != 0) summary += ", " + std::to_string(counters.weights_repacked) + " weights repacked";
-    if (counters.store.hits + counters.store.misses != 0) {
-        summary += ", weight store: " + std::to_string(counters.store.hits) + " found (" +
-                   human_bytes(counters.store.bytes_saved) + " not sent), " + std::to_string(counters.store.misses) +
+    if (counters.store_hits + counters.store_misses != 0) {
+        summary += ", weight store: " + std::to_string(counters.store_hits) + " found (" +
+                   human_bytes(counters.store_bytes_saved) + " not sent), " + std::to_string(counters.store_misses) +
                    " not found";
     }
     summary += describe_core_sharing(cores);
