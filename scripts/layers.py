@@ -21,7 +21,9 @@ ALLOWED = {
     # The listener probes the workers' jail at start-up; it never links a session,
     # a graph or a guest's weights.
     "host/listener": ["host/common", "host/worker/jail", "protocol", "transport"],
-    "host/worker/graph": ["protocol", "abi"],
+    # The graph checks and the op table they read (one library; ops/ holds a file per op family).
+    "host/worker/graph": ["host/worker/graph/ops", "protocol", "abi"],
+    "host/worker/graph/ops": ["host/worker/graph", "protocol", "abi"],
     "host/worker/weights": ["host/common", "protocol", "transport"],
     "host/worker/session": ["host/common", "host/worker/jail", "host/worker/graph", "host/worker/weights",
                             "protocol", "transport", "abi"],

@@ -1,7 +1,8 @@
 #include "host/worker/graph/index_guard.h"
 
 #include "host/worker/graph/op_validation.h"
-#include "protocol/printable.h"
+#include "host/worker/graph/ops/checks.h"
+#include "host/worker/graph/ops/op_table.h"
 #include "protocol/tensor_codec.h"
 
 #include <algorithm>
@@ -13,10 +14,10 @@ namespace ggml_remote::host {
 
 namespace {
 
-// Ops whose result is only another look at their source: they write nothing.
+// Ops whose result is only another look at their source (views): they write nothing.
 bool writes_nothing(ggml_op op) {
-    return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||
-           op == GGML_OP_TRANSPOSE;
+    const ops::OpEntry *entry = ops::op_entry(op);
+    return entry != nullptr && entry->writes_nothing;
 }
 
 // Whether ggml-cpu computes `node`: the guest's graph flags the nodes it wants
@@ -98,23 +99,16 @@ int64_t first_out_of_range(const std::vector<uint8_t> &bytes, ggml_type type, in
                                  : first_out_of_range<int64_t>(bytes, bound, value);
 }
 
-std::string node_label(const ggml_tensor *node) {
-    return std::string(ggml_op_name(node->op)) + " node '" + printable(node->name) + "': ";
-}
+using ops::node_label;
 
-// Refuses the sources that no copy or check could make safe for the kernel.
+// Refuses the sources that no copy or check could make safe for the kernel: what
+// the op's row says (SSM_SCAN's sequence ids). Other indexes in a GPU backend's own
+// memory are left to it: no guest writes that memory during a compute, and its
+// kernels are its own.
 Status refuse_unreadable(const ggml_tensor *node, const ggml_tensor *guest) {
-    if (guest->buffer == nullptr || !ggml_backend_buffer_is_host(guest->buffer)) {
-        // A GPU backend's own memory: no guest writes it during a compute, and
-        // its kernels are its own. SSM_SCAN's ids alone are refused there, as before.
-        if (node->op != GGML_OP_SSM_SCAN) return Status::success();
-        return error(Code::bad_request, node_label(node) + "its sequence ids must be in CPU memory");
-    }
-    if (node->op == GGML_OP_SSM_SCAN && ggml_nelements(guest) < node->src[1]->ne[3]) {
-        // ggml-cpu reads one id per sequence, however few the guest gave.
-        return error(Code::bad_request, node_label(node) + "fewer sequence ids than sequences");
-    }
-    return Status::success();
+    const ops::OpEntry *entry = ops::op_entry(node->op);
+    if (entry == nullptr || entry->index.refuse == nullptr) return Status::success();
+    return entry->index.refuse(node, guest);
 }
 
 Status check_range(const ggml_tensor *node, int source, ggml_type type, const std::vector<uint8_t> &bytes,
@@ -149,23 +143,17 @@ Status check_data_indexes(ggml_cgraph *graph) {
 }
 
 bool data_dependent_source(const ggml_tensor *node, int *source, int64_t *bound) {
-    switch (node->op) {
-        case GGML_OP_GET_ROWS:  // row ids into src[0]'s rows
-            return *source = 1, *bound = node->src[0]->ne[1], true;
-        case GGML_OP_GET_ROWS_BACK:  // row ids into the result's rows (written unchecked)
-        case GGML_OP_SET_ROWS:       // row ids into the result's (the destination's) rows
-            return *source = 1, *bound = node->ne[1], true;
-        case GGML_OP_MUL_MAT_ID:  // expert ids into src[0]'s matrices (checked only by assert())
-            return *source = 2, *bound = node->src[0]->ne[2], true;
-        case GGML_OP_ADD_ID:  // ids into src[1]'s rows
-            return *source = 2, *bound = node->src[1]->ne[1], true;
-        case GGML_OP_SSM_SCAN:  // sequence ids into src[0]'s states (unchecked)
-            return *source = 6, *bound = node->src[0]->ne[3], true;
-        case GGML_OP_ARGSORT:  // values std::sort compares again and again: a copy that holds still
-            return *source = 0, *bound = -1, true;
-        default:
-            return false;
+    const ops::OpEntry *entry = ops::op_entry(node->op);
+    if (entry == nullptr || entry->index.source < 0) return false;
+    const ops::IndexRead &read = entry->index;
+    *source = read.source;
+    if (read.values_only) {
+        *bound = -1;
+    } else {
+        const ggml_tensor *t = read.bound.tensor == ops::kResult ? node : node->src[read.bound.tensor];
+        *bound = t->ne[read.bound.dim];
     }
+    return true;
 }
 
 Status IndexGuard::plan(ggml_cgraph *graph, const GuestWritable &guest_writable) {

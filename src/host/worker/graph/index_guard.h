@@ -26,7 +26,8 @@ namespace ggml_remote::host {
 // The source of `node` whose elements its ggml-cpu kernel follows as indexes, and
 // the bound each must stay under ([0, bound)). bound -1: a source copied but not
 // checked (ARGSORT's values, which std::sort compares many times over). False for
-// ops that follow no data.
+// ops that follow no data. Each op's row in the op table declares these
+// (ops/op_entry.h: following_indexes, holding_values_still).
 bool data_dependent_source(const ggml_tensor *node, int *source, int64_t *bound);
 
 // The same checks for a graph computed at once, without a copy: for callers whose

@@ -6,7 +6,11 @@
 // state ops, ...) this takes every assertion ggml makes about them as our rule,
 // without restating each one: a failed GGML_ASSERT inside the replay is caught and
 // becomes a refusal, so it never reaches a kernel and never aborts the worker.
+// Each such op's row in the op table (ops/op_entry.h) names its constructor, and
+// the op_params ranges to check before the constructor runs.
 #pragma once
+
+#include "host/worker/graph/ops/op_entry.h"
 
 #include <ggml.h>
 
@@ -14,7 +18,7 @@
 
 namespace ggml_remote::host {
 
-// Empty when the constructor makes the same node; otherwise why not.
-std::string replay_constructor(const ggml_tensor *node);
+// Empty when `make` makes the same node from its arguments; otherwise why not.
+std::string replay_constructor(const ggml_tensor *node, ops::Constructor make);
 
 }  // namespace ggml_remote::host
