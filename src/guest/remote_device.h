@@ -5,7 +5,7 @@
 #include "abi/ggml_backend_abi_v3.h"
 #include "guest/file_mapping.h"
 #include "guest/mapped_weights.h"
-#include "guest/remote_session.h"
+#include "guest/session/remote_session.h"
 #include "protocol/tensor_codec.h"
 #include "transport/shared_memory.h"
 

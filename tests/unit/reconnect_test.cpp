@@ -1,9 +1,9 @@
-// The guest's reconnection (guest/remote_session.h, guest/buffer_restore.cpp):
+// The guest's reconnection (guest/session/remote_session.h, guest/buffer_restore.cpp):
 // a RemoteSession whose host Sessions run on threads, one per connection, so a
 // test can end a connection as a dying worker would and see what comes back.
 #include "ggml_test_support.h"
 #include "guest/remote_device.h"
-#include "guest/remote_session.h"
+#include "guest/session/remote_session.h"
 #include "host/session.h"
 #include "protocol/commands.h"
 

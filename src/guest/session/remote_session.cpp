@@ -1,4 +1,4 @@
-#include "guest/remote_session.h"
+#include "guest/session/remote_session.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>
