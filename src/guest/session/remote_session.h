@@ -3,6 +3,7 @@
 #pragma once
 
 #include "guest/graph_cache.h"
+#include "guest/session/connector.h"
 #include "guest/guest_options.h"
 #include "protocol/commands.h"
 #include "protocol/reply_rules.h"
@@ -41,9 +42,7 @@ class Restorable {
 
 class RemoteSession {
   public:
-    // Makes a new connection to the server (within timeout_ms), up to the
-    // handshake: open() makes one for its endpoint; tests give their own.
-    using Connector = std::function<Status(FramedStream *stream, int timeout_ms)>;
+    using Connector = guest::Connector;
 
     // Connects (within options.connect_timeout_ms) and performs the handshake.
     static Status open(const Endpoint &endpoint, const GuestOptions &options, std::unique_ptr<RemoteSession> *session);
