@@ -51,44 +51,6 @@ Status RemoteSession::start(FramedStream stream, const std::string &name, const 
     return status;
 }
 
-Status RemoteSession::exchange_hello(const Hello::Request &hello, Hello::Reply *reply) {
-    const std::string &name = endpoint_;
-    FrameHeader header;
-    header.command = static_cast<uint16_t>(CommandId::hello);
-    // A server that turns us away writes its reason and closes, so our send may
-    // fail while the reason is still there to read.
-    (void)stream_.send(header, {ByteView(&hello, sizeof(hello))});
-    FrameHeader reply_header;
-    Status status = stream_.receive_header(&reply_header, 65536);
-    if (!status) {
-        if (status.message().find("temporarily unavailable") != std::string::npos ||
-            status.message().find("was silent for") != std::string::npos) {
-            return error(Code::disconnected, "handshake with " + name + ": no reply within " +
-                                                 std::to_string(options_.connect_timeout_ms) +
-                                                 " ms (is the server stopped or overloaded?)");
-        }
-        return error(status.code(), "handshake with " + name + " failed: " + status.message() +
-                                        " (is it a ggml-remote-server?)");
-    }
-    if (!(reply_header.flags & kFrameReply) || reply_header.command != static_cast<uint16_t>(CommandId::hello)) {
-        return error(Code::error, "handshake with " + name + " failed: the peer does not speak the ggml-remote "
-                                      "protocol (is it a ggml-remote-server?)");
-    }
-    std::vector<uint8_t> payload(reply_header.payload_size);
-    status = stream_.receive(payload.data(), payload.size());
-    if (!status) return error(status.code(), "handshake with " + name + " failed: " + status.message());
-    if (reply_header.status != static_cast<int32_t>(Code::ok)) {
-        return error(static_cast<Code>(reply_header.status),
-                     name + " refused the session: " + one_line(std::string(payload.begin(), payload.end())));
-    }
-    if (!read_pod(ByteView(payload), 0, reply)) {
-        return error(Code::error, "handshake with " + name + " failed: short reply");
-    }
-    status = ReplyRule<Hello>::check(hello, *reply, payload.size() - sizeof(*reply));
-    if (!status) return error(Code::error, "handshake with " + name + " failed: " + status.message());
-    return Status::success();
-}
-
 Status RemoteSession::region_bytes(uint64_t offset, uint64_t size, void **at) const {
     if (region_ == nullptr) return error(Code::error, "no ivshmem region in this session");
     const RegionLayout &layout = region_->layout();
@@ -101,42 +63,8 @@ Status RemoteSession::region_bytes(uint64_t offset, uint64_t size, void **at) co
 }
 
 Status RemoteSession::handshake(bool shared_memory, bool region_heap) {
-    asked_shared_memory_ = shared_memory;
-    // The handshake is done by hand, with a time limit: a peer that accepts and
-    // never answers must not hang the application at start-up.
-    stream_.set_silence_limit_ms(options_.connect_timeout_ms);  // the socket's, or an ivshmem region's ring
-    Hello::Request hello;
-    if (options_.store_min_bytes != 0) hello.capabilities |= kSessionWeightStore;
-    if (shared_memory) {
-        hello.capabilities |= kSessionSharedMemory;
-        if (options_.shared_ring) hello.capabilities |= kSessionSharedRing;
-    }
-    if (region_heap) hello.capabilities |= kSessionRegionHeap;
-    Hello::Reply reply{};
-    Status status = exchange_hello(hello, &reply);
-    if (!status) return status;
-    // From now on a reply may take as long as a compute: the wait is bounded by
-    // the reply timeout (silence, not the whole reply), and a dead server is
-    // noticed sooner by the socket.
-    stream_.set_silence_limit_ms(options_.reply_timeout_ms);
-    stream_.set_wait_options(options_.waiting);
-    if (reply.capabilities & kSessionSharedRing) {
-        std::unique_ptr<RingChannel> ring;
-        status = stream_.received_fds().empty()
-                     ? error(Code::error, "the server granted a shared ring but sent no memory file")
-                     : RingChannel::attach(stream_.received_fds().front().get(), &ring);
-        if (!status) return error(status.code(), "handshake with " + endpoint_ + " failed: " + status.message());
-        stream_.attach_ring(std::move(ring));
-    }
-    stream_.received_fds().clear();
-    device_count_ = reply.device_count;
-    shared_memory_ = (reply.capabilities & kSessionSharedMemory) != 0;
-    weight_store_ = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
-    region_heap_ = (hello.capabilities & reply.capabilities & kSessionRegionHeap) != 0;
-    if (shared_memory && !shared_memory_) {
-        log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", endpoint_.c_str());
-    }
-    return Status::success();
+    ask_ = {shared_memory, region_heap};
+    return guest::handshake(stream_, endpoint_, options_, ask_, &terms_);
 }
 
 Status RemoteSession::lost(const Status &cause) {
@@ -431,10 +359,10 @@ Status RemoteSession::reconnect_once(int timeout_ms) {
     graphs_.clear();
     finished_ = sent_;
     last_compute_ = sent_;
-    const uint32_t devices = device_count_;
-    status = handshake(asked_shared_memory_);
-    if (status && device_count_ != devices) {
-        status = error(Code::error, "the server now has " + std::to_string(device_count_) + " devices, not " +
+    const uint32_t devices = terms_.device_count;
+    status = guest::handshake(stream_, endpoint_, options_, ask_, &terms_);
+    if (status && terms_.device_count != devices) {
+        status = error(Code::error, "the server now has " + std::to_string(terms_.device_count) + " devices, not " +
                                         std::to_string(devices));
     }
     if (!status) {

@@ -4,6 +4,7 @@
 
 #include "guest/graph_cache.h"
 #include "guest/session/connector.h"
+#include "guest/session/handshake.h"
 #include "guest/guest_options.h"
 #include "protocol/commands.h"
 #include "protocol/reply_rules.h"
@@ -131,13 +132,13 @@ class RemoteSession {
     const std::string &endpoint() const { return endpoint_; }
     // The plugin's settings, as the session was opened with them.
     const GuestOptions &options() const { return options_; }
-    uint32_t device_count() const { return device_count_; }
+    uint32_t device_count() const { return terms_.device_count; }
     // Whether the server granted shared-memory buffers (shm: endpoints).
-    bool shared_memory() const { return shared_memory_; }
+    bool shared_memory() const { return terms_.shared_memory; }
     // The server keeps a weight store for this session (WeightLookup).
-    bool weight_store() const { return weight_store_; }
+    bool weight_store() const { return terms_.weight_store; }
     // Whether buffers in CPU memory live in the ivshmem region's heap.
-    bool region_heap() const { return region_heap_; }
+    bool region_heap() const { return terms_.region_heap; }
     // Where the buffer at `offset` of the region, `size` bytes, is mapped here;
     // an error when the server named a range outside the region's heap.
     Status region_bytes(uint64_t offset, uint64_t size, void **at) const;
@@ -148,10 +149,8 @@ class RemoteSession {
     // open() for an ivshmem endpoint: a VM's session, which never reconnects.
     static Status open_in_region(const Endpoint &endpoint, const GuestOptions &options,
                                  std::unique_ptr<RemoteSession> *session);
-    // The hello exchange, within options_.connect_timeout_ms; `shared_memory`
-    // asks for shared buffers (shm: endpoints).
+    // The first handshake; `shared_memory` asks for shared buffers (shm: endpoints).
     Status handshake(bool shared_memory, bool region_heap = false);
-    Status exchange_hello(const protocol::Hello::Request &hello, protocol::Hello::Reply *reply);
     // One request and, unless one-way, its reply.
     struct Exchange {
         protocol::ByteView fixed;
@@ -216,7 +215,7 @@ class RemoteSession {
     FramedStream stream_;
     Connector connector_;
     std::vector<Restorable *> restorables_;
-    bool asked_shared_memory_ = false;
+    HandshakeAsk ask_;  // asked again on every new connection
     bool restoring_ = false;
     uint64_t reconnections_ = 0;
     bool last_restore_intact_ = true;
@@ -224,11 +223,8 @@ class RemoteSession {
     std::chrono::steady_clock::time_point next_series_{};
     std::string endpoint_;
     GuestOptions options_;
-    uint32_t device_count_ = 0;
-    bool shared_memory_ = false;
-    bool weight_store_ = false;
+    SessionTerms terms_;
     std::shared_ptr<GuestRegion> region_;  // ivshmem: the region the session runs in
-    bool region_heap_ = false;
     bool broken_ = false;  // the connection failed; every later call fails at once
     // One-way commands wait here and leave with the next call, in one system call:
     // the inputs of a token and its compute then cost no extra trips.
