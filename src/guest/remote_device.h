@@ -98,6 +98,7 @@ struct RemoteBuffer : Restorable {
     UniqueFd memory_file;         // shared: the memory file, handed back on a new connection
     size_t max_tensor_size = 0;   // file: as ggml asked
     bool weights_told = false;    // the host has been told this buffer holds weights
+    bool restorable = false;      // in the session's list of objects to restore (leaves it when destroyed)
     Content content = Content::fresh;
     // A graph wrote into the buffer: its contents are the host's for good, even
     // after a clear (the same graph, replayed, writes again unseen).
@@ -130,14 +131,14 @@ struct RemoteBuffer : Restorable {
     void note_graph_use();
     // Names the buffer in messages: its type, size and usage.
     std::string describe() const;
-    void restore(RestoreReport *report) override;
+    void restore(SessionCalls &calls, RestoreReport *report) override;
     // The application is told, by a failed compute: the zeros are its to use.
     void lost_was_reported() { set_lost(false); }
 
   private:
     void set_lost(bool now_lost);
-    Status restore_remote(RestoreReport *report);
-    Status restore_sources();
+    Status restore_remote(SessionCalls &calls, RestoreReport *report);
+    Status restore_sources(SessionCalls &calls);
 };
 
 // How many remote buffers are lost now: computes check their graphs only then.
@@ -159,13 +160,15 @@ void tell_weights(const ggml_tensor *tensor);
 
 // A host buffer over [ptr, +size) of the guest's CPU memory (shared-memory
 // sessions): the host maps the file behind it, or gets a copy when it cannot.
-bool host_buffer_of_memory(RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size, uint64_t *handle);
+// `calls`: the session's, or its pipeline while restoring.
+bool host_buffer_of_memory(SessionCalls &calls, RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size,
+                           uint64_t *handle);
 // Writes bytes into a remote buffer as set_tensor does (the store first, else
 // chunks), without noting the write: restoring weights from their source.
 // A tensor of `size` bytes at `data` in `buffer`, as ggml would pass one to a
 // buffer's set_tensor.
 ggml_tensor byte_tensor(ggml_backend_buffer_t buffer, void *data, size_t size);
-void upload_to(RemoteBuffer *remote, uint64_t offset, const void *data, size_t size);
+void upload_to(SessionCalls &calls, RemoteBuffer *remote, uint64_t offset, const void *data, size_t size);
 
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size);
 // ggml's buffer_from_host_ptr for shared-memory devices: `ptr` is normally a mapped

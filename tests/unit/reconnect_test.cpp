@@ -109,19 +109,17 @@ class Reconnect : public ::testing::Test {
 
 // Counts its restores, and makes a call of its own while restoring.
 struct CountingRestorable : Restorable {
-    RemoteSession *session = nullptr;
     int restores = 0;
     Status call_status = error(Code::error, "not restored");
-    void restore(RestoreReport *report) override {
+    void restore(SessionCalls &calls, RestoreReport *report) override {
         ++restores;
-        call_status = session->call<DeviceMemory>({0}).run();
+        call_status = calls.call<DeviceMemory>({0}).run();
         ++report->restored;
     }
 };
 
 TEST_F(Reconnect, LostConnectionIsMadeAgainAndItsObjectsRestoredWithCallsOfTheirOwn) {
     CountingRestorable object;
-    object.session = session.get();
     session->add_restorable(&object);
     lose_connection();
     EXPECT_EQ(hosts.connections(), 2u);
