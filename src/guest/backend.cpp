@@ -1,8 +1,10 @@
+#include "guest/backend.h"
+
+#include "guest/buffer.h"
 #include "guest/graph_retry.h"
 #include "guest/last_graph.h"
 #include "guest/log.h"
 #include "guest/node_order.h"
-#include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
 #include <cstring>

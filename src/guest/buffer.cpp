@@ -1,7 +1,8 @@
+#include "guest/buffer.h"
+
 #include "guest/file_mapping.h"
 #include "guest/log.h"
 #include "guest/weight_digests.h"
-#include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
 #include <sys/mman.h>

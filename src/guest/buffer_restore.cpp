@@ -1,7 +1,8 @@
 // RemoteBuffer on a new connection: what of each buffer's contents can be put
 // back, and the buffers that could not be, which computes must not read.
+#include "guest/buffer.h"
+
 #include "guest/log.h"
-#include "guest/remote_device.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -2,7 +2,8 @@
 // a RemoteSession whose host Sessions run on threads, one per connection, so a
 // test can end a connection as a dying worker would and see what comes back.
 #include "ggml_test_support.h"
-#include "guest/remote_device.h"
+#include "guest/backend.h"
+#include "guest/buffer.h"
 #include "guest/session/remote_session.h"
 #include "host/session.h"
 #include "protocol/commands.h"

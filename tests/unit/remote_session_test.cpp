@@ -2,7 +2,7 @@
 // against an in-process host Session on the CPU device over a socketpair, and
 // against a scripted peer where the test needs to see the bytes or cut the line.
 #include "ggml_test_support.h"
-#include "guest/remote_device.h"
+#include "guest/device.h"
 #include "guest/session/remote_session.h"
 #include "host/session.h"
 #include "protocol/commands.h"
