@@ -19,8 +19,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -129,6 +131,32 @@ TEST_F(Reconnect, LostConnectionIsMadeAgainAndItsObjectsRestoredWithCallsOfTheir
     EXPECT_EQ(object.restores, 1);
     EXPECT_TRUE(object.call_status.ok()) << object.call_status.message();
     EXPECT_TRUE(session->call<DeviceMemory>({0}).run().ok()) << "later calls go to the new connection";
+    session->remove_restorable(&object);
+}
+
+// Restores slowly, with a call of its own, and says when it starts and ends.
+struct SlowRestorable : Restorable {
+    std::promise<void> started;
+    std::atomic<bool> done{false};
+    void restore(SessionCalls &calls, RestoreReport *report) override {
+        started.set_value();
+        (void)calls.call<DeviceMemory>({0}).run();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        done = true;
+        ++report->restored;
+    }
+};
+
+TEST_F(Reconnect, AnotherThreadsCallWaitsUntilTheRestoreIsDone) {
+    SlowRestorable object;
+    session->add_restorable(&object);
+    std::future<void> started = object.started.get_future();
+    std::thread losing([this] { lose_connection(); });
+    started.wait();
+    const Status status = session->call<DeviceMemory>({0}).run();
+    EXPECT_TRUE(object.done) << "a call came in mid-restore";
+    EXPECT_TRUE(status.ok()) << status.message();
+    losing.join();
     session->remove_restorable(&object);
 }
 
