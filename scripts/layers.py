@@ -14,7 +14,8 @@ ALLOWED = {
     "abi": [],
     "protocol": ["abi"],
     "transport": ["protocol"],
-    "guest": ["protocol", "transport", "abi"],
+    "guest": ["guest/session", "protocol", "transport", "abi"],
+    "guest/session": ["guest", "protocol", "transport", "abi"],
     # The host: what both processes hold, the listener, and the worker's parts.
     "host/common": ["protocol", "transport"],
     "host/worker/jail": ["host/common", "protocol", "transport"],

@@ -1,8 +1,10 @@
+#include "guest/backend.h"
+
+#include "guest/buffer.h"
 #include "guest/graph_retry.h"
 #include "guest/last_graph.h"
 #include "guest/log.h"
 #include "guest/node_order.h"
-#include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
 #include <cstring>
@@ -29,15 +31,14 @@ struct RemoteBackend : Restorable {
     std::vector<const ggml_tensor *> last_order_tensors;
 
     // A new connection: a new host backend under the same ggml backend.
-    void restore(RestoreReport *report) override {
-        RemoteSession &session = device->session();
+    void restore(SessionCalls &calls, RestoreReport *report) override {
         handle = 0;
         last_graph.forget();
         BackendInit::Reply reply{};
-        if (!session.call<BackendInit>({device->remote_index()}).reply(&reply).run()) return;
+        if (!calls.call<BackendInit>({device->remote_index()}).reply(&reply).run()) return;
         handle = reply.backend;
         ++report->restored;
-        if (n_threads > 0) (void)session.post<SetNThreads>({handle, n_threads});
+        if (n_threads > 0) (void)calls.post<SetNThreads>({handle, n_threads});
     }
 };
 

@@ -1,7 +1,8 @@
+#include "guest/buffer.h"
+
 #include "guest/file_mapping.h"
 #include "guest/log.h"
 #include "guest/weight_digests.h"
-#include "guest/remote_device.h"
 #include "protocol/tensor_codec.h"
 
 #include <sys/mman.h>
@@ -61,8 +62,8 @@ void buffer_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, uin
 }
 
 // A whole weight tensor is first named by its digest: the server's store may hold it.
-bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
-                       size_t size) {
+bool filled_from_store(SessionCalls &calls, ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data,
+                       size_t offset, size_t size) {
     RemoteBuffer *remote = context_of(buffer);
     RemoteSession &session = remote->device->session();
     const size_t min_bytes = session.options().store_min_bytes;
@@ -78,7 +79,7 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
         WeightOffer::Request offer{};
         offer.range = remote->range(tensor, 0, size);
         std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));
-        Status status = session.post<WeightOffer>(offer);
+        Status status = calls.post<WeightOffer>(offer);
         if (!status) report(remote, "weight_offer", status);
         return false;
     }
@@ -86,7 +87,7 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
     request.range = remote->range(tensor, 0, size);
     std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
     WeightLookup::Reply reply{};
-    Status status = session.call<WeightLookup>(request).reply(&reply).run();
+    Status status = calls.call<WeightLookup>(request).reply(&reply).run();
     if (!status) {
         report(remote, "weight_lookup", status);
         return false;
@@ -96,15 +97,16 @@ bool filled_from_store(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
 
 // Sends bytes of a tensor: named by digest when the server's store may hold
 // them, else in chunks, each within the server's message limit.
-void upload(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset, size_t size) {
-    if (filled_from_store(buffer, tensor, data, offset, size)) return;
+void upload(SessionCalls &calls, ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
+            size_t size) {
+    if (filled_from_store(calls, buffer, tensor, data, offset, size)) return;
     RemoteBuffer *remote = context_of(buffer);
     const auto *bytes = static_cast<const uint8_t *>(data);
     // Large uploads (model weights) go in chunks, each within the server's message limit.
     for (size_t done = 0; done < size;) {
         const size_t chunk = std::min<size_t>(size - done, kDataChunkSize);
-        Status status = remote->device->session().post<SetTensor>({remote->range(tensor, offset + done, chunk)},
-                                                                  ByteView(bytes + done, chunk));
+        Status status =
+            calls.post<SetTensor>({remote->range(tensor, offset + done, chunk)}, ByteView(bytes + done, chunk));
         if (!status) {
             report(remote, "set_tensor", status);
             return;
@@ -117,7 +119,7 @@ void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const 
                        size_t size) {
     RemoteBuffer *remote = context_of(buffer);
     remote->note_write(remote->range(tensor, offset, size).offset, size, data);
-    upload(buffer, tensor, data, offset, size);
+    upload(remote->device->session(), buffer, tensor, data, offset, size);
 }
 
 void buffer_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *tensor, void *data, size_t offset,
@@ -298,7 +300,8 @@ ggml_backend_buffer_i buffer_interface(RemoteBuffer::Kind kind, bool needs_init_
 }
 
 
-ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote, size_t size);
+ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote, size_t size,
+                           bool restorable);
 
 }  // namespace
 
@@ -314,10 +317,10 @@ ggml_tensor byte_tensor(ggml_backend_buffer_t buffer, void *data, size_t size) {
     return bytes;
 }
 
-void upload_to(RemoteBuffer *remote, uint64_t offset, const void *data, size_t size) {
+void upload_to(SessionCalls &calls, RemoteBuffer *remote, uint64_t offset, const void *data, size_t size) {
     // A tensor of the bytes, as ggml would pass one, so that the store may be asked.
     ggml_tensor bytes = byte_tensor(remote->owner, static_cast<uint8_t *>(remote->base) + offset, size);
-    upload(remote->owner, &bytes, data, 0, size);
+    upload(calls, remote->owner, &bytes, data, 0, size);
 }
 
 BufferRange RemoteBuffer::range(const ggml_tensor *tensor, size_t offset, size_t size) const {
@@ -379,8 +382,9 @@ namespace {
 
 // A buffer the server placed in the ivshmem region's heap: its bytes are right
 // here, as with a memory file. `tail`: the reply's tail, the buffer's offset.
-ggml_backend_buffer_t adopt_region_buffer(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote,
-                                          const BufferAlloc::Reply &reply, const std::vector<uint8_t> &tail) {
+ggml_backend_buffer_t adopt_region_buffer(SessionCalls &calls, ggml_backend_buffer_type_t buft,
+                                          std::unique_ptr<RemoteBuffer> remote, const BufferAlloc::Reply &reply,
+                                          const std::vector<uint8_t> &tail) {
     RemoteDevice *device = remote->device;
     uint64_t offset = 0;
     void *at = nullptr;
@@ -392,7 +396,7 @@ ggml_backend_buffer_t adopt_region_buffer(ggml_backend_buffer_type_t buft, std::
     }
     if (!status) {
         log(GGML_LOG_LEVEL_ERROR, "%s: %s", device->name().c_str(), status.message().c_str());
-        (void)device->session().free_buffer(reply.buffer);
+        (void)calls.free_buffer(reply.buffer);
         return nullptr;
     }
     remote->kind = RemoteBuffer::Kind::shared;
@@ -407,15 +411,15 @@ ggml_backend_buffer_t adopt_region_buffer(ggml_backend_buffer_type_t buft, std::
     return buffer;
 }
 
-}  // namespace
-
-ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size) {
+// A buffer of `size` bytes on the host, allocated through `calls`; `restorable`:
+// made again on a new connection.
+ggml_backend_buffer_t allocate_buffer(SessionCalls &calls, ggml_backend_buffer_type_t buft, size_t size,
+                                      bool restorable) {
     RemoteDevice *device = RemoteDevice::from(buft);
     BufferAlloc::Reply reply{};
     UniqueFd memory_file;
     std::vector<uint8_t> tail;
-    Status status = device->session()
-                        .call<BufferAlloc>({device->remote_index(), size})
+    Status status = calls.call<BufferAlloc>({device->remote_index(), size})
                         .reply(&reply)
                         .receive_fd(&memory_file)
                         .reply_tail(&tail)
@@ -431,10 +435,10 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     remote->device = device;
     remote->handle = reply.buffer;
     if (reply.shared == BufferAlloc::kSharedInRegion) {
-        if (device->session().region_heap()) return adopt_region_buffer(buft, std::move(remote), reply, tail);
+        if (device->session().region_heap()) return adopt_region_buffer(calls, buft, std::move(remote), reply, tail);
         log(GGML_LOG_LEVEL_ERROR, "%s: the server placed a buffer in a region this session has not",
             device->name().c_str());
-        (void)device->session().free_buffer(reply.buffer);
+        (void)calls.free_buffer(reply.buffer);
         return nullptr;
     }
     if (reply.shared) {
@@ -447,13 +451,13 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
         if (!status) {
             log(GGML_LOG_LEVEL_ERROR, "%s: cannot map a shared buffer: %s", device->name().c_str(),
                 status.message().c_str());
-            (void)device->session().free_buffer(reply.buffer);
+            (void)calls.free_buffer(reply.buffer);
             return nullptr;
         }
         remote->kind = RemoteBuffer::Kind::shared;
         remote->base = remote->mapping.data();
         remote->memory_file = std::move(memory_file);  // handed back on a new connection
-        return wrap(buft, std::move(remote), reply.size);
+        return wrap(buft, std::move(remote), reply.size, restorable);
     }
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     const size_t alignment = std::max<size_t>(device->info().buffer_alignment, 1);
@@ -463,12 +467,18 @@ ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, si
     if (remote->reservation == MAP_FAILED) {
         log(GGML_LOG_LEVEL_ERROR, "%s: cannot reserve %zu bytes of address space", device->name().c_str(),
             remote->reservation_size);
-        (void)device->session().free_buffer(reply.buffer);
+        (void)calls.free_buffer(reply.buffer);
         return nullptr;
     }
     const auto start = reinterpret_cast<uintptr_t>(remote->reservation);
     remote->base = reinterpret_cast<void *>((start + alignment - 1) / alignment * alignment);
-    return wrap(buft, std::move(remote), reply.size);
+    return wrap(buft, std::move(remote), reply.size, restorable);
+}
+
+}  // namespace
+
+ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size) {
+    return allocate_buffer(RemoteDevice::from(buft)->session(), buft, size, true);
 }
 
 ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
@@ -480,47 +490,52 @@ ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *
     remote->device = device;
     remote->base = ptr;
     remote->max_tensor_size = max_tensor_size;
-    if (!host_buffer_of_memory(device, ptr, size, max_tensor_size, &remote->handle)) return nullptr;
-    return wrap(device->buffer_type(), std::move(remote), size);
+    if (!host_buffer_of_memory(device->session(), device, ptr, size, max_tensor_size, &remote->handle)) return nullptr;
+    return wrap(device->buffer_type(), std::move(remote), size, true);
 }
 
 namespace {
 
-// Gives the ggml buffer its interface and the session the buffer to restore.
-ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote, size_t size) {
+// Gives the ggml buffer its interface and, when `restorable`, the session the
+// buffer to restore.
+ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote, size_t size,
+                           bool restorable) {
     RemoteDevice *device = remote->device;
     ggml_backend_buffer_t buffer = ggml_backend_buffer_init(
         buft, buffer_interface(remote->kind, device->info().buffer_needs_init_tensor), remote.get(), size);
     if (buffer == nullptr) return nullptr;
     remote->owner = buffer;
-    device->session().add_restorable(remote.get());
+    if (restorable) {
+        device->session().add_restorable(remote.get());
+        remote->restorable = true;
+    }
     remote.release();
     return buffer;
 }
 
 }  // namespace
 
-bool host_buffer_of_memory(RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size,
+bool host_buffer_of_memory(SessionCalls &calls, RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size,
                            uint64_t *handle) {
     UniqueFd file;
     uint64_t file_offset = 0;
     Status status = open_mapped_file(ptr, size, &file, &file_offset);
     if (status) {
         BufferFromFile::Reply reply{};
-        status = device->session()
-                     .call<BufferFromFile>({device->remote_index(), file_offset, size, max_tensor_size})
+        status = calls.call<BufferFromFile>({device->remote_index(), file_offset, size, max_tensor_size})
                      .send_fd(file.get())
                      .reply(&reply)
                      .run();
         *handle = reply.buffer;
-        if (status) device->session().count_mapped_file(size);
+        if (status) calls.count_mapped_file(size);
     }
     if (status) return true;
     if (status.code() == Code::disconnected) return false;
     // Not a file the host can map (or it refused): give the host a copy instead.
     log(GGML_LOG_LEVEL_DEBUG, "%s: copying %zu bytes of CPU memory (%s)", device->name().c_str(), size,
         status.message().c_str());
-    ggml_backend_buffer_t staging = allocate_remote_buffer(device->buffer_type(), size);
+    // Not restorable: it lives only until its host buffer is handed over, below.
+    ggml_backend_buffer_t staging = allocate_buffer(calls, device->buffer_type(), size, false);
     if (staging == nullptr) return false;
     RemoteBuffer *copy = context_of(staging);
     std::memcpy(copy->base, ptr, size);

@@ -1,7 +1,8 @@
 // RemoteBuffer on a new connection: what of each buffer's contents can be put
 // back, and the buffers that could not be, which computes must not read.
+#include "guest/buffer.h"
+
 #include "guest/log.h"
-#include "guest/remote_device.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -58,7 +59,7 @@ size_t lost_buffer_count() { return g_lost_buffers.load(std::memory_order_relaxe
 
 RemoteBuffer::~RemoteBuffer() {
     set_lost(false);
-    if (device != nullptr) device->session().remove_restorable(this);
+    if (restorable) device->session().remove_restorable(this);
     if (reservation != nullptr) ::munmap(reservation, reservation_size);
 }
 
@@ -105,24 +106,21 @@ std::string RemoteBuffer::describe() const {
            std::to_string(ggml_backend_buffer_get_size(owner)) + " bytes (" + usage_name(owner) + ")";
 }
 
-void RemoteBuffer::restore(RestoreReport *report) {
-    RemoteSession &session = device->session();
+void RemoteBuffer::restore(SessionCalls &calls, RestoreReport *report) {
     handle = 0;  // never the old connection's number: it may name another object now
     Status status;
     if (kind == Kind::shared) {
         // The memory is the guest's too: handed back, nothing is lost.
         BufferAdopt::Reply reply{};
-        status = session.call<BufferAdopt>({device->remote_index(), mapping.size()})
-                     .send_fd(memory_file.get())
-                     .reply(&reply)
-                     .run();
+        status =
+            calls.call<BufferAdopt>({device->remote_index(), mapping.size()}).send_fd(memory_file.get()).reply(&reply).run();
         handle = reply.buffer;
     } else if (kind == Kind::file) {
-        if (!host_buffer_of_memory(device, base, ggml_backend_buffer_get_size(owner), max_tensor_size, &handle)) {
+        if (!host_buffer_of_memory(calls, device, base, ggml_backend_buffer_get_size(owner), max_tensor_size, &handle)) {
             status = error(Code::error, "the host cannot map or copy the model file again");
         }
     } else {
-        status = restore_remote(report);
+        status = restore_remote(calls, report);
     }
     if (!status) {
         handle = 0;
@@ -132,20 +130,20 @@ void RemoteBuffer::restore(RestoreReport *report) {
     }
     ++report->restored;
     if (weights_told) {
-        status = session.post<BufferSetUsage>({handle, GGML_BACKEND_BUFFER_USAGE_WEIGHTS});
+        status = calls.post<BufferSetUsage>({handle, GGML_BACKEND_BUFFER_USAGE_WEIGHTS});
         if (!status) weights_told = false;
     }
 }
 
-Status RemoteBuffer::restore_remote(RestoreReport *report) {
+Status RemoteBuffer::restore_remote(SessionCalls &calls, RestoreReport *report) {
     const size_t size = ggml_backend_buffer_get_size(owner);
     BufferAlloc::Reply reply{};
     UniqueFd memory;
-    Status status = device->session().call<BufferAlloc>({device->remote_index(), size}).reply(&reply).receive_fd(&memory).run();
+    Status status = calls.call<BufferAlloc>({device->remote_index(), size}).reply(&reply).receive_fd(&memory).run();
     if (!status) return status;
     handle = reply.buffer;
     if (reply.shared || reply.size != size) {
-        (void)device->session().free_buffer(handle);
+        (void)calls.free_buffer(handle);
         handle = 0;
         return error(Code::error, "the server now offers another kind of buffer");
     }
@@ -158,19 +156,19 @@ Status RemoteBuffer::restore_remote(RestoreReport *report) {
     }
     switch (now) {
         case Content::fresh: return Status::success();
-        case Content::cleared: return device->session().post<BufferClear>({handle, clear_value});
-        case Content::sourced: return restore_sources();
+        case Content::cleared: return calls.post<BufferClear>({handle, clear_value});
+        case Content::sourced: return restore_sources(calls);
         case Content::host_only: break;
     }
     // Zeros, not whatever the new memory held: what a computes sees once the
     // application has cleared the buffer, and never NaNs in masked cells.
     set_lost(true);
     report->lost.push_back(describe());
-    return device->session().post<BufferClear>({handle, 0});
+    return calls.post<BufferClear>({handle, 0});
 }
 
 // Weights written from the guest's model file: read from it again, in order.
-Status RemoteBuffer::restore_sources() {
+Status RemoteBuffer::restore_sources(SessionCalls &calls) {
     std::vector<uint8_t> bytes;
     for (const WeightSource &source : sources) {
         UniqueFd file;
@@ -180,7 +178,7 @@ Status RemoteBuffer::restore_sources() {
             status = read_exactly(file.get(), source.file.offset, bytes.data(), bytes.size());
         }
         if (!status) return error(status.code(), "cannot read the weights again: " + status.message());
-        upload_to(this, source.offset, bytes.data(), bytes.size());
+        upload_to(calls, this, source.offset, bytes.data(), bytes.size());
     }
     return Status::success();
 }

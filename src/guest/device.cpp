@@ -1,5 +1,8 @@
+#include "guest/device.h"
+
+#include "guest/backend.h"
+#include "guest/buffer.h"
 #include "guest/log.h"
-#include "guest/remote_device.h"
 #include "protocol/printable.h"
 #include "protocol/tensor_codec.h"
 

@@ -1,6 +1,6 @@
 #include "guest/graph_retry.h"
 
-#include "guest/remote_device.h"
+#include "guest/buffer.h"
 
 #include <cstring>
 #include <unordered_set>

@@ -7,7 +7,7 @@
 // hashed: encoding a small model's graph costs more than a fifth of its token.
 #pragma once
 
-#include "guest/remote_session.h"
+#include "guest/session/remote_session.h"
 
 #include <ggml.h>
 

@@ -1,7 +1,7 @@
 #include "guest/mapped_weights.h"
 
 #include "guest/log.h"
-#include "guest/remote_device.h"
+#include "guest/buffer.h"
 
 #include <cstring>
 

@@ -1,7 +1,8 @@
 // The registry: what ggml's loader finds in libggml-remote.so.
 #include "ggml-remote.h"
+#include "guest/backend.h"
+#include "guest/device.h"
 #include "guest/log.h"
-#include "guest/remote_device.h"
 
 #include <cstdio>
 #include <cstdlib>

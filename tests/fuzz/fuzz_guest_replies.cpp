@@ -7,9 +7,9 @@
 // DeviceInfo's strings, an AllocSize against its tensor, a BufferAlloc,
 // a node order, deferred replies. A lying server must cost the guest an error,
 // never a crash, an exception, an allocation it did not ask for, or a hang.
+#include "guest/device.h"
 #include "guest/node_order.h"
-#include "guest/remote_device.h"
-#include "guest/remote_session.h"
+#include "guest/session/remote_session.h"
 #include "protocol/commands.h"
 #include "transport/connection.h"
 

@@ -1,9 +1,10 @@
-// The guest's reconnection (guest/remote_session.h, guest/buffer_restore.cpp):
+// The guest's reconnection (guest/session/remote_session.h, guest/buffer_restore.cpp):
 // a RemoteSession whose host Sessions run on threads, one per connection, so a
 // test can end a connection as a dying worker would and see what comes back.
 #include "ggml_test_support.h"
-#include "guest/remote_device.h"
-#include "guest/remote_session.h"
+#include "guest/backend.h"
+#include "guest/buffer.h"
+#include "guest/session/remote_session.h"
 #include "host/worker/session/session.h"
 #include "protocol/commands.h"
 
@@ -18,8 +19,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -109,19 +112,17 @@ class Reconnect : public ::testing::Test {
 
 // Counts its restores, and makes a call of its own while restoring.
 struct CountingRestorable : Restorable {
-    RemoteSession *session = nullptr;
     int restores = 0;
     Status call_status = error(Code::error, "not restored");
-    void restore(RestoreReport *report) override {
+    void restore(SessionCalls &calls, RestoreReport *report) override {
         ++restores;
-        call_status = session->call<DeviceMemory>({0}).run();
+        call_status = calls.call<DeviceMemory>({0}).run();
         ++report->restored;
     }
 };
 
 TEST_F(Reconnect, LostConnectionIsMadeAgainAndItsObjectsRestoredWithCallsOfTheirOwn) {
     CountingRestorable object;
-    object.session = session.get();
     session->add_restorable(&object);
     lose_connection();
     EXPECT_EQ(hosts.connections(), 2u);
@@ -130,6 +131,32 @@ TEST_F(Reconnect, LostConnectionIsMadeAgainAndItsObjectsRestoredWithCallsOfTheir
     EXPECT_EQ(object.restores, 1);
     EXPECT_TRUE(object.call_status.ok()) << object.call_status.message();
     EXPECT_TRUE(session->call<DeviceMemory>({0}).run().ok()) << "later calls go to the new connection";
+    session->remove_restorable(&object);
+}
+
+// Restores slowly, with a call of its own, and says when it starts and ends.
+struct SlowRestorable : Restorable {
+    std::promise<void> started;
+    std::atomic<bool> done{false};
+    void restore(SessionCalls &calls, RestoreReport *report) override {
+        started.set_value();
+        (void)calls.call<DeviceMemory>({0}).run();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        done = true;
+        ++report->restored;
+    }
+};
+
+TEST_F(Reconnect, AnotherThreadsCallWaitsUntilTheRestoreIsDone) {
+    SlowRestorable object;
+    session->add_restorable(&object);
+    std::future<void> started = object.started.get_future();
+    std::thread losing([this] { lose_connection(); });
+    started.wait();
+    const Status status = session->call<DeviceMemory>({0}).run();
+    EXPECT_TRUE(object.done) << "a call came in mid-restore";
+    EXPECT_TRUE(status.ok()) << status.message();
+    losing.join();
     session->remove_restorable(&object);
 }
 

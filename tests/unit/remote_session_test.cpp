@@ -1,9 +1,9 @@
-// RemoteSession, the guest's side of a connection (guest/remote_session.h):
+// RemoteSession, the guest's side of a connection (guest/session/remote_session.h):
 // against an in-process host Session on the CPU device over a socketpair, and
 // against a scripted peer where the test needs to see the bytes or cut the line.
 #include "ggml_test_support.h"
-#include "guest/remote_device.h"
-#include "guest/remote_session.h"
+#include "guest/device.h"
+#include "guest/session/remote_session.h"
 #include "host/worker/session/session.h"
 #include "protocol/commands.h"
 #include "protocol/tensor_codec.h"

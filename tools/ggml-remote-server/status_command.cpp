@@ -1,6 +1,6 @@
 #include "status_command.h"
 
-#include "guest/remote_session.h"
+#include "guest/session/remote_session.h"
 #include "protocol/printable.h"
 #include "transport/endpoint.h"
 

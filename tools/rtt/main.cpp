@@ -2,7 +2,7 @@
 // and the bandwidth of tensor reads and writes, as the guest plugin sees them;
 // with --device, to a buffer of one remote device (a GPU's, say), and with
 // --local, the same writes and reads on a device of this process's own ggml.
-#include "guest/remote_session.h"
+#include "guest/session/remote_session.h"
 #include "transport/endpoint.h"
 #include "transport/shared_memory.h"
 

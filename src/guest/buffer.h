@@ -1,70 +1,18 @@
-// The guest's ggml objects: one ggml device (with its buffer type) per remote
-// device, the buffers allocated on it, and the backend streams.
+// The guest's ggml buffers on a remote device: their three forms, the calls that
+// move tensor data, and what a new connection can put back of each.
 #pragma once
 
 #include "abi/ggml_backend_abi_v3.h"
+#include "guest/device.h"
 #include "guest/file_mapping.h"
-#include "guest/mapped_weights.h"
-#include "guest/remote_session.h"
+#include "guest/session/restorable.h"
 #include "protocol/tensor_codec.h"
 #include "transport/shared_memory.h"
 
-#include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 namespace ggml_remote::guest {
-
-class RemoteDevice {
-  public:
-    // Asks the server about its device `remote_index` and builds the ggml objects.
-    static Status create(std::shared_ptr<RemoteSession> session, uint32_t remote_index, const std::string &name,
-                         ggml_backend_reg_t reg, std::unique_ptr<RemoteDevice> *device);
-
-    ggml_backend_dev_t ggml_device() { return &device_; }
-    ggml_backend_buffer_type_t buffer_type() { return &buffer_type_; }
-    RemoteSession &session() { return *session_; }
-    uint32_t remote_index() const { return remote_index_; }
-    const std::string &name() const { return name_; }
-    const std::string &description() const { return description_; }
-    const protocol::DeviceInfo::Reply &info() const { return info_; }
-    // In this session the device's buffers are shared memory, mapped here too.
-    bool shares_memory() const { return info_.shared_buffers != 0; }
-    // Whether the server maps the guest's files too (shm:, not a VM's region).
-    bool maps_files() const { return info_.shared_buffers == 1; }
-
-    // Answers cached per op signature: the same shapes ask the host once.
-    bool supports_op(const ggml_tensor *op);
-    // Weights in the guest's CPU_Mapped buffers that ops on this device read.
-    MappedWeights &mapped_weights() { return mapped_weights_; }
-    size_t alloc_size(const ggml_tensor *tensor);
-
-    static RemoteDevice *from(ggml_backend_dev_t device) { return static_cast<RemoteDevice *>(device->context); }
-    static RemoteDevice *from(ggml_backend_buffer_type_t buft) { return static_cast<RemoteDevice *>(buft->context); }
-
-  private:
-    template <class Cmd>
-    using AnswerCache = std::unordered_map<std::string, typename Cmd::Reply>;
-
-    RemoteDevice() = default;
-    // The host's reply to `Cmd` about an op signature: asked once, then cached.
-    template <class Cmd>
-    Status ask_once(AnswerCache<Cmd> &cache, const std::string &signature, typename Cmd::Reply *reply);
-
-    std::shared_ptr<RemoteSession> session_;
-    uint32_t remote_index_ = 0;
-    std::string name_, description_, buffer_type_name_;
-    protocol::DeviceInfo::Reply info_{};
-    ggml_backend_device device_{};
-    ggml_backend_buffer_type buffer_type_{};
-
-    MappedWeights mapped_weights_{this};
-
-    std::mutex cache_mutex_;
-    AnswerCache<protocol::SupportsOp> supports_op_cache_;
-    AnswerCache<protocol::AllocSize> alloc_size_cache_;
-};
 
 // A buffer on a remote device, in one of three forms:
 // - remote: the memory is on the host only. The base is a reserved, inaccessible
@@ -98,6 +46,7 @@ struct RemoteBuffer : Restorable {
     UniqueFd memory_file;         // shared: the memory file, handed back on a new connection
     size_t max_tensor_size = 0;   // file: as ggml asked
     bool weights_told = false;    // the host has been told this buffer holds weights
+    bool restorable = false;      // in the session's list of objects to restore (leaves it when destroyed)
     Content content = Content::fresh;
     // A graph wrote into the buffer: its contents are the host's for good, even
     // after a clear (the same graph, replayed, writes again unseen).
@@ -130,21 +79,18 @@ struct RemoteBuffer : Restorable {
     void note_graph_use();
     // Names the buffer in messages: its type, size and usage.
     std::string describe() const;
-    void restore(RestoreReport *report) override;
+    void restore(SessionCalls &calls, RestoreReport *report) override;
     // The application is told, by a failed compute: the zeros are its to use.
     void lost_was_reported() { set_lost(false); }
 
   private:
     void set_lost(bool now_lost);
-    Status restore_remote(RestoreReport *report);
-    Status restore_sources();
+    Status restore_remote(SessionCalls &calls, RestoreReport *report);
+    Status restore_sources(SessionCalls &calls);
 };
 
 // How many remote buffers are lost now: computes check their graphs only then.
 size_t lost_buffer_count();
-// An error naming the first tensor of `graph` whose bytes are in a lost buffer;
-// every lost buffer the graph reads then counts as reported (its compute fails).
-Status report_lost_buffers_read(ggml_cgraph *graph);
 
 // Whether a ggml buffer is one of ours (and then its RemoteBuffer).
 RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer);
@@ -159,32 +105,20 @@ void tell_weights(const ggml_tensor *tensor);
 
 // A host buffer over [ptr, +size) of the guest's CPU memory (shared-memory
 // sessions): the host maps the file behind it, or gets a copy when it cannot.
-bool host_buffer_of_memory(RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size, uint64_t *handle);
-// Writes bytes into a remote buffer as set_tensor does (the store first, else
-// chunks), without noting the write: restoring weights from their source.
+// `calls`: the session's, or its pipeline while restoring.
+bool host_buffer_of_memory(SessionCalls &calls, RemoteDevice *device, void *ptr, size_t size, size_t max_tensor_size,
+                           uint64_t *handle);
 // A tensor of `size` bytes at `data` in `buffer`, as ggml would pass one to a
 // buffer's set_tensor.
 ggml_tensor byte_tensor(ggml_backend_buffer_t buffer, void *data, size_t size);
-void upload_to(RemoteBuffer *remote, uint64_t offset, const void *data, size_t size);
+// Writes bytes into a remote buffer as set_tensor does (the store first, else
+// chunks), without noting the write: restoring weights from their source.
+void upload_to(SessionCalls &calls, RemoteBuffer *remote, uint64_t offset, const void *data, size_t size);
 
 ggml_backend_buffer_t allocate_remote_buffer(ggml_backend_buffer_type_t buft, size_t size);
 // ggml's buffer_from_host_ptr for shared-memory devices: `ptr` is normally a mapped
 // model file, which the host then maps too.
 ggml_backend_buffer_t remote_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
                                                   size_t max_tensor_size);
-ggml_backend_t create_remote_backend(RemoteDevice *device);
-
-// An event of a remote device: a position in one session's line of commands,
-// set by event_record; the host has passed it once a later reply has come.
-struct RemoteEvent {
-    RemoteSession *session = nullptr;  // null until recorded
-    uint64_t backend = 0;
-    uint64_t position = 0;
-};
-// The event's RemoteEvent when it is one of ours.
-RemoteEvent *remote_event_of(ggml_backend_event_t event);
-void remote_event_synchronize(RemoteDevice *device, ggml_backend_event_t event);
-// Sets the host's thread count for a backend of ours (ggml_backend_set_n_threads).
-void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads);
 
 }  // namespace ggml_remote::guest
