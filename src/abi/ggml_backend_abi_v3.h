@@ -82,8 +82,7 @@ struct ggml_backend_i {
     void (*synchronize)(ggml_backend_t backend);
     ggml_backend_graph_plan_t (*graph_plan_create)(ggml_backend_t backend, const struct ggml_cgraph *cgraph);
     void (*graph_plan_free)(ggml_backend_t backend, ggml_backend_graph_plan_t plan);
-    void (*graph_plan_update)(ggml_backend_t backend, ggml_backend_graph_plan_t plan,
-                              const struct ggml_cgraph *cgraph);
+    void (*graph_plan_update)(ggml_backend_t backend, ggml_backend_graph_plan_t plan, const struct ggml_cgraph *cgraph);
     enum ggml_status (*graph_plan_compute)(ggml_backend_t backend, ggml_backend_graph_plan_t plan);
     enum ggml_status (*graph_compute)(ggml_backend_t backend, struct ggml_cgraph *cgraph);
     void (*event_record)(ggml_backend_t backend, ggml_backend_event_t event);
@@ -144,8 +143,7 @@ struct ggml_backend_reg {
 
 // Exported by libggml-base but declared in no installed header.
 GGML_API ggml_backend_buffer_t ggml_backend_buffer_init(ggml_backend_buffer_type_t buft,
-                                                        struct ggml_backend_buffer_i iface, void *context,
-                                                        size_t size);
+                                                        struct ggml_backend_buffer_i iface, void *context, size_t size);
 
 }  // extern "C"
 

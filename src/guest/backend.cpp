@@ -1,14 +1,14 @@
 #include "guest/backend.h"
 
+#include <cstring>
+#include <unordered_set>
+
 #include "guest/buffer.h"
 #include "guest/graph_retry.h"
 #include "guest/last_graph.h"
 #include "guest/log.h"
 #include "guest/node_order.h"
 #include "protocol/tensor_codec.h"
-
-#include <cstring>
-#include <unordered_set>
 
 namespace ggml_remote::guest {
 
@@ -20,8 +20,8 @@ struct RemoteBackend : Restorable {
     RemoteDevice *device = nullptr;
     uint64_t handle = 0;
     LastGraph last_graph;
-    GraphRetry retry;  // for the last graph: running it again on a new connection
-    int n_threads = 0;  // the last count sent; llama.cpp sets it again before every graph
+    GraphRetry retry;           // for the last graph: running it again on a new connection
+    int n_threads = 0;          // the last count sent; llama.cpp sets it again before every graph
     bool host_reorders = true;  // until the host says its backend has no graph_optimize
     NodeOrderCache node_orders;
     // The last graph reordered, as it came (llama.cpp's decode graph is the same
@@ -105,7 +105,7 @@ void prepare_graph_weights(RemoteBackend *remote, ggml_cgraph *graph) {
 // Encodes the graph, and which tensors the encoding read (sources first); fails
 // when a tensor is out of the host's reach.
 Status encode_graph(RemoteBackend *remote, ggml_cgraph *graph, std::vector<uint8_t> *encoded,
-                  std::vector<const ggml_tensor *> *order) {
+                    std::vector<const ggml_tensor *> *order) {
     RemoteSession &session = remote->device->session();
     MappedWeights &mapped_weights = remote->device->mapped_weights();
     TensorListEncoder encoder([&session, &mapped_weights](const ggml_tensor *t, TensorLocation *location) {
@@ -127,8 +127,8 @@ Status run_graph(RemoteBackend *remote, ggml_cgraph *graph) {
     // Shared memory is read in place, by this process's own backends too (a CPU
     // split may read a result without any copy), so the compute must be over when
     // we return. Remote buffers are read through the session, after the compute.
-    const auto completion = remote->device->shares_memory() ? RemoteSession::Completion::waits
-                                                            : RemoteSession::Completion::returns_at_once;
+    const auto completion =
+        remote->device->shares_memory() ? RemoteSession::Completion::waits : RemoteSession::Completion::returns_at_once;
     // Over shared memory the graph may have to run again, from the inputs it had.
     const bool may_retry = remote->device->shares_memory();
     bool replayed = false;

@@ -1,15 +1,15 @@
 #include "guest/buffer.h"
 
-#include "guest/file_mapping.h"
-#include "guest/log.h"
-#include "guest/weight_digests.h"
-#include "protocol/tensor_codec.h"
-
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include "guest/file_mapping.h"
+#include "guest/log.h"
+#include "guest/weight_digests.h"
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::guest {
 
@@ -35,9 +35,8 @@ void *buffer_get_base(ggml_backend_buffer_t buffer) { return context_of(buffer)-
 
 enum ggml_status buffer_init_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor) {
     RemoteBuffer *remote = context_of(buffer);
-    TensorListEncoder encoder([](const ggml_tensor *t, TensorLocation *location) {
-        return locate_on_host(nullptr, t, location);
-    });
+    TensorListEncoder encoder(
+        [](const ggml_tensor *t, TensorLocation *location) { return locate_on_host(nullptr, t, location); });
     encoder.add_storage(tensor);
     if (encoder.failed()) {
         log(GGML_LOG_LEVEL_ERROR, "%s: init_tensor: %s", remote->device->name().c_str(), encoder.error().c_str());
@@ -299,7 +298,6 @@ ggml_backend_buffer_i buffer_interface(RemoteBuffer::Kind kind, bool needs_init_
     return iface;
 }
 
-
 ggml_backend_buffer_t wrap(ggml_backend_buffer_type_t buft, std::unique_ptr<RemoteBuffer> remote, size_t size,
                            bool restorable);
 
@@ -326,8 +324,8 @@ void upload_to(SessionCalls &calls, RemoteBuffer *remote, uint64_t offset, const
 BufferRange RemoteBuffer::range(const ggml_tensor *tensor, size_t offset, size_t size) const {
     BufferRange range;
     range.buffer = handle;
-    range.offset = static_cast<uint64_t>(static_cast<const uint8_t *>(tensor->data) - static_cast<const uint8_t *>(base)) +
-                   offset;
+    range.offset =
+        static_cast<uint64_t>(static_cast<const uint8_t *>(tensor->data) - static_cast<const uint8_t *>(base)) + offset;
     range.size = size;
     return range;
 }
@@ -356,8 +354,9 @@ RemoteBuffer *remote_buffer_of(ggml_backend_buffer_t buffer) {
 }
 
 RemoteBuffer *remote_buffer_of(const ggml_tensor *tensor) {
-    return remote_buffer_of(tensor->buffer != nullptr ? tensor->buffer
-                            : tensor->view_src != nullptr ? tensor->view_src->buffer : nullptr);
+    return remote_buffer_of(tensor->buffer != nullptr     ? tensor->buffer
+                            : tensor->view_src != nullptr ? tensor->view_src->buffer
+                                                          : nullptr);
 }
 
 bool locate_on_host(const RemoteSession *session, const ggml_tensor *tensor, TensorLocation *location) {

@@ -2,15 +2,15 @@
 // move tensor data, and what a new connection can put back of each.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "abi/ggml_backend_abi_v3.h"
 #include "guest/device.h"
 #include "guest/file_mapping.h"
 #include "guest/session/restorable.h"
 #include "protocol/tensor_codec.h"
 #include "transport/shared_memory.h"
-
-#include <string>
-#include <vector>
 
 namespace ggml_remote::guest {
 
@@ -33,7 +33,7 @@ struct RemoteBuffer : Restorable {
     struct WeightSource {
         uint64_t offset = 0;  // in the buffer
         uint64_t size = 0;
-        MappedFile file;      // where the bytes are
+        MappedFile file;  // where the bytes are
     };
     Kind kind = Kind::remote;
     RemoteDevice *device = nullptr;
@@ -42,11 +42,11 @@ struct RemoteBuffer : Restorable {
     void *base = nullptr;
     void *reservation = nullptr;  // remote: the reserved address range
     size_t reservation_size = 0;
-    Mapping mapping;              // shared: this side's mapping of the memory file
-    UniqueFd memory_file;         // shared: the memory file, handed back on a new connection
-    size_t max_tensor_size = 0;   // file: as ggml asked
-    bool weights_told = false;    // the host has been told this buffer holds weights
-    bool restorable = false;      // in the session's list of objects to restore (leaves it when destroyed)
+    Mapping mapping;             // shared: this side's mapping of the memory file
+    UniqueFd memory_file;        // shared: the memory file, handed back on a new connection
+    size_t max_tensor_size = 0;  // file: as ggml asked
+    bool weights_told = false;   // the host has been told this buffer holds weights
+    bool restorable = false;     // in the session's list of objects to restore (leaves it when destroyed)
     Content content = Content::fresh;
     // A graph wrote into the buffer: its contents are the host's for good, even
     // after a clear (the same graph, replayed, writes again unseen).

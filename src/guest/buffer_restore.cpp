@@ -1,9 +1,5 @@
 // RemoteBuffer on a new connection: what of each buffer's contents can be put
 // back, and the buffers that could not be, which computes must not read.
-#include "guest/buffer.h"
-
-#include "guest/log.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,6 +9,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+
+#include "guest/buffer.h"
+#include "guest/log.h"
 
 namespace ggml_remote::guest {
 
@@ -24,9 +23,12 @@ std::atomic<size_t> g_lost_buffers{0};
 
 const char *usage_name(ggml_backend_buffer_t buffer) {
     switch (ggml_backend_buffer_get_usage(buffer)) {
-        case GGML_BACKEND_BUFFER_USAGE_WEIGHTS: return "weights";
-        case GGML_BACKEND_BUFFER_USAGE_COMPUTE: return "compute";
-        default: return "data";
+        case GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
+            return "weights";
+        case GGML_BACKEND_BUFFER_USAGE_COMPUTE:
+            return "compute";
+        default:
+            return "data";
     }
 }
 
@@ -34,7 +36,7 @@ const char *usage_name(ggml_backend_buffer_t buffer) {
 Status open_source(const MappedFile &file, UniqueFd *fd) {
     UniqueFd opened(::open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!opened.valid()) return error(Code::error, "open " + file.path + ": " + std::strerror(errno));
-    struct stat st {};
+    struct stat st{};
     if (::fstat(opened.get(), &st) != 0 || st.st_ino != file.inode || major(st.st_dev) != file.major ||
         minor(st.st_dev) != file.minor) {
         return error(Code::error, file.path + " is no longer the file the weights came from");
@@ -112,11 +114,14 @@ void RemoteBuffer::restore(SessionCalls &calls, RestoreReport *report) {
     if (kind == Kind::shared) {
         // The memory is the guest's too: handed back, nothing is lost.
         BufferAdopt::Reply reply{};
-        status =
-            calls.call<BufferAdopt>({device->remote_index(), mapping.size()}).send_fd(memory_file.get()).reply(&reply).run();
+        status = calls.call<BufferAdopt>({device->remote_index(), mapping.size()})
+                     .send_fd(memory_file.get())
+                     .reply(&reply)
+                     .run();
         handle = reply.buffer;
     } else if (kind == Kind::file) {
-        if (!host_buffer_of_memory(calls, device, base, ggml_backend_buffer_get_size(owner), max_tensor_size, &handle)) {
+        if (!host_buffer_of_memory(calls, device, base, ggml_backend_buffer_get_size(owner), max_tensor_size,
+                                   &handle)) {
             status = error(Code::error, "the host cannot map or copy the model file again");
         }
     } else {
@@ -155,10 +160,14 @@ Status RemoteBuffer::restore_remote(SessionCalls &calls, RestoreReport *report) 
         return Status::success();
     }
     switch (now) {
-        case Content::fresh: return Status::success();
-        case Content::cleared: return calls.post<BufferClear>({handle, clear_value});
-        case Content::sourced: return restore_sources(calls);
-        case Content::host_only: break;
+        case Content::fresh:
+            return Status::success();
+        case Content::cleared:
+            return calls.post<BufferClear>({handle, clear_value});
+        case Content::sourced:
+            return restore_sources(calls);
+        case Content::host_only:
+            break;
     }
     // Zeros, not whatever the new memory held: what a computes sees once the
     // application has cleared the buffer, and never NaNs in masked cells.

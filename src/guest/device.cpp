@@ -1,12 +1,12 @@
 #include "guest/device.h"
 
+#include <cstring>
+
 #include "guest/backend.h"
 #include "guest/buffer.h"
 #include "guest/log.h"
 #include "protocol/printable.h"
 #include "protocol/tensor_codec.h"
-
-#include <cstring>
 
 namespace ggml_remote::guest {
 
@@ -77,9 +77,7 @@ bool device_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
 // every call; never worth it over a socket.
 bool device_offload_op(ggml_backend_dev_t, const ggml_tensor *) { return false; }
 
-ggml_backend_event_t device_event_new(ggml_backend_dev_t dev) {
-    return new ggml_backend_event{dev, new RemoteEvent{}};
-}
+ggml_backend_event_t device_event_new(ggml_backend_dev_t dev) { return new ggml_backend_event{dev, new RemoteEvent{}}; }
 
 void device_event_free(ggml_backend_dev_t, ggml_backend_event_t event) {
     delete static_cast<RemoteEvent *>(event->context);
@@ -92,13 +90,9 @@ void device_event_synchronize(ggml_backend_dev_t dev, ggml_backend_event_t event
 
 const char *buft_get_name(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->name().c_str(); }
 
-size_t buft_get_alignment(ggml_backend_buffer_type_t buft) {
-    return RemoteDevice::from(buft)->info().buffer_alignment;
-}
+size_t buft_get_alignment(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->info().buffer_alignment; }
 
-size_t buft_get_max_size(ggml_backend_buffer_type_t buft) {
-    return RemoteDevice::from(buft)->info().buffer_max_size;
-}
+size_t buft_get_max_size(ggml_backend_buffer_type_t buft) { return RemoteDevice::from(buft)->info().buffer_max_size; }
 
 size_t buft_get_alloc_size(ggml_backend_buffer_type_t buft, const ggml_tensor *tensor) {
     return RemoteDevice::from(buft)->alloc_size(tensor);
@@ -217,8 +211,8 @@ size_t RemoteDevice::alloc_size(const ggml_tensor *tensor) {
     // them; a device pads a little, never more than the tensor again.
     const uint64_t most = uint64_t{bytes} * 2 + (uint64_t(1) << 20);
     if (reply.size < bytes || reply.size > most) {
-        log(GGML_LOG_LEVEL_ERROR, "%s: the server sizes a tensor of %zu bytes at %llu; using %zu", name_.c_str(),
-            bytes, static_cast<unsigned long long>(reply.size), bytes);
+        log(GGML_LOG_LEVEL_ERROR, "%s: the server sizes a tensor of %zu bytes at %llu; using %zu", name_.c_str(), bytes,
+            static_cast<unsigned long long>(reply.size), bytes);
         return bytes;
     }
     return static_cast<size_t>(reply.size);

@@ -2,14 +2,14 @@
 // about ops once per signature; and its events.
 #pragma once
 
-#include "abi/ggml_backend_abi_v3.h"
-#include "guest/mapped_weights.h"
-#include "guest/session/remote_session.h"
-
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "abi/ggml_backend_abi_v3.h"
+#include "guest/mapped_weights.h"
+#include "guest/session/remote_session.h"
 
 namespace ggml_remote::guest {
 

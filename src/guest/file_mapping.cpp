@@ -80,7 +80,7 @@ Status open_mapped_file(const void *ptr, size_t size, UniqueFd *fd, uint64_t *fi
     if (!status) return status;
     UniqueFd file(::open(found.path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!file.valid()) return error(Code::unsupported, "open " + found.path + ": " + std::strerror(errno));
-    struct stat st {};
+    struct stat st{};
     if (::fstat(file.get(), &st) != 0 || st.st_ino != found.inode || major(st.st_dev) != found.major ||
         minor(st.st_dev) != found.minor) {
         return error(Code::unsupported, found.path + " is no longer the file that is mapped");

@@ -1,12 +1,12 @@
 // Finding the file behind a guest address (a model that llama.cpp memory-mapped).
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/unique_fd.h"
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "protocol/status.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::guest {
 

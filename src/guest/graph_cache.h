@@ -1,11 +1,11 @@
 // GraphCache: the guest's half of the host's graph slots (see GraphCompute).
 #pragma once
 
-#include "protocol/commands.h"
-
 #include <array>
 #include <cstdint>
 #include <vector>
+
+#include "protocol/commands.h"
 
 namespace ggml_remote::guest {
 

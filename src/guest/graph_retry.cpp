@@ -1,9 +1,9 @@
 #include "guest/graph_retry.h"
 
-#include "guest/buffer.h"
-
 #include <cstring>
 #include <unordered_set>
+
+#include "guest/buffer.h"
 
 namespace ggml_remote::guest {
 
@@ -60,7 +60,8 @@ void GraphRetry::plan(ggml_cgraph *graph) {
             const ggml_tensor *source = node->src[s];
             if (source == nullptr || s == destination) continue;
             const ggml_tensor *storage = source->view_src != nullptr ? source->view_src : source;
-            if (storage->op == GGML_OP_NONE && in_buffer_of_usage(storage, true) && inputs_seen.insert(storage).second) {
+            if (storage->op == GGML_OP_NONE && in_buffer_of_usage(storage, true) &&
+                inputs_seen.insert(storage).second) {
                 inputs_.push_back({static_cast<uint8_t *>(storage->data), ggml_nbytes(storage)});
             }
             if (in_buffer_of_usage(source, false)) persistent_reads.push_back(range_of(source));

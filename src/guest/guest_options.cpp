@@ -1,11 +1,11 @@
 #include "guest/guest_options.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "guest/log.h"
 #include "protocol/commands.h"
 #include "transport/setting_text.h"
-
-#include <algorithm>
-#include <cstdlib>
 
 namespace ggml_remote::guest {
 
@@ -50,8 +50,8 @@ GuestOptions read_guest_options(const Environment &environment) {
                           kMaxTimeoutMs, &timeout_ms));
     options.connect_timeout_ms = static_cast<int>(timeout_ms);
     uint64_t reply_ms = static_cast<uint64_t>(options.reply_timeout_ms);
-    report(number_setting("GGML_REMOTE_REPLY_TIMEOUT_MS", environment("GGML_REMOTE_REPLY_TIMEOUT_MS"), 0,
-                          kMaxTimeoutMs, &reply_ms));
+    report(number_setting("GGML_REMOTE_REPLY_TIMEOUT_MS", environment("GGML_REMOTE_REPLY_TIMEOUT_MS"), 0, kMaxTimeoutMs,
+                          &reply_ms));
     options.reply_timeout_ms = static_cast<int>(reply_ms);
     options.tls_psk_file = text_of(environment, "GGML_REMOTE_TLS_PSK_FILE");
     options.tls_psk = text_of(environment, "GGML_REMOTE_TLS_PSK");

@@ -3,11 +3,11 @@
 // the variables for users.
 #pragma once
 
-#include "transport/wait_options.h"
-
 #include <cstddef>
 #include <functional>
 #include <string>
+
+#include "transport/wait_options.h"
 
 namespace ggml_remote::guest {
 

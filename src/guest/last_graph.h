@@ -7,11 +7,11 @@
 // hashed: encoding a small model's graph costs more than a fifth of its token.
 #pragma once
 
-#include "guest/session/remote_session.h"
-
 #include <ggml.h>
 
 #include <vector>
+
+#include "guest/session/remote_session.h"
 
 namespace ggml_remote::guest {
 

@@ -1,9 +1,9 @@
 #include "guest/mapped_weights.h"
 
-#include "guest/log.h"
-#include "guest/buffer.h"
-
 #include <cstring>
+
+#include "guest/buffer.h"
+#include "guest/log.h"
 
 namespace ggml_remote::guest {
 
@@ -30,8 +30,8 @@ bool in_mapped_weights(const ggml_tensor *tensor) {
 bool MappedWeights::is_mapped_weights_type(ggml_backend_buffer_type_t buft) {
     // ggml-cpu names the type of its buffer_from_host_ptr buffers so; no other
     // handle on it is public.
-    return buft != nullptr && buft->iface.get_name != nullptr && std::strcmp(buft->iface.get_name(buft), "CPU_Mapped") == 0 &&
-           ggml_backend_buft_is_host(buft);
+    return buft != nullptr && buft->iface.get_name != nullptr &&
+           std::strcmp(buft->iface.get_name(buft), "CPU_Mapped") == 0 && ggml_backend_buft_is_host(buft);
 }
 
 MappedWeights::Use MappedWeights::classify(const ggml_tensor *op) {
@@ -110,8 +110,10 @@ MappedWeights::HostCopy *MappedWeights::copy_of(const ggml_tensor *weight) {
     Status status = find_mapped_file(begin, size, &copy.file);
     if (status && copy.file.writable) status = error(Code::unsupported, "the mapping is writable");
     if (!status) {
-        log(GGML_LOG_LEVEL_ERROR, "%s: %s: weights in guest memory can be read on the host only from a read-only "
-            "file mapping: %s", device_->name().c_str(), weight->name, status.message().c_str());
+        log(GGML_LOG_LEVEL_ERROR,
+            "%s: %s: weights in guest memory can be read on the host only from a read-only "
+            "file mapping: %s",
+            device_->name().c_str(), weight->name, status.message().c_str());
         return nullptr;
     }
     copy.buffer = make_host_copy(begin, size);

@@ -11,13 +11,13 @@
 // valid because the guest's mapping is read-only.
 #pragma once
 
-#include "abi/ggml_backend_abi_v3.h"
-#include "guest/file_mapping.h"
-#include "protocol/tensor_codec.h"
-
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+#include "abi/ggml_backend_abi_v3.h"
+#include "guest/file_mapping.h"
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::guest {
 

@@ -8,10 +8,6 @@
 // the order; the guest checks the answer and applies it.
 #pragma once
 
-#include "protocol/commands.h"
-#include "protocol/status.h"
-#include "protocol/wire.h"
-
 #include <ggml.h>
 
 #include <cstdint>
@@ -19,6 +15,10 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "protocol/commands.h"
+#include "protocol/status.h"
+#include "protocol/wire.h"
 
 namespace ggml_remote::guest {
 
@@ -32,8 +32,8 @@ struct NodeOrder {
 // Reads a GraphOptimize reply for a graph of n_nodes nodes and n_tensors list
 // entries: the nodes must be a permutation of [0, n_nodes) and every dependency
 // within the list, or it is refused (a bad_request status) and nothing applies.
-Status parse_node_order(const protocol::GraphOptimize::Reply &reply, protocol::ByteView tail,
-                                  uint32_t n_nodes, uint32_t n_tensors, NodeOrder *order);
+Status parse_node_order(const protocol::GraphOptimize::Reply &reply, protocol::ByteView tail, uint32_t n_nodes,
+                        uint32_t n_tensors, NodeOrder *order);
 
 // Puts the graph's nodes in `order` (already checked against this graph).
 void apply_node_order(ggml_cgraph *graph, const NodeOrder &order);

@@ -1,15 +1,15 @@
 // The registry: what ggml's loader finds in libggml-remote.so.
-#include "ggml-remote.h"
-#include "guest/backend.h"
-#include "guest/device.h"
-#include "guest/log.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "ggml-remote.h"
+#include "guest/backend.h"
+#include "guest/device.h"
+#include "guest/log.h"
 
 namespace ggml_remote::guest {
 
@@ -23,9 +23,7 @@ struct Registry {
 
 const char *reg_get_name(ggml_backend_reg_t) { return "REMOTE"; }
 
-size_t reg_get_device_count(ggml_backend_reg_t reg) {
-    return static_cast<Registry *>(reg->context)->devices.size();
-}
+size_t reg_get_device_count(ggml_backend_reg_t reg) { return static_cast<Registry *>(reg->context)->devices.size(); }
 
 ggml_backend_dev_t reg_get_device(ggml_backend_reg_t reg, size_t index) {
     auto *registry = static_cast<Registry *>(reg->context);
@@ -47,8 +45,9 @@ void *reg_get_proc_address(ggml_backend_reg_t, const char *name) {
 
 void connect_servers(Registry *registry, const GuestOptions &options) {
     if (options.servers.empty()) {
-        log(GGML_LOG_LEVEL_WARN, "GGML_REMOTE_SERVERS is not set: no remote devices (e.g. "
-                                 "GGML_REMOTE_SERVERS=unix:/run/ggml-remote.sock or tcp://host:50053)");
+        log(GGML_LOG_LEVEL_WARN,
+            "GGML_REMOTE_SERVERS is not set: no remote devices (e.g. "
+            "GGML_REMOTE_SERVERS=unix:/run/ggml-remote.sock or tcp://host:50053)");
         return;
     }
     std::vector<Endpoint> endpoints;
@@ -71,7 +70,8 @@ void connect_servers(Registry *registry, const GuestOptions &options) {
             const std::string name = "REMOTE" + std::to_string(registry->devices.size());
             status = RemoteDevice::create(session, i, name, &registry->reg, &device);
             if (!status) {
-                log(GGML_LOG_LEVEL_ERROR, "%s: device %u: %s", endpoint.to_string().c_str(), i, status.message().c_str());
+                log(GGML_LOG_LEVEL_ERROR, "%s: device %u: %s", endpoint.to_string().c_str(), i,
+                    status.message().c_str());
                 continue;
             }
             registry->devices.push_back(std::move(device));

@@ -1,8 +1,5 @@
 #include "guest/weight_digests.h"
 
-#include "guest/file_mapping.h"
-#include "protocol/commands.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -16,6 +13,9 @@
 #include <string>
 #include <thread>
 #include <tuple>
+
+#include "guest/file_mapping.h"
+#include "protocol/commands.h"
 
 namespace ggml_remote::guest {
 
@@ -74,9 +74,9 @@ class FileDigests {
 
 // The record file's name for the file behind a mapping; empty when unknown.
 std::string identity_of(const MappedFile &mapped) {
-    struct stat st {};
-    if (::stat(mapped.path.c_str(), &st) != 0 || st.st_ino != mapped.inode ||
-        major(st.st_dev) != mapped.major || minor(st.st_dev) != mapped.minor) {
+    struct stat st{};
+    if (::stat(mapped.path.c_str(), &st) != 0 || st.st_ino != mapped.inode || major(st.st_dev) != mapped.major ||
+        minor(st.st_dev) != mapped.minor) {
         return std::string();
     }
     char name[160];

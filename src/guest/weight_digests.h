@@ -10,10 +10,10 @@
 // each time, on all cores.
 #pragma once
 
-#include "protocol/content_digest.h"
-
 #include <cstddef>
 #include <string>
+
+#include "protocol/content_digest.h"
 
 namespace ggml_remote::guest {
 

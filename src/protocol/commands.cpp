@@ -9,7 +9,8 @@ const char *command_name(CommandId id) {
         return #name;
         GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_NAME)
 #undef GGML_REMOTE_COMMAND_NAME
-        case CommandId::count_: break;
+        case CommandId::count_:
+            break;
     }
     return "unknown";
 }

@@ -18,11 +18,11 @@
 // the host (declared for you; the build fails to link until it is written).
 #pragma once
 
-#include "protocol/wire.h"
-
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
+
+#include "protocol/wire.h"
 
 namespace ggml_remote::protocol {
 
@@ -57,41 +57,40 @@ enum CommandPolicy : uint32_t {
 };
 
 // X(id, name, struct, policy). The ids are the wire's: never renumber.
-#define GGML_REMOTE_COMMANDS(X) \
-    X(1, hello, Hello, kTakesTail | kOpensSession)                                          \
-    X(2, device_info, DeviceInfo, kPlain)                                                   \
-    X(3, device_memory, DeviceMemory, kFixedReply)                                          \
-    X(4, supports_op, SupportsOp, kTakesTail | kFixedReply)                                 \
-    X(5, alloc_size, AllocSize, kTakesTail)                                                 \
-    X(6, buffer_alloc, BufferAlloc, kPlain)                                                 \
-    X(7, buffer_free, BufferFree, kOneWay | kReleases)                                      \
-    X(8, buffer_clear, BufferClear, kOneWay)                                                \
-    X(9, buffer_reset, BufferReset, kOneWay)                                                \
-    X(10, init_tensor, InitTensor, kTakesTail | kOneWay)                                    \
-    X(11, set_tensor, SetTensor, kTakesTail | kOneWay | kTailInRing | kWritesWeights)       \
-    X(12, set_tensor_2d, SetTensor2d, kTakesTail | kOneWay | kTailInRing | kWritesWeights)  \
-    X(13, get_tensor, GetTensor, kPlain)                                                    \
-    X(14, get_tensor_2d, GetTensor2d, kPlain)                                               \
-    X(15, memset_tensor, MemsetTensor, kOneWay)                                             \
-    X(16, copy_tensor, CopyTensor, kFixedReply)                                             \
-    X(17, backend_init, BackendInit, kFixedReply)                                           \
-    X(18, backend_free, BackendFree, kOneWay | kReleases)                                   \
-    X(19, set_n_threads, SetNThreads, kOneWay)                                              \
-    X(20, graph_compute, GraphCompute, kTakesTail | kOneWay | kFailureLogged)               \
-    X(21, buffer_from_file, BufferFromFile, kFixedReply)                                    \
-    X(22, synchronize, Synchronize, kFixedReply)                                            \
-    X(23, server_status, ServerStatus, kPlain)                                              \
-    X(24, buffer_set_usage, BufferSetUsage, kOneWay)                                        \
-    X(25, buffer_written, BufferWritten, kOneWay)                                           \
-    X(26, weight_lookup, WeightLookup, kFixedReply)                                         \
-    X(27, weight_offer, WeightOffer, kOneWay)                                               \
-    X(28, graph_optimize, GraphOptimize, kTakesTail)                                        \
+#define GGML_REMOTE_COMMANDS(X)                                                            \
+    X(1, hello, Hello, kTakesTail | kOpensSession)                                         \
+    X(2, device_info, DeviceInfo, kPlain)                                                  \
+    X(3, device_memory, DeviceMemory, kFixedReply)                                         \
+    X(4, supports_op, SupportsOp, kTakesTail | kFixedReply)                                \
+    X(5, alloc_size, AllocSize, kTakesTail)                                                \
+    X(6, buffer_alloc, BufferAlloc, kPlain)                                                \
+    X(7, buffer_free, BufferFree, kOneWay | kReleases)                                     \
+    X(8, buffer_clear, BufferClear, kOneWay)                                               \
+    X(9, buffer_reset, BufferReset, kOneWay)                                               \
+    X(10, init_tensor, InitTensor, kTakesTail | kOneWay)                                   \
+    X(11, set_tensor, SetTensor, kTakesTail | kOneWay | kTailInRing | kWritesWeights)      \
+    X(12, set_tensor_2d, SetTensor2d, kTakesTail | kOneWay | kTailInRing | kWritesWeights) \
+    X(13, get_tensor, GetTensor, kPlain)                                                   \
+    X(14, get_tensor_2d, GetTensor2d, kPlain)                                              \
+    X(15, memset_tensor, MemsetTensor, kOneWay)                                            \
+    X(16, copy_tensor, CopyTensor, kFixedReply)                                            \
+    X(17, backend_init, BackendInit, kFixedReply)                                          \
+    X(18, backend_free, BackendFree, kOneWay | kReleases)                                  \
+    X(19, set_n_threads, SetNThreads, kOneWay)                                             \
+    X(20, graph_compute, GraphCompute, kTakesTail | kOneWay | kFailureLogged)              \
+    X(21, buffer_from_file, BufferFromFile, kFixedReply)                                   \
+    X(22, synchronize, Synchronize, kFixedReply)                                           \
+    X(23, server_status, ServerStatus, kPlain)                                             \
+    X(24, buffer_set_usage, BufferSetUsage, kOneWay)                                       \
+    X(25, buffer_written, BufferWritten, kOneWay)                                          \
+    X(26, weight_lookup, WeightLookup, kFixedReply)                                        \
+    X(27, weight_offer, WeightOffer, kOneWay)                                              \
+    X(28, graph_optimize, GraphOptimize, kTakesTail)                                       \
     X(29, buffer_adopt, BufferAdopt, kFixedReply)
 
 #define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {
-    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_ID)
-    count_,  // not a command: one past the last id
+    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_ID) count_,  // not a command: one past the last id
 };
 #undef GGML_REMOTE_COMMAND_ID
 
@@ -239,9 +238,9 @@ struct BufferAlloc {
     struct Reply {
         uint64_t buffer;  // handle
         uint64_t size;
-        uint8_t shared;   // kSharedFile: the buffer's memory file comes with the reply;
-                          // kSharedInRegion: it lives in the ivshmem region's heap, and
-                          // the reply's tail is its offset there (a uint64_t)
+        uint8_t shared;  // kSharedFile: the buffer's memory file comes with the reply;
+                         // kSharedInRegion: it lives in the ivshmem region's heap, and
+                         // the reply's tail is its offset there (a uint64_t)
     };
     static constexpr uint8_t kSharedFile = 1, kSharedInRegion = 2;
     static constexpr uint64_t kRegionAlignment = 4096;  // of a buffer in the region
@@ -610,7 +609,7 @@ constexpr size_t request_size(CommandId id) {
 
 // Each struct names its own line of the list, and the ids run 1, 2, 3... with no
 // gap (the host's handler table is indexed by them).
-#define GGML_REMOTE_COMMAND_CHECK(number, name, Cmd, policy)                                  \
+#define GGML_REMOTE_COMMAND_CHECK(number, name, Cmd, policy)                            \
     static_assert(Cmd::id == CommandId::name, #Cmd "::id is not the id of its line");   \
     static_assert(std::tuple_element_t<number - 1, AllCommands>::id == CommandId::name, \
                   #Cmd " is not where its id says in GGML_REMOTE_COMMANDS");

@@ -43,7 +43,8 @@ uint64_t ReplyRule<DeviceInfo>::max_tail(const DeviceInfo::Request &, uint64_t) 
 Status ReplyRule<DeviceInfo>::check(const DeviceInfo::Request &, const DeviceInfo::Reply &reply, uint64_t) {
     if (!is_power_of_two(reply.buffer_alignment) || reply.buffer_alignment > kMaxBufferAlignment) {
         return refused("device_info", "gives a buffer alignment of " + std::to_string(reply.buffer_alignment) +
-                                          " (a power of two up to " + std::to_string(kMaxBufferAlignment) + " is expected)");
+                                          " (a power of two up to " + std::to_string(kMaxBufferAlignment) +
+                                          " is expected)");
     }
     if (reply.buffer_max_size == 0) return refused("device_info", "gives a largest buffer of 0 bytes");
     if (reply.shared_buffers > 2) return refused("device_info", "names an unknown kind of shared buffers");
@@ -79,8 +80,8 @@ Status ReplyRule<BufferAlloc>::check(const BufferAlloc::Request &request, const 
 uint64_t ReplyRule<GetTensor>::max_tail(const GetTensor::Request &request, uint64_t) { return request.range.size; }
 Status ReplyRule<GetTensor>::check(const GetTensor::Request &request, const GetTensor::Reply &, uint64_t tail_size) {
     if (tail_size == request.range.size) return Status::success();
-    return refused("get_tensor", "has " + std::to_string(tail_size) + " bytes for " +
-                                     std::to_string(request.range.size) + " asked");
+    return refused("get_tensor",
+                   "has " + std::to_string(tail_size) + " bytes for " + std::to_string(request.range.size) + " asked");
 }
 
 namespace {
@@ -93,14 +94,12 @@ uint64_t rows_bytes(const GetTensor2d::Request &request) {
 
 }  // namespace
 
-uint64_t ReplyRule<GetTensor2d>::max_tail(const GetTensor2d::Request &request, uint64_t) {
-    return rows_bytes(request);
-}
+uint64_t ReplyRule<GetTensor2d>::max_tail(const GetTensor2d::Request &request, uint64_t) { return rows_bytes(request); }
 Status ReplyRule<GetTensor2d>::check(const GetTensor2d::Request &request, const GetTensor2d::Reply &,
                                      uint64_t tail_size) {
     if (tail_size == rows_bytes(request)) return Status::success();
-    return refused("get_tensor_2d", "has " + std::to_string(tail_size) + " bytes for " +
-                                        std::to_string(rows_bytes(request)) + " asked");
+    return refused("get_tensor_2d",
+                   "has " + std::to_string(tail_size) + " bytes for " + std::to_string(rows_bytes(request)) + " asked");
 }
 
 // One int32 per node and two per dependency, and no more of either than the

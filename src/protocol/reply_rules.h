@@ -19,11 +19,11 @@
 // compile for one without, and RemoteSession::Call<Cmd> cannot be used without one.
 #pragma once
 
-#include "protocol/commands.h"
-#include "protocol/status.h"
-
 #include <cstdint>
 #include <type_traits>
+
+#include "protocol/commands.h"
+#include "protocol/status.h"
 
 namespace ggml_remote::protocol {
 
@@ -45,10 +45,10 @@ constexpr uint32_t kMaxStatusSessions = 65536;
 template <class Cmd, class = void>
 struct ReplyRule;
 
-#define GGML_REMOTE_REPLY_RULE(Cmd)                                                                     \
-    template <>                                                                                         \
-    struct ReplyRule<Cmd> {                                                                             \
-        static uint64_t max_tail(const Cmd::Request &request, uint64_t request_tail);                   \
+#define GGML_REMOTE_REPLY_RULE(Cmd)                                                                    \
+    template <>                                                                                        \
+    struct ReplyRule<Cmd> {                                                                            \
+        static uint64_t max_tail(const Cmd::Request &request, uint64_t request_tail);                  \
         static Status check(const Cmd::Request &request, const Cmd::Reply &reply, uint64_t tail_size); \
     };
 GGML_REMOTE_REPLY_RULE(Hello)

@@ -1,17 +1,16 @@
 #include "protocol/tensor_codec.h"
 
-#include "protocol/printable.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "protocol/printable.h"
 
 namespace ggml_remote::protocol {
 
 namespace {
 
 bool op_carries_function_pointers(int32_t op) {
-    return op == GGML_OP_MAP_CUSTOM1 || op == GGML_OP_MAP_CUSTOM2 || op == GGML_OP_MAP_CUSTOM3 ||
-           op == GGML_OP_CUSTOM;
+    return op == GGML_OP_MAP_CUSTOM1 || op == GGML_OP_MAP_CUSTOM2 || op == GGML_OP_MAP_CUSTOM3 || op == GGML_OP_CUSTOM;
 }
 
 Status bad(const std::string &what) { return error(Code::bad_request, what); }
@@ -145,7 +144,8 @@ int32_t TensorListEncoder::add_storage(const ggml_tensor *tensor) {
     auto found = index_.find(tensor);
     if (found != index_.end()) return found->second;
     // Views of views are a short chain: recursion stays shallow.
-    const int32_t view_src = tensor->view_src != nullptr && tensor->view_src != tensor ? add_storage(tensor->view_src) : -1;
+    const int32_t view_src =
+        tensor->view_src != nullptr && tensor->view_src != tensor ? add_storage(tensor->view_src) : -1;
     WireTensor wire = describe(tensor);
     wire.op = GGML_OP_NONE;
     std::memset(wire.op_params, 0, sizeof(wire.op_params));

@@ -7,9 +7,6 @@
 // buffer 0 has no data (supports_op / alloc_size queries).
 #pragma once
 
-#include "protocol/status.h"
-#include "protocol/wire.h"
-
 #include <ggml.h>
 
 #include <cstdint>
@@ -17,6 +14,9 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "protocol/status.h"
+#include "protocol/wire.h"
 
 namespace ggml_remote::protocol {
 

@@ -7,13 +7,13 @@
 // and every struct is packed, so the layout is the same on both sides.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the wire format is little-endian");
 
@@ -29,7 +29,9 @@ struct ByteView {
     ByteView(const std::vector<uint8_t> &v) : data(v.data()), size(v.size()) {}
 
     bool empty() const { return size == 0; }
-    ByteView subview(size_t offset) const { return offset >= size ? ByteView() : ByteView(data + offset, size - offset); }
+    ByteView subview(size_t offset) const {
+        return offset >= size ? ByteView() : ByteView(data + offset, size - offset);
+    }
 };
 
 enum FrameFlags : uint16_t {

@@ -1,5 +1,4 @@
 #include "transport/connection.h"
-#include "transport/socket.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,6 +9,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+
+#include "transport/socket.h"
 
 namespace ggml_remote {
 
@@ -40,8 +41,7 @@ Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> pa
     return send(header, parts, nullptr, 0);
 }
 
-Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts, const int *fds,
-                          size_t fd_count) {
+Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts, const int *fds, size_t fd_count) {
     if (fd_count > kMaxFdsPerFrame) return error(Code::error, "send: too many descriptors in one frame");
     if (ring_ != nullptr && fd_count > 0) header.flags |= protocol::kFrameCarriesFds;
     header.payload_size = 0;
@@ -159,7 +159,8 @@ Status FramedStream::receive_fds(void *first_bytes, size_t size, bool wait, size
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
         if (!wait && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return error(Code::bad_request, "receive from " + peer_ + ": a frame announced descriptors that never came");
+            return error(Code::bad_request,
+                         "receive from " + peer_ + ": a frame announced descriptors that never came");
         }
         return failure("receive from", errno);
     }

@@ -2,6 +2,13 @@
 // a TLS session on one (tls:// endpoints).
 #pragma once
 
+#include <sys/uio.h>
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "protocol/status.h"
 #include "protocol/wire.h"
 #include "transport/frame_buffer.h"
@@ -9,13 +16,6 @@
 #include "transport/spin_policy.h"
 #include "transport/tls_session.h"
 #include "transport/unique_fd.h"
-
-#include <sys/uio.h>
-
-#include <initializer_list>
-#include <memory>
-#include <string>
-#include <vector>
 
 namespace ggml_remote {
 
@@ -155,8 +155,8 @@ class FramedStream {
     WaitOptions wait_options_;
     SpinPolicy socket_spin_;
     int silence_limit_ms_ = 0;
-    int reads_ahead_ = -1;         // unknown until the first read
-    std::vector<uint8_t> inbox_;   // bytes read ahead of the frame being read
+    int reads_ahead_ = -1;        // unknown until the first read
+    std::vector<uint8_t> inbox_;  // bytes read ahead of the frame being read
     size_t inbox_at_ = 0, inbox_end_ = 0;
 };
 

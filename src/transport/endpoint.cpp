@@ -11,9 +11,11 @@ namespace ggml_remote {
 namespace {
 
 Status bad_endpoint(const std::string &text, const std::string &why) {
-    return error(Code::bad_request, "invalid endpoint '" + text + "': " + why +
-                                        " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port, tls://host:port, "
-                                        "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES[,reuse][,group=NAME])");
+    return error(
+        Code::bad_request,
+        "invalid endpoint '" + text + "': " + why +
+            " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port, tls://host:port, "
+            "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES[,reuse][,group=NAME])");
 }
 
 // "64M", "1G", "4096": bytes, with an optional K, M or G (powers of 1024).
@@ -23,10 +25,14 @@ bool parse_size(const std::string &text, uint64_t *size) {
     if (text.empty() || end == text.c_str() || text[0] == '-') return false;
     const std::string unit(end);
     int shift = 0;
-    if (unit == "K" || unit == "k") shift = 10;
-    else if (unit == "M" || unit == "m") shift = 20;
-    else if (unit == "G" || unit == "g") shift = 30;
-    else if (!unit.empty()) return false;
+    if (unit == "K" || unit == "k")
+        shift = 10;
+    else if (unit == "M" || unit == "m")
+        shift = 20;
+    else if (unit == "G" || unit == "g")
+        shift = 30;
+    else if (!unit.empty())
+        return false;
     if (number == 0 || number > (~0ull >> shift)) return false;
     *size = static_cast<uint64_t>(number) << shift;
     return true;

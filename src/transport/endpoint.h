@@ -12,19 +12,19 @@
 // the host: tests without a VM).
 #pragma once
 
-#include "protocol/status.h"
-
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
 
 namespace ggml_remote {
 
 struct Endpoint {
     enum class Kind { unix_socket, shared_memory, tcp, tls, ivshmem };
     Kind kind = Kind::unix_socket;
-    std::string path;  // unix, shared_memory
-    std::string host;  // tcp, tls
-    int port = 0;      // tcp, tls
+    std::string path;         // unix, shared_memory
+    std::string host;         // tcp, tls
+    int port = 0;             // tcp, tls
     std::string pci_address;  // ivshmem guest: a PCI device; empty with neither it nor path: the first one
     uint64_t size = 0;        // ivshmem server: the region's bytes
     bool reuse = false;       // ivshmem server: may take over an existing file of its own (region_port.h)

@@ -43,8 +43,8 @@ Status FrameBuffer::reserve(size_t capacity) {
                       ? ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
                       : ::mremap(data_, capacity_, rounded, MREMAP_MAYMOVE);
     if (grown == MAP_FAILED) {
-        return error(Code::out_of_memory, "frame buffer of " + std::to_string(rounded) +
-                                              " bytes: " + std::strerror(errno));
+        return error(Code::out_of_memory,
+                     "frame buffer of " + std::to_string(rounded) + " bytes: " + std::strerror(errno));
     }
     data_ = static_cast<uint8_t *>(grown);
     capacity_ = rounded;

@@ -7,10 +7,10 @@
 // capacity afterwards would hold it for the rest of the session.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstddef>
 #include <cstdint>
+
+#include "protocol/status.h"
 
 namespace ggml_remote {
 

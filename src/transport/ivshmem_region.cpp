@@ -1,7 +1,5 @@
 #include "transport/ivshmem_region.h"
 
-#include "transport/spin_policy.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -15,6 +13,8 @@
 #include <cstring>
 #include <fstream>
 #include <vector>
+
+#include "transport/spin_policy.h"
 
 namespace ggml_remote {
 
@@ -114,7 +114,7 @@ bool HeartbeatWatch::silent(uint64_t value, int silence_ms) {
 
 Status serve_region_rings(int fd, int ended_socket, std::unique_ptr<RingChannel> *ring,
                           std::shared_ptr<const Mapping> *region, RegionLayout *layout) {
-    struct stat info {};
+    struct stat info{};
     if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
         return error(Code::error, "the ivshmem region is not a regular file");
     }
@@ -200,7 +200,7 @@ Status GuestRegion::map(const Endpoint &endpoint) {
         return error(Code::disconnected, "open " + path + ": " + std::strerror(errno) +
                                              (errno == EACCES ? " (the guest needs read-write access to it)" : ""));
     }
-    struct stat info {};
+    struct stat info{};
     if (::fstat(fd_.get(), &info) != 0 || info.st_size < static_cast<off_t>(kRegionControlBytes)) {
         return error(Code::disconnected, path + " is too small to be an ivshmem region");
     }
@@ -212,12 +212,12 @@ Status GuestRegion::map(const Endpoint &endpoint) {
     if (control->magic != kRegionMagic || control->version != kRegionVersion) {
         // All ones is what a PCI BAR reads while the device's memory decoding is off.
         const bool disabled = endpoint.path.empty() && control->magic == 0xffffffffu;
-        return error(Code::disconnected,
-                     name_ + " holds no ggml-remote region (is the server started with --listen "
-                             "ivshmem:PATH,size=...?" +
-                         (disabled ? " The device reads all ones: enable it with echo 1 > " +
-                                         path.substr(0, path.rfind('/')) + "/enable)"
-                                   : ")"));
+        return error(Code::disconnected, name_ +
+                                             " holds no ggml-remote region (is the server started with --listen "
+                                             "ivshmem:PATH,size=...?" +
+                                             (disabled ? " The device reads all ones: enable it with echo 1 > " +
+                                                             path.substr(0, path.rfind('/')) + "/enable)"
+                                                       : ")"));
     }
     std::memcpy(&layout_, &control->layout, sizeof(layout_));
     status = check_layout(layout_, static_cast<uint64_t>(info.st_size));
@@ -232,9 +232,10 @@ Status GuestRegion::claim(int timeout_ms) {
     auto late = [&] { return std::chrono::steady_clock::now() >= deadline; };
     while (control->state.load(std::memory_order_acquire) != kRegionIdle) {
         if (late()) {
-            return error(Code::limit_exceeded, name_ + ": the region is busy with another session, or no server "
-                                                       "serves it (a vanished guest's session ends after " +
-                                                           std::to_string(kRegionSilenceMs) + " ms)");
+            return error(Code::limit_exceeded, name_ +
+                                                   ": the region is busy with another session, or no server "
+                                                   "serves it (a vanished guest's session ends after " +
+                                                   std::to_string(kRegionSilenceMs) + " ms)");
         }
         pause_ms(5);
     }

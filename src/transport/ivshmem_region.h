@@ -16,12 +16,6 @@
 // the control page changes only what the guest itself reads.
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/endpoint.h"
-#include "transport/shared_memory.h"
-#include "transport/shared_ring.h"
-#include "transport/unique_fd.h"
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +23,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include "protocol/status.h"
+#include "transport/endpoint.h"
+#include "transport/shared_memory.h"
+#include "transport/shared_ring.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote {
 

@@ -2,12 +2,12 @@
 // about the socket, never anything the guest sends.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <sys/socket.h>
 #include <sys/types.h>
 
 #include <string>
+
+#include "protocol/status.h"
 
 namespace ggml_remote {
 

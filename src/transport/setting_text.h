@@ -3,9 +3,9 @@
 // would have been right.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstdint>
+
+#include "protocol/status.h"
 
 namespace ggml_remote {
 

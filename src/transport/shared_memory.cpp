@@ -17,8 +17,8 @@ Status create_shared_memory(size_t size, const char *name, UniqueFd *out) {
     UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!fd.valid()) return error(Code::out_of_memory, std::string("memfd_create: ") + std::strerror(errno));
     if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
-        return error(Code::out_of_memory, "cannot size shared memory of " + std::to_string(size) +
-                                              " bytes: " + std::strerror(errno));
+        return error(Code::out_of_memory,
+                     "cannot size shared memory of " + std::to_string(size) + " bytes: " + std::strerror(errno));
     }
     if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         return error(Code::error, std::string("cannot seal shared memory: ") + std::strerror(errno));
@@ -47,7 +47,7 @@ namespace {
 constexpr size_t kGuardBytes = 2u << 20;
 
 struct GuardedRange {
-    void *base = nullptr;   // the whole reservation, guards included
+    void *base = nullptr;  // the whole reservation, guards included
     size_t length = 0;
     void *inner = nullptr;  // with length bytes free for MAP_FIXED
 };
@@ -114,7 +114,7 @@ Status Mapping::map_guarded(size_t length, size_t phase, int prot, int flags, in
 
 Status Mapping::map(int fd, uint64_t offset, size_t size, bool writable, Mapping *out) {
     if (size == 0) return error(Code::bad_request, "cannot map an empty range");
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0) return error(Code::bad_request, std::string("fstat: ") + std::strerror(errno));
     if (!S_ISREG(st.st_mode)) return error(Code::bad_request, "the descriptor is not a regular file");
     uint64_t end = 0;

@@ -2,11 +2,11 @@
 // unix socket, and mappings of them (or of a guest's model file) on each side.
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/unique_fd.h"
-
 #include <cstddef>
 #include <cstdint>
+
+#include "protocol/status.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote {
 

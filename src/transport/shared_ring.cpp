@@ -111,7 +111,8 @@ Status RingChannel::attach(int fd, std::unique_ptr<RingChannel> *channel) {
         return error(Code::error, "shared ring: the server's memory file is too small");
     }
     const size_t size = static_cast<size_t>(info.st_size);
-    if (Status sealed = check_sealed_memory(fd, size); !sealed) return error(Code::error, "shared ring: " + sealed.message());
+    if (Status sealed = check_sealed_memory(fd, size); !sealed)
+        return error(Code::error, "shared ring: " + sealed.message());
     Mapping mapping;
     Status status = Mapping::map(fd, 0, size, true, &mapping);
     if (!status) return status;

@@ -16,11 +16,6 @@
 // use, and copies every frame out of the ring before decoding it.
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/shared_memory.h"
-#include "transport/spin_policy.h"
-#include "transport/unique_fd.h"
-
 #include <sys/uio.h>
 
 #include <atomic>
@@ -28,6 +23,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+
+#include "protocol/status.h"
+#include "transport/shared_memory.h"
+#include "transport/spin_policy.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote {
 
@@ -142,10 +142,10 @@ class RingChannel {
     Status poll_until(Ready ready, uint64_t start);
 
     Side side_;
-    Mapping mapping_;                              // create(), attach()
-    std::shared_ptr<const Mapping> region_;        // in_region()
+    Mapping mapping_;                        // create(), attach()
+    std::shared_ptr<const Mapping> region_;  // in_region()
     RegionHeader *header_ = nullptr;
-    std::function<bool()> peer_gone_;              // in_region(): polls instead of doorbells
+    std::function<bool()> peer_gone_;  // in_region(): polls instead of doorbells
     size_t capacity_;
     Direction out_, in_;
     SpinPolicy spin_;

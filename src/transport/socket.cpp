@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -62,7 +61,8 @@ Status connect_tcp(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
     const std::string port = std::to_string(endpoint.port);
     const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
     if (rc != 0) {
-        return error(Code::disconnected, "connect " + endpoint.to_string() + ": cannot resolve host: " + gai_strerror(rc));
+        return error(Code::disconnected,
+                     "connect " + endpoint.to_string() + ": cannot resolve host: " + gai_strerror(rc));
     }
     int last_error = ECONNREFUSED;
     for (addrinfo *a = found; a != nullptr; a = a->ai_next) {
@@ -145,7 +145,7 @@ Status connect_endpoint(const Endpoint &endpoint, int timeout_ms, UniqueFd *fd) 
 
 Status listen_endpoint(Endpoint *endpoint, UniqueFd *out) {
     if (endpoint->uses_unix_socket()) {
-        struct stat st {};
+        struct stat st{};
         if (::lstat(endpoint->path.c_str(), &st) == 0) {
             if (!S_ISSOCK(st.st_mode)) {
                 return error(Code::error, "listen " + endpoint->to_string() + ": the path exists and is not a socket");

@@ -1,14 +1,14 @@
 // Stream sockets for the two socket transports: unix and TCP.
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/endpoint.h"
-#include "transport/unique_fd.h"
-
 #include <sys/socket.h>
 
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
+#include "transport/endpoint.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote {
 

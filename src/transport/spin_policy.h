@@ -25,9 +25,9 @@
 // spin there would take a core from another session's compute.
 #pragma once
 
-#include "transport/wait_options.h"
-
 #include <cstdint>
+
+#include "transport/wait_options.h"
 
 namespace ggml_remote {
 

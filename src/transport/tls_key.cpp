@@ -115,7 +115,7 @@ Status read_psk_file(const std::string &path, std::vector<PreSharedKey> *keys) {
 }
 
 bool psk_file_readable_by_others(const std::string &path) {
-    struct stat st {};
+    struct stat st{};
     return ::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0;
 }
 

@@ -3,11 +3,11 @@
 // holds just the hex key.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
 
 namespace ggml_remote {
 

@@ -1,8 +1,5 @@
 #include "transport/tls_session.h"
 
-#include "protocol/printable.h"
-#include "transport/socket.h"
-
 #include <gnutls/gnutls.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,6 +8,9 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+
+#include "protocol/printable.h"
+#include "transport/socket.h"
 
 namespace ggml_remote {
 

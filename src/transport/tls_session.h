@@ -3,12 +3,12 @@
 // secret even if the key leaks later. FramedStream sends its frames through one.
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/tls_key.h"
-
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
+#include "transport/tls_key.h"
 
 namespace ggml_remote {
 

@@ -3,9 +3,9 @@
 // code never reads the environment: it is given these values.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstdint>
+
+#include "protocol/status.h"
 
 namespace ggml_remote {
 

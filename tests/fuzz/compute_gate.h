@@ -8,14 +8,14 @@
 // aborts on it, or the write-set oracle sees the stray write).
 #pragma once
 
-#include "host/worker/graph/op_validation.h"
-#include "protocol/tensor_codec.h"
-
 #include <ggml.h>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "host/worker/graph/op_validation.h"
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::fuzz {
 

@@ -7,15 +7,8 @@
 // DeviceInfo's strings, an AllocSize against its tensor, a BufferAlloc,
 // a node order, deferred replies. A lying server must cost the guest an error,
 // never a crash, an exception, an allocation it did not ask for, or a hang.
-#include "guest/device.h"
-#include "guest/node_order.h"
-#include "guest/session/remote_session.h"
-#include "protocol/commands.h"
-#include "transport/connection.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
-
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +19,12 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "guest/device.h"
+#include "guest/node_order.h"
+#include "guest/session/remote_session.h"
+#include "protocol/commands.h"
+#include "transport/connection.h"
 
 namespace ggml_remote::fuzz {
 namespace {
@@ -102,7 +101,8 @@ void session_calls(RemoteSession &session) {
     const uint8_t graph[40] = {};
     GraphOptimize::Reply order{};
     std::vector<uint8_t> tail;
-    Status status = session.call<GraphOptimize>({1}).tail(ByteView(graph, sizeof(graph))).reply(&order).reply_tail(&tail).run();
+    Status status =
+        session.call<GraphOptimize>({1}).tail(ByteView(graph, sizeof(graph))).reply(&order).reply_tail(&tail).run();
     if (status) {
         guest::NodeOrder parsed;
         status = guest::parse_node_order(order, ByteView(tail), 3, 5, &parsed);

@@ -3,11 +3,6 @@
 // server's session reads them (FramedStream over a real socket, with its message
 // size limit), then each request is decoded as the dispatcher decodes it: the
 // command's fixed Request struct, and the tensor list of the commands that carry one.
-#include "fuzz_support.h"
-#include "protocol/commands.h"
-#include "protocol/tensor_codec.h"
-#include "transport/connection.h"
-
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +10,11 @@
 #include <thread>
 #include <tuple>
 #include <vector>
+
+#include "fuzz_support.h"
+#include "protocol/commands.h"
+#include "protocol/tensor_codec.h"
+#include "transport/connection.h"
 
 namespace ggml_remote::fuzz {
 namespace {

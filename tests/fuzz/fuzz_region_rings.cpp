@@ -7,15 +7,15 @@
 // count says; every write lands where its own count says; nothing outside the
 // region is touched (the sanitizers); no wait hangs (the guest counts as gone
 // whenever the host would wait, as a vanished VM does).
-#include "transport/shared_memory.h"
-#include "transport/shared_ring.h"
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <vector>
+
+#include "transport/shared_memory.h"
+#include "transport/shared_ring.h"
 
 namespace ggml_remote::fuzz {
 namespace {

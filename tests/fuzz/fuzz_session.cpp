@@ -6,16 +6,16 @@
 // Graphs are validated exactly as in the server. Only the final compute is gated
 // (compute_gate.h): graphs too large to compute quickly pass validation and are
 // then not computed. Out-of-range indexes are computed, for the index guard to refuse.
-#include "compute_gate.h"
-#include "write_set_oracle.h"
-#include "fuzz_support.h"
-#include "host/worker/session/session.h"
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "compute_gate.h"
+#include "fuzz_support.h"
+#include "host/worker/session/session.h"
+#include "write_set_oracle.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     using namespace ggml_remote;
@@ -67,8 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ++frames;
         refused += status.ok() ? 0 : 1;
         if (verbose && !status.ok()) {
-            std::fprintf(stderr, "frame %zu (%s): %s\n", frames - 1,
-                         command_name(static_cast<CommandId>(command)), status.message().c_str());
+            std::fprintf(stderr, "frame %zu (%s): %s\n", frames - 1, command_name(static_cast<CommandId>(command)),
+                         status.message().c_str());
         }
         // Everything a reply would send must be readable: the sanitizers check
         // the copy (a get_tensor tail is a view of buffer memory).

@@ -2,8 +2,6 @@
 // session input format.
 #pragma once
 
-#include "protocol/wire.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
 
@@ -11,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#include "protocol/wire.h"
 
 namespace ggml_remote::fuzz {
 

@@ -4,14 +4,14 @@
 // (tensor_codec.cpp), built over the buffers and validated node by node
 // (graph_builder.cpp, op_validation.cpp); a list that passes is handed to the
 // host CPU device as the supports_op and alloc_size commands do.
-#include "fuzz_support.h"
-#include "host/worker/graph/graph_builder.h"
-#include "protocol/tensor_codec.h"
-
 #include <ggml-backend.h>
 
 #include <cstdint>
 #include <memory>
+
+#include "fuzz_support.h"
+#include "host/worker/graph/graph_builder.h"
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::fuzz {
 namespace {
@@ -20,9 +20,9 @@ using namespace protocol;
 
 #pragma pack(push, 1)
 struct TensorInputPrefix {
-    uint64_t buffer_size;   // every buffer handle 1..kBuffers has this size (capped)
-    uint8_t read_only;      // bit h-1: buffer h is read-only (a mapped model file)
-    uint8_t policy;         // host::DataPolicy, modulo 3
+    uint64_t buffer_size;  // every buffer handle 1..kBuffers has this size (capped)
+    uint8_t read_only;     // bit h-1: buffer h is read-only (a mapped model file)
+    uint8_t policy;        // host::DataPolicy, modulo 3
 };
 #pragma pack(pop)
 

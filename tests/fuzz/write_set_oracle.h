@@ -9,9 +9,6 @@
 // host mapping has (transport/shared_memory.h).
 #pragma once
 
-#include "compute_gate.h"
-#include "host/worker/graph/op_validation.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
 
@@ -19,6 +16,9 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "compute_gate.h"
+#include "host/worker/graph/op_validation.h"
 
 namespace ggml_remote::fuzz {
 

@@ -94,7 +94,8 @@ int main(int argc, char **argv) {
         std::vector<float> tail(16, -1.0f);
         ggml_backend_tensor_get_async(backend, sum, tail.data(), bytes - sizeof(float) * 16, sizeof(float) * 16);
         ggml_backend_synchronize(backend);
-        check(all_equal(tail, std::vector<float>(want.end() - 16, want.end())), "get_tensor_async of the last 16 values");
+        check(all_equal(tail, std::vector<float>(want.end() - 16, want.end())),
+              "get_tensor_async of the last 16 values");
     }
     ggml_backend_event_free(event);
     ggml_backend_buffer_free(buffer);

@@ -13,14 +13,7 @@
 //   --list       print the attack names and exit
 // prints one line per attack: "PASS name: what happened" or "FAIL name: why".
 // exits 0 when every attack passed, 1 when one did not, 2 on a usage error.
-#include "protocol/commands.h"
-#include "protocol/tensor_codec.h"
-#include "transport/connection.h"
-#include "transport/endpoint.h"
-#include "transport/socket.h"
-
 #include <ggml.h>
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,6 +27,12 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "protocol/commands.h"
+#include "protocol/tensor_codec.h"
+#include "transport/connection.h"
+#include "transport/endpoint.h"
+#include "transport/socket.h"
 
 using namespace ggml_remote;
 using namespace ggml_remote::protocol;
@@ -442,9 +441,8 @@ Verdict set_past_the_end(Guest &guest) {
 Verdict set_offset_overflow(Guest &guest) {
     return range_attack(guest, [](Guest &g, uint64_t buffer, uint64_t) {
         const std::vector<uint8_t> data(16, 0xab);
-        return post_then_reply(g, [&](Guest &h) {
-            return h.post<SetTensor>({{buffer, UINT64_MAX - 7, 16}}, ByteView(data));
-        });
+        return post_then_reply(
+            g, [&](Guest &h) { return h.post<SetTensor>({{buffer, UINT64_MAX - 7, 16}}, ByteView(data)); });
     });
 }
 
@@ -484,9 +482,8 @@ Verdict get_2d_huge_reply(Guest &guest) {
 
 Verdict memset_past_the_end(Guest &guest) {
     return range_attack(guest, [](Guest &g, uint64_t buffer, uint64_t) {
-        return post_then_reply(g, [&](Guest &h) {
-            return h.post<MemsetTensor>(MemsetTensor::Request{{buffer, 4095, 2}, 0xff});
-        });
+        return post_then_reply(
+            g, [&](Guest &h) { return h.post<MemsetTensor>(MemsetTensor::Request{{buffer, 4095, 2}, 0xff}); });
     });
 }
 
@@ -665,8 +662,8 @@ ggml_tensor *rope(GuestGraph &g) {
 ggml_tensor *multi_rope(GuestGraph &g) {
     int sections[GGML_MROPE_SECTIONS] = {16, 8, 8, 0};
     return g.place(ggml_rope_multi(g.ctx(), g.f32(64, 4, 6), named(g.tensor(GGML_TYPE_I32, 4 * 6), "positions"),
-                                   nullptr, 64, sections, GGML_ROPE_TYPE_MROPE, 4096, 10000.0f, 1.0f, 0.0f, 1.0f,
-                                   32.0f, 1.0f));
+                                   nullptr, 64, sections, GGML_ROPE_TYPE_MROPE, 4096, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f,
+                                   1.0f));
 }
 
 // POOL_1D's kernel writes result row i at i * nb[1] for every row of its source.
@@ -845,8 +842,9 @@ std::vector<Attack> refused_attacks() {
                      t.nb[2] = t.nb[3] = 4096;
                  });
              }),
-        node("op-without-a-rule", [](GuestGraph &g) { return g.place(ggml_win_part(g.ctx(), g.f32(8, 8, 8), 4)); },
-             [](std::vector<uint8_t> &) {}),
+        node(
+            "op-without-a-rule", [](GuestGraph &g) { return g.place(ggml_win_part(g.ctx(), g.f32(8, 8, 8), 4)); },
+            [](std::vector<uint8_t> &) {}),
         node("soft-max-mask-shorter-than-its-rows", soft_max,
              [](std::vector<uint8_t> &l) { shrink_rows(l, "mask", 16); }),
         node("cpy-to-a-smaller-destination", copy, [](std::vector<uint8_t> &l) { shrink_rows(l, "destination", 8); }),

@@ -12,8 +12,8 @@
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
 
-extern "C" __attribute__((visibility("default"))) ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors(
-    struct ggml_context *ctx, ggml_backend_t backend) {
+extern "C" __attribute__((visibility("default"))) ggml_backend_buffer_t
+ggml_backend_alloc_ctx_tensors(struct ggml_context *ctx, ggml_backend_t backend) {
     using alloc_fn = ggml_backend_buffer_t (*)(struct ggml_context *, ggml_backend_t);
     static const alloc_fn next = reinterpret_cast<alloc_fn>(dlsym(RTLD_NEXT, "ggml_backend_alloc_ctx_tensors"));
     ggml_backend_buffer_t buffer = next(ctx, backend);

@@ -8,8 +8,6 @@
 //   3. then a small buffer and c = a + b compute the right numbers.
 // Prints one "ok: ..." line per step, or "FAIL: ..." and exits 1.
 // usage: GGML_BACKEND_PATH=libggml-remote.so GGML_REMOTE_SERVERS=... gpu_failures_client
-#include "client_support.h"
-
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
@@ -20,6 +18,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "client_support.h"
 
 namespace {
 

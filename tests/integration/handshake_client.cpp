@@ -25,13 +25,6 @@
 // --psk: TLS with the first key of FILE on a tcp:// ENDPOINT before the handshake
 // (prints "tls: ..." or "reply: none (TLS ...)").
 // exits 0 when the server replied, 1 when it did not, 2 on a usage error.
-#include "protocol/commands.h"
-#include "transport/connection.h"
-#include "transport/endpoint.h"
-#include "transport/socket.h"
-#include "transport/tls_key.h"
-#include "transport/tls_session.h"
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -45,6 +38,13 @@
 #include <cstring>
 #include <string>
 
+#include "protocol/commands.h"
+#include "transport/connection.h"
+#include "transport/endpoint.h"
+#include "transport/socket.h"
+#include "transport/tls_key.h"
+#include "transport/tls_session.h"
+
 using namespace ggml_remote;
 using namespace ggml_remote::protocol;
 
@@ -52,15 +52,24 @@ namespace {
 
 const char *code_name(int32_t code) {
     switch (static_cast<Code>(code)) {
-        case Code::ok: return "ok";
-        case Code::error: return "error";
-        case Code::version_mismatch: return "version_mismatch";
-        case Code::bad_request: return "bad_request";
-        case Code::not_found: return "not_found";
-        case Code::out_of_memory: return "out_of_memory";
-        case Code::unsupported: return "unsupported";
-        case Code::limit_exceeded: return "limit_exceeded";
-        case Code::disconnected: return "disconnected";
+        case Code::ok:
+            return "ok";
+        case Code::error:
+            return "error";
+        case Code::version_mismatch:
+            return "version_mismatch";
+        case Code::bad_request:
+            return "bad_request";
+        case Code::not_found:
+            return "not_found";
+        case Code::out_of_memory:
+            return "out_of_memory";
+        case Code::unsupported:
+            return "unsupported";
+        case Code::limit_exceeded:
+            return "limit_exceeded";
+        case Code::disconnected:
+            return "disconnected";
     }
     return "unknown";
 }
@@ -139,8 +148,8 @@ int wait_for_hang_up(FramedStream &stream, bool half_frame) {
     do {
         got = ::recv(stream.fd(), &byte, 1, 0);
     } while (got < 0 && errno == EINTR);
-    const long long waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::steady_clock::now() - started).count();
+    const long long waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         std::printf("then: still open after %lld ms\n", waited);
     } else if (got > 0) {

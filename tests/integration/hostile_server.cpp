@@ -11,9 +11,6 @@
 // A guest must end each with a ggml error, in bounded time: no abort, no
 // exception, no endless log (tests/integration/errors_hostile_server.sh).
 // usage: ggml-remote-hostile-server LISTEN-PATH SERVER-PATH ATTACK
-#include "protocol/commands.h"
-#include "protocol/wire.h"
-
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -26,6 +23,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "protocol/commands.h"
+#include "protocol/wire.h"
 
 using namespace ggml_remote::protocol;
 
@@ -107,7 +107,8 @@ void guest_to_server(std::shared_ptr<Relay> relay) {
             std::lock_guard<std::mutex> lock(relay->mutex);
             relay->get_sizes.push_back(request.range.size);
         }
-        if (!write_all(relay->server, &header, sizeof(header)) || !write_all(relay->server, payload.data(), payload.size())) {
+        if (!write_all(relay->server, &header, sizeof(header)) ||
+            !write_all(relay->server, payload.data(), payload.size())) {
             break;
         }
     }
@@ -171,7 +172,8 @@ void server_to_guest(std::shared_ptr<Relay> relay) {
             silent = true;
             continue;
         }
-        if (!write_all(relay->guest, &header, sizeof(header)) || !write_all(relay->guest, payload.data(), payload.size())) {
+        if (!write_all(relay->guest, &header, sizeof(header)) ||
+            !write_all(relay->guest, payload.data(), payload.size())) {
             break;
         }
     }
@@ -210,8 +212,10 @@ int listen_on(const std::string &path) {
 int main(int argc, char **argv) {
     Attack attack;
     if (argc != 4 || !parse_attack(argv[3], &attack)) {
-        std::fprintf(stderr, "usage: %s LISTEN-PATH SERVER-PATH "
-                             "alloc-short|huge-length|devices|alignment|get-short|stall\n", argv[0]);
+        std::fprintf(stderr,
+                     "usage: %s LISTEN-PATH SERVER-PATH "
+                     "alloc-short|huge-length|devices|alignment|get-short|stall\n",
+                     argv[0]);
         return 2;
     }
     const int listener = listen_on(argv[1]);

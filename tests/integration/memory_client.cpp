@@ -18,11 +18,6 @@
 // prints: "handshaken", then "sent: ..." and "result: ..." lines.
 // exits 0 when the attack ran (whatever the server answered), 1 when the session
 // failed before it, 2 on a usage error.
-#include "protocol/commands.h"
-#include "transport/connection.h"
-#include "transport/endpoint.h"
-#include "transport/socket.h"
-
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,6 +29,11 @@
 #include <iostream>
 #include <string>
 #include <vector>
+
+#include "protocol/commands.h"
+#include "transport/connection.h"
+#include "transport/endpoint.h"
+#include "transport/socket.h"
 
 using namespace ggml_remote;
 using namespace ggml_remote::protocol;

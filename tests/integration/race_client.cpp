@@ -22,13 +22,10 @@
 //        race_client SECONDS [--ring shm|REGION_FILE]      (RACE_ONLY=CASE: that case only)
 // prints one line per case ("ok CASE: N computes, R refused, ...") or "FAIL: ...".
 // exits 0 when every case held, 1 when one did not.
-#include "client_support.h"
-
+#include <fcntl.h>
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
-
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -47,6 +44,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "client_support.h"
 
 namespace {
 
@@ -79,47 +78,63 @@ ggml_tensor *ids_tensor(ggml_context *ctx, ggml_type type, int64_t n0, int64_t n
 
 std::vector<Case> cases() {
     std::vector<Case> all;
-    all.push_back({"GET_ROWS", [](ggml_context *ctx, bool, ggml_tensor **raced) {
+    all.push_back({"GET_ROWS",
+                   [](ggml_context *ctx, bool, ggml_tensor **raced) {
                        *raced = ids_tensor(ctx, GGML_TYPE_I32, 1);
                        return ggml_get_rows(ctx, input(ctx, GGML_TYPE_F32, 8, 4), *raced);
-                   }, 4});
-    all.push_back({"GET_ROWS_BACK", [](ggml_context *ctx, bool, ggml_tensor **raced) {
+                   },
+                   4});
+    all.push_back({"GET_ROWS_BACK",
+                   [](ggml_context *ctx, bool, ggml_tensor **raced) {
                        *raced = ids_tensor(ctx, GGML_TYPE_I32, 1);
                        return ggml_get_rows_back(ctx, input(ctx, GGML_TYPE_F32, 8, 1), *raced,
                                                  input(ctx, GGML_TYPE_F32, 8, 4));
-                   }, 4});
+                   },
+                   4});
     for (ggml_type type : {GGML_TYPE_I32, GGML_TYPE_I64}) {
         all.push_back({type == GGML_TYPE_I32 ? "SET_ROWS(i32)" : "SET_ROWS(i64)",
                        [type](ggml_context *ctx, bool, ggml_tensor **raced) {
                            ggml_tensor *destination = input(ctx, GGML_TYPE_F32, 8, 4);
                            *raced = ids_tensor(ctx, type, 1);
                            return ggml_set_rows(ctx, destination, input(ctx, GGML_TYPE_F32, 8, 1), *raced);
-                       }, 4});
+                       },
+                       4});
     }
-    all.push_back({"MUL_MAT_ID", [](ggml_context *ctx, bool, ggml_tensor **raced) {
+    all.push_back({"MUL_MAT_ID",
+                   [](ggml_context *ctx, bool, ggml_tensor **raced) {
                        *raced = ids_tensor(ctx, GGML_TYPE_I32, 1, 1);
-                       return ggml_mul_mat_id(ctx, input(ctx, GGML_TYPE_F32, 8, 4, 4), input(ctx, GGML_TYPE_F32, 8, 1, 1),
-                                              *raced);
-                   }, 4});
-    all.push_back({"ADD_ID", [](ggml_context *ctx, bool, ggml_tensor **raced) {
+                       return ggml_mul_mat_id(ctx, input(ctx, GGML_TYPE_F32, 8, 4, 4),
+                                              input(ctx, GGML_TYPE_F32, 8, 1, 1), *raced);
+                   },
+                   4});
+    all.push_back({"ADD_ID",
+                   [](ggml_context *ctx, bool, ggml_tensor **raced) {
                        *raced = ids_tensor(ctx, GGML_TYPE_I32, 1, 1);
                        return ggml_add_id(ctx, input(ctx, GGML_TYPE_F32, 8, 1, 1), input(ctx, GGML_TYPE_F32, 8, 4),
                                           *raced);
-                   }, 4});
-    all.push_back({"SSM_SCAN", [](ggml_context *ctx, bool, ggml_tensor **raced) {
+                   },
+                   4});
+    all.push_back({"SSM_SCAN",
+                   [](ggml_context *ctx, bool, ggml_tensor **raced) {
                        // Mamba-2: d_state 4, head_dim 2, 2 heads, 1 group, 2 tokens, 1 sequence, 4 states.
-                       ggml_tensor *s = input(ctx, GGML_TYPE_F32, 4, 2, 2, 4), *x = input(ctx, GGML_TYPE_F32, 2, 2, 2, 1);
+                       ggml_tensor *s = input(ctx, GGML_TYPE_F32, 4, 2, 2, 4),
+                                   *x = input(ctx, GGML_TYPE_F32, 2, 2, 2, 1);
                        ggml_tensor *dt = input(ctx, GGML_TYPE_F32, 2, 2, 1), *a = input(ctx, GGML_TYPE_F32, 1, 2);
-                       ggml_tensor *b = input(ctx, GGML_TYPE_F32, 4, 1, 2, 1), *c = input(ctx, GGML_TYPE_F32, 4, 1, 2, 1);
+                       ggml_tensor *b = input(ctx, GGML_TYPE_F32, 4, 1, 2, 1),
+                                   *c = input(ctx, GGML_TYPE_F32, 4, 1, 2, 1);
                        *raced = ids_tensor(ctx, GGML_TYPE_I32, 1);
                        return ggml_ssm_scan(ctx, s, x, dt, a, b, c, *raced, 1);
-                   }, 4});
-    all.push_back({"ARGSORT", [](ggml_context *ctx, bool, ggml_tensor **raced) {
+                   },
+                   4});
+    all.push_back({"ARGSORT",
+                   [](ggml_context *ctx, bool, ggml_tensor **raced) {
                        *raced = input(ctx, GGML_TYPE_F32, 64);
                        ggml_set_name(*raced, "values");
                        return ggml_argsort(ctx, *raced, GGML_SORT_ORDER_DESC);
-                   }, 0});
-    all.push_back({"TOP_K->MUL_MAT_ID", [](ggml_context *ctx, bool leaf_ids, ggml_tensor **raced) {
+                   },
+                   0});
+    all.push_back({"TOP_K->MUL_MAT_ID",
+                   [](ggml_context *ctx, bool leaf_ids, ggml_tensor **raced) {
                        ggml_tensor *as = input(ctx, GGML_TYPE_F32, 8, 4, 4), *b = input(ctx, GGML_TYPE_F32, 8, 1, 1);
                        if (leaf_ids) {
                            *raced = ids_tensor(ctx, GGML_TYPE_I32, 1, 1);
@@ -129,7 +144,8 @@ std::vector<Case> cases() {
                            ggml_set_name(top, "selected");
                        }
                        return ggml_mul_mat_id(ctx, as, b, *raced);
-                   }, 4, true});
+                   },
+                   4, true});
     return all;
 }
 
@@ -303,8 +319,7 @@ struct Tally {
 };
 
 // One compute under the racer; fails the test on a result or write outside the rules.
-void compute_once(const Case &c, ggml_backend_t remote, const Built &b, const std::vector<Bytes> &refs,
-                  Tally *tally) {
+void compute_once(const Case &c, ggml_backend_t remote, const Built &b, const std::vector<Bytes> &refs, Tally *tally) {
     fill(b);
     const Bytes before_output = read(b.output);
     std::vector<Bytes> before;
@@ -331,8 +346,8 @@ void compute_once(const Case &c, ggml_backend_t remote, const Built &b, const st
     for (const Bytes &ref : refs) {
         if (out == ref) return;
     }
-    fail(std::string(c.name) + ": a result no in-range index gives (bytes from outside the session?): " +
-         hex_prefix(out));
+    fail(std::string(c.name) +
+         ": a result no in-range index gives (bytes from outside the session?): " + hex_prefix(out));
 }
 
 void run_case(const Case &c, ggml_backend_t remote, ggml_backend_t cpu, double seconds) {

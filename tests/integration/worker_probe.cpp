@@ -25,6 +25,7 @@
 //   decoys:PID:SLOT,PID:SLOT   marks SLOT live for process PID (a decoy) in each
 //   zero                       writes 0 as the board's slot count
 // and reports "worker-probe[PID]: forged the status board: WHAT".
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -39,7 +40,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -145,7 +145,8 @@ unsigned char *board_mapping() {
 void forge_board(const std::string &how) {
     unsigned char *board = board_mapping();
     if (board == nullptr) {
-        std::fprintf(stderr, "worker-probe[%d]: forged the status board: no board mapped\n", static_cast<int>(::getpid()));
+        std::fprintf(stderr, "worker-probe[%d]: forged the status board: no board mapped\n",
+                     static_cast<int>(::getpid()));
         return;
     }
     uint32_t slot_size = 0;

@@ -3,7 +3,6 @@
 #include "host/listener/admission.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/socket.h>
 #include <unistd.h>
 

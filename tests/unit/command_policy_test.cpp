@@ -1,11 +1,11 @@
 // The policy columns of the command list (protocol/commands.h): each holds what the
 // dispatchers assume of it, and the old per-command tests read the same sets.
-#include "protocol/commands.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
 #include <type_traits>
+
+#include "protocol/commands.h"
 
 namespace ggml_remote::protocol {
 namespace {

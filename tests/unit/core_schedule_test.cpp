@@ -2,9 +2,9 @@
 // when the host's cores are contended (no side may spin then).
 #include "host/worker/session/core_schedule.h"
 
-#include "transport/spin_policy.h"
-
 #include <gtest/gtest.h>
+
+#include "transport/spin_policy.h"
 
 namespace ggml_remote::host {
 namespace {

@@ -1,11 +1,7 @@
 // FramedStream: frames (header + payload) over a connected stream socket.
-#include "transport/connection.h"
-#include "transport/shared_memory.h"
-
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +13,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "transport/connection.h"
+#include "transport/shared_memory.h"
 
 namespace ggml_remote {
 namespace {

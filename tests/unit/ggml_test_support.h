@@ -3,8 +3,6 @@
 // access to the tensors inside an encoded tensor list, and float bytes.
 #pragma once
 
-#include "protocol/tensor_codec.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
 
@@ -14,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::test_support {
 

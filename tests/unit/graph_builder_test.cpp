@@ -1,12 +1,13 @@
 // The host's graph: the guest's nodes in the guest's order, with the use counts
 // that let backends fuse ops, and tensors computed outside the graph as inputs.
-#include "ggml_test_support.h"
 #include "host/worker/graph/graph_builder.h"
 
 #include <ggml-backend.h>
 #include <gtest/gtest.h>
 
 #include <mutex>
+
+#include "ggml_test_support.h"
 
 namespace ggml_remote::host {
 namespace {

@@ -2,7 +2,6 @@
 #include "guest/guest_options.h"
 
 #include <ggml.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

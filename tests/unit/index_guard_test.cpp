@@ -1,12 +1,10 @@
 // IndexGuard (host/index_guard.h): the indexes a kernel follows are checked in a
 // private copy, and the kernel reads that copy, not the guest's bytes again; indexes
 // the graph computes are checked between segments of the compute.
-#include "ggml_test_support.h"
 #include "host/worker/graph/index_guard.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,11 +12,13 @@
 #include <memory>
 #include <vector>
 
+#include "ggml_test_support.h"
+
 namespace ggml_remote::host {
 namespace {
 
-using ::testing::HasSubstr;
 using test_support::metadata_context;
+using ::testing::HasSubstr;
 
 struct BackendFree {
     void operator()(ggml_backend *backend) const { ggml_backend_free(backend); }

@@ -1,14 +1,11 @@
 // ivshmem regions without a VM: the layout, a guest's session through a region
 // file (claim, frames both ways, its end noticed, the next session), and a
 // hostile guest's writes to the region refused or confined to its own session.
-#include "host/listener/region_port.h"
-#include "transport/connection.h"
 #include "transport/ivshmem_region.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +13,9 @@
 #include <cstring>
 #include <future>
 #include <string>
+
+#include "host/listener/region_port.h"
+#include "transport/connection.h"
 
 namespace ggml_remote {
 namespace {
@@ -173,8 +173,8 @@ TEST_F(RegionFixture, ImpossibleCountsFromTheGuestAreRefused) {
     ASSERT_TRUE(open_guest(&region).ok());
     FramedStream host, guest_stream;
     connect(region, &host, &guest_stream);
-    auto *rings = reinterpret_cast<RingChannel::RegionHeader *>(static_cast<uint8_t *>(static_cast<void *>(
-                                                                    forge_control())) + kRegionControlBytes);
+    auto *rings = reinterpret_cast<RingChannel::RegionHeader *>(
+        static_cast<uint8_t *>(static_cast<void *>(forge_control())) + kRegionControlBytes);
     rings->rings[0].written.store(kRingCapacity + 1);  // more than the ring holds
     Status status;
     receive_text(host, &status);
@@ -221,7 +221,7 @@ TEST_F(RegionFixture, AServerRefusesARegionFileOfAnotherSize) {
 // The file the listener creates is its own: mode 0600, and no existing file is
 // taken over unless the endpoint says reuse, and then only one of this user's.
 TEST_F(RegionFixture, TheServerCreatesItsFileAloneAndTakesOverOnlyItsOwn) {
-    struct stat info {};
+    struct stat info{};
     ASSERT_EQ(::stat(path.c_str(), &info), 0);
     EXPECT_EQ(info.st_mode & 07777, 0600u);
     EXPECT_EQ(info.st_uid, ::geteuid());

@@ -1,14 +1,14 @@
 // LastGraph: whether a backend's next graph is the one it sent last, so that it
 // is replayed instead of encoded (guest/last_graph.h).
-#include "ggml_test_support.h"
 #include "guest/last_graph.h"
-#include "protocol/tensor_codec.h"
 
 #include <ggml.h>
-
 #include <gtest/gtest.h>
 
 #include <memory>
+
+#include "ggml_test_support.h"
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::guest {
 namespace {

@@ -3,17 +3,10 @@
 // whose pidfds it was handed, whatever the board says, learns when they end without
 // being their parent, receives the descriptors it is handed under their names, and
 // keeps the last good key file.
-#include "host/listener/adopted_sessions.h"
-#include "host/listener/key_snapshot.h"
 #include "host/listener/listener_handover.h"
-#include "host/listener/session_ledger.h"
-#include "host/common/status_board.h"
-#include "host/listener/worker_jail.h"
-#include "transport/tls_key.h"
-
-#include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -25,6 +18,13 @@
 #include <fstream>
 #include <string>
 #include <thread>
+
+#include "host/common/status_board.h"
+#include "host/listener/adopted_sessions.h"
+#include "host/listener/key_snapshot.h"
+#include "host/listener/session_ledger.h"
+#include "host/listener/worker_jail.h"
+#include "transport/tls_key.h"
 
 namespace ggml_remote::host {
 namespace {

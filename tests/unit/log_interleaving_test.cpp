@@ -3,12 +3,8 @@
 // processes log at once through the server's own paths (log_line, and ggml's
 // messages, which ggml sends in pieces) into one pipe; every line that comes out
 // must be one process's whole line.
-#include "host/worker/session/host_devices.h"
-#include "host/common/server_log.h"
-
 #include <ggml.h>
 #include <gtest/gtest.h>
-
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +14,9 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "host/common/server_log.h"
+#include "host/worker/session/host_devices.h"
 
 namespace ggml_remote::host {
 namespace {

@@ -1,9 +1,7 @@
 // The guest's memory-mapped weights: which memory is a read-only file mapping,
 // which buffers are the CPU's mapped weights, and which ops a remote device may
 // take over on them (only the token-embedding lookup, only from a read-only file).
-#include "guest/file_mapping.h"
 #include "guest/mapped_weights.h"
-#include "ggml_test_support.h"
 
 #include <ggml-backend.h>
 #include <gtest/gtest.h>
@@ -15,6 +13,9 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "ggml_test_support.h"
+#include "guest/file_mapping.h"
 
 namespace ggml_remote::guest {
 namespace {

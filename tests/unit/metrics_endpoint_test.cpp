@@ -1,11 +1,9 @@
 // MetricsEndpoint (src/host/listener/metrics_endpoint.h): the HTTP side of --metrics, which
 // answers one request per connection and never makes the listener wait.
 #include "host/listener/metrics_endpoint.h"
-#include "transport/socket.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +11,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 namespace {

@@ -73,12 +73,18 @@ SessionFigures session(int32_t id, const std::string &peer, uint64_t commands) {
 }
 
 TEST(MetricsText, LabelValuesEscapeBackslashQuoteAndNewline) {
-    EXPECT_EQ(escape_label_value(R"(a\b"c)" "\n" "d"), R"(a\\b\"c\nd)");
+    EXPECT_EQ(escape_label_value(R"(a\b"c)"
+                                 "\n"
+                                 "d"),
+              R"(a\\b\"c\nd)");
     EXPECT_EQ(escape_label_value("unix:/run/x.sock pid 7 uid 0"), "unix:/run/x.sock pid 7 uid 0");
 }
 
 TEST(MetricsText, OtherControlAndNonAsciiBytesBecomeQuestionMarks) {
-    EXPECT_EQ(escape_label_value(std::string("a\rb\tc\x7f" "d\xc3\xa9", 9)), "a?b?c?d??");
+    EXPECT_EQ(escape_label_value(std::string("a\rb\tc\x7f"
+                                             "d\xc3\xa9",
+                                             9)),
+              "a?b?c?d??");
     EXPECT_EQ(escape_label_value(std::string("x\0y", 3)), "x?y");
 }
 

@@ -1,11 +1,12 @@
 // NodeOrder: a host's answer to GraphOptimize is checked before it reorders anything.
-#include "ggml_test_support.h"
 #include "guest/node_order.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <vector>
+
+#include "ggml_test_support.h"
 
 namespace ggml_remote::guest {
 namespace {

@@ -7,17 +7,10 @@
 // writes in place) changed. ggml-cpu is not instrumented, so this, not ASan, is
 // what sees a stray write. Each op runs in a child process: a kernel that faults
 // or aborts on an accepted node is a finding too, named by the op.
-#include "host/worker/graph/index_guard.h"
-#include "host/worker/graph/op_validation.h"
-#include "protocol/tensor_codec.h"
-#include "transport/shared_memory.h"
-
 #include <ggml-backend.h>
 #include <ggml-cpu.h>
 #include <ggml.h>
-
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +23,11 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "host/worker/graph/index_guard.h"
+#include "host/worker/graph/op_validation.h"
+#include "protocol/tensor_codec.h"
+#include "transport/shared_memory.h"
 
 namespace ggml_remote::host {
 namespace {
@@ -211,8 +209,8 @@ std::map<ggml_op, Seed> seeds() {
                               f(c, 64, 1, 3), f(c, 4096, 1));
     };
     s[GGML_OP_GATED_LINEAR_ATTN] = [](ggml_context *c) {
-        return ggml_gated_linear_attn(c, f(c, 64, 1, 3), f(c, 64, 1, 3), f(c, 64, 1, 3), f(c, 64, 1, 3),
-                                      f(c, 4096, 1), 0.5f);
+        return ggml_gated_linear_attn(c, f(c, 64, 1, 3), f(c, 64, 1, 3), f(c, 64, 1, 3), f(c, 64, 1, 3), f(c, 4096, 1),
+                                      0.5f);
     };
     s[GGML_OP_GATED_DELTA_NET] = [](ggml_context *c) {
         return ggml_gated_delta_net(c, f(c, 4, 2, 3, 1), f(c, 4, 2, 3, 1), f(c, 4, 2, 3, 1), f(c, 1, 2, 3, 1),
@@ -241,10 +239,14 @@ struct Mutator {
     int64_t hostile_stride(const ggml_tensor *t) {
         const int64_t element = int64_t(ggml_type_size(t->type));
         switch (below(4)) {
-            case 0: return element * int64_t(1 + below(64));
-            case 1: return int64_t(1) << (12 + below(8));
-            case 2: return 0;
-            default: return element * t->ne[0] * int64_t(1 + below(4));
+            case 0:
+                return element * int64_t(1 + below(64));
+            case 1:
+                return int64_t(1) << (12 + below(8));
+            case 2:
+                return 0;
+            default:
+                return element * t->ne[0] * int64_t(1 + below(4));
         }
     }
 
@@ -263,10 +265,18 @@ struct Mutator {
                     if (t->ne[k] == 1) t->nb[k] = size_t(hostile_stride(t));
                 }
                 break;
-            case 2: t->nb[d] = size_t(hostile_stride(t)); break;
-            case 3: t->ne[d] = std::max<int64_t>(1, t->ne[d] + int64_t(below(5)) - 2); break;
-            case 4: node->op_params[below(16)] = int32_t(below(2) ? int64_t(below(9)) - 4 : int64_t(rng())); break;
-            default: t->ne[d] = 1; break;
+            case 2:
+                t->nb[d] = size_t(hostile_stride(t));
+                break;
+            case 3:
+                t->ne[d] = std::max<int64_t>(1, t->ne[d] + int64_t(below(5)) - 2);
+                break;
+            case 4:
+                node->op_params[below(16)] = int32_t(below(2) ? int64_t(below(9)) - 4 : int64_t(rng()));
+                break;
+            default:
+                t->ne[d] = 1;
+                break;
         }
     }
 };
@@ -371,7 +381,8 @@ int run_op(ggml_op op, const Seed &seed, ggml_backend_t backend, ggml_backend_de
             ggml_cgraph *graph = ggml_new_graph(ctx);
             ggml_build_forward_expand(graph, node);  // marks it to be computed, as a guest's graph is
             if (std::getenv("GGML_REMOTE_ORACLE_VERBOSE") != nullptr) {  // a crash's last words name the mutant
-                std::fprintf(stderr, "%s mutant %d\n%s", ggml_op_desc(node), i, describe_node(node, arena.base()).c_str());
+                std::fprintf(stderr, "%s mutant %d\n%s", ggml_op_desc(node), i,
+                             describe_node(node, arena.base()).c_str());
             }
             if (check_data_indexes(graph).ok() && ggml_backend_graph_compute(backend, graph) == GGML_STATUS_SUCCESS) {
                 std::vector<const ggml_tensor *> allowed{node};
@@ -380,7 +391,7 @@ int run_op(ggml_op op, const Seed &seed, ggml_backend_t backend, ggml_backend_de
                     if ((in_place >> s) & 1u) allowed.push_back(node->src[s]);
                 }
                 const int64_t stray = arena.stray_write(allowed);
-                        if (stray >= 0) {
+                if (stray >= 0) {
                     int64_t last = stray;
                     while (last + 1 < int64_t(1u << 20) && arena.stray_write(allowed, last + 1) == last + 1) ++last;
                     std::fprintf(stderr, "(changed through +%lld)\n", static_cast<long long>(last));
@@ -403,8 +414,8 @@ TEST(OpRulesOracle, NoAcceptedMutantOfAnyOpWritesOutsideItsResult) {
     const std::map<ggml_op, Seed> all = seeds();
     for (int op = GGML_OP_NONE + 1; op < GGML_OP_COUNT; ++op) {
         const auto op_id = static_cast<ggml_op>(op);
-        const bool viewing = op_id == GGML_OP_VIEW || op_id == GGML_OP_RESHAPE || op_id == GGML_OP_PERMUTE ||
-                             op_id == GGML_OP_TRANSPOSE;
+        const bool viewing =
+            op_id == GGML_OP_VIEW || op_id == GGML_OP_RESHAPE || op_id == GGML_OP_PERMUTE || op_id == GGML_OP_TRANSPOSE;
         if (viewing || !op_has_rule(op_id)) continue;
         const auto seed = all.find(op_id);
         if (seed == all.end()) {

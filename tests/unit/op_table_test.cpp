@@ -1,12 +1,12 @@
 // The op table: every op of the ggml we build against is decided, either by a row
 // (its rule) or by a line of the refused list with its reason. A ggml update that
 // adds an op fails here until someone writes its row or refuses it on purpose.
-#include "host/worker/graph/op_validation.h"
 #include "host/worker/graph/ops/op_table.h"
 
 #include <ggml.h>
-
 #include <gtest/gtest.h>
+
+#include "host/worker/graph/op_validation.h"
 
 namespace ggml_remote::host::ops {
 namespace {

@@ -1,17 +1,17 @@
 // validate_node: nodes made by ggml's own constructors pass; the same nodes with a
 // source taken away, a shape or type changed, or op_params out of range are refused
 // with a reason that names the op and the node.
-#include "ggml_test_support.h"
 #include "host/worker/graph/op_validation.h"
 
 #include <ggml-backend.h>
 #include <ggml.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
+
+#include "ggml_test_support.h"
 
 namespace ggml_remote::host {
 namespace {
@@ -380,8 +380,8 @@ TEST_F(OpValidation, MulMatRefusesAPermutedResult) {
 TEST_F(OpValidation, MulMatNeedsADotProductAndAnF32OrMatchingSecondSource) {
     EXPECT_TRUE(Accepted(ggml_mul_mat(ctx.get(), tensor(GGML_TYPE_F16, 64, 16), tensor(GGML_TYPE_F16, 64, 5))));
     EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), i32(64, 16), f32(64, 5)), "src[0] type i32 has no dot product"));
-    EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), f32(64, 16), tensor(GGML_TYPE_F16, 64, 5)),
-                        "src[1] type f16 should be f32"));
+    EXPECT_TRUE(
+        Refused(ggml_mul_mat(ctx.get(), f32(64, 16), tensor(GGML_TYPE_F16, 64, 5)), "src[1] type f16 should be f32"));
     EXPECT_TRUE(Refused(ggml_mul_mat(ctx.get(), tensor(GGML_TYPE_Q8_0, 64, 16), tensor(GGML_TYPE_Q8_0, 64, 5)),
                         "src[1] type q8_0 should be f32"));
 }
@@ -608,8 +608,8 @@ TEST_F(OpValidation, ReplayedOpRefusesExtraOpParams) {
 }
 
 TEST_F(OpValidation, ReplayedOpNeedsContiguousSourcesWhereTheKernelReadsThemDensely) {
-    ggml_tensor *node = ggml_im2col(ctx.get(), f32(3, 3, 4, 8), f32(16, 16, 4, 1), 1, 1, 1, 1, 1, 1, true,
-                                    GGML_TYPE_F32);
+    ggml_tensor *node =
+        ggml_im2col(ctx.get(), f32(3, 3, 4, 8), f32(16, 16, 4, 1), 1, 1, 1, 1, 1, 1, true, GGML_TYPE_F32);
     ASSERT_TRUE(Accepted(node));
     node->src[1]->nb[2] *= 2;
     EXPECT_TRUE(Refused(node, "not contiguous"));

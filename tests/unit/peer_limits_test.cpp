@@ -1,8 +1,6 @@
 // Fairness between peers: who a connection counts against, and how many sessions
 // each may hold (--max-sessions-per-peer).
 #include "host/listener/peer_limits.h"
-#include "transport/peer_account.h"
-#include "transport/socket.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -12,6 +10,9 @@
 #include <unistd.h>
 
 #include <string>
+
+#include "transport/peer_account.h"
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 namespace {

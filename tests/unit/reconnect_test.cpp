@@ -1,20 +1,11 @@
 // The guest's reconnection (guest/session/remote_session.h, guest/buffer_restore.cpp):
 // a RemoteSession whose host Sessions run on threads, one per connection, so a
 // test can end a connection as a dying worker would and see what comes back.
-#include "ggml_test_support.h"
-#include "guest/backend.h"
-#include "guest/buffer.h"
-#include "guest/session/remote_session.h"
-#include "host/worker/session/session.h"
-#include "protocol/commands.h"
-
+#include <fcntl.h>
 #include <ggml-backend.h>
 #include <ggml.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,14 +19,21 @@
 #include <thread>
 #include <vector>
 
+#include "ggml_test_support.h"
+#include "guest/backend.h"
+#include "guest/buffer.h"
+#include "guest/session/remote_session.h"
+#include "host/worker/session/session.h"
+#include "protocol/commands.h"
+
 namespace ggml_remote::guest {
 namespace {
 
 using namespace protocol;
-using ::testing::HasSubstr;
 using test_support::GgmlContext;
 using test_support::host_cpu_device;
 using test_support::metadata_context;
+using ::testing::HasSubstr;
 
 // One host Session per connection, each served on its own thread.
 class HostPerConnection {
@@ -49,8 +47,7 @@ class HostPerConnection {
         int fds[2] = {-1, -1};
         if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return error(Code::error, "socketpair");
         auto served = std::make_unique<Served>();
-        served->session =
-            std::make_unique<host::Session>(std::vector{host_cpu_device()}, host::SessionLimits{});
+        served->session = std::make_unique<host::Session>(std::vector{host_cpu_device()}, host::SessionLimits{});
         served->stream = FramedStream(UniqueFd(fds[1]), "guest");
         Served *raw = served.get();
         served->thread = std::thread([raw] { (void)raw->session->serve(raw->stream); });

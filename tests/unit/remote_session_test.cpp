@@ -1,19 +1,12 @@
 // RemoteSession, the guest's side of a connection (guest/session/remote_session.h):
 // against an in-process host Session on the CPU device over a socketpair, and
 // against a scripted peer where the test needs to see the bytes or cut the line.
-#include "ggml_test_support.h"
-#include "guest/device.h"
 #include "guest/session/remote_session.h"
-#include "host/worker/session/session.h"
-#include "protocol/commands.h"
-#include "protocol/tensor_codec.h"
 
 #include <ggml-backend.h>
 #include <ggml.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -27,18 +20,24 @@
 #include <thread>
 #include <vector>
 
+#include "ggml_test_support.h"
+#include "guest/device.h"
+#include "host/worker/session/session.h"
+#include "protocol/commands.h"
+#include "protocol/tensor_codec.h"
+
 namespace ggml_remote::guest {
 namespace {
 
 using namespace protocol;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using test_support::bytes_of;
 using test_support::floats_of;
 using test_support::GgmlContext;
 using test_support::host_cpu_device;
 using test_support::metadata_context;
 using test_support::PlacementArena;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 // Runs `work` on a thread of its own and gives its status, or a timeout error
 // when it has not returned within `seconds` (the thread is then left behind).

@@ -2,24 +2,20 @@
 // session worker still needs (threads, memory files, its socket, the CPU backend).
 // Each test sandboxes a child process of its own and reports back through a pipe.
 #include "host/worker/jail/sandbox.h"
-#include "host/worker/session/host_devices.h"
-#include "host/worker/jail/worker_identity.h"
 
+#include <fcntl.h>
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,13 +30,16 @@
 #include <thread>
 #include <vector>
 
+#include "host/worker/jail/worker_identity.h"
+#include "host/worker/session/host_devices.h"
+
 namespace ggml_remote::host {
 namespace {
 
 // Runs `body` in a child process after `prepare` (sandboxing, by default); returns
 // what body reported (empty when every check held) or why the child failed.
-std::string in_child(const std::function<std::string()> &body,
-                     const std::function<Status()> &prepare = [] { return enter_sandbox(); }) {
+std::string in_child(
+    const std::function<std::string()> &body, const std::function<Status()> &prepare = [] { return enter_sandbox(); }) {
     int fds[2];
     if (::pipe(fds) != 0) return "pipe failed";
     const pid_t child = ::fork();
@@ -153,20 +152,21 @@ TEST(SandboxTest, RefusesSchedulingPriorityAndPlacementOfOtherProcesses) {
         failures += expect_ok("setpriority(self)", ::setpriority(PRIO_PROCESS, 0, nice) == 0);
         constexpr int kIoprioWhoProcess = 1, kIoprioWhoProcessGroup = 2;
         const long parent_ioprio = ::syscall(SYS_ioprio_get, kIoprioWhoProcess, parent);
-        failures += expect_errno("ioprio_set(parent)", ::syscall(SYS_ioprio_set, kIoprioWhoProcess, parent, parent_ioprio),
-                                 EPERM);
+        failures += expect_errno("ioprio_set(parent)",
+                                 ::syscall(SYS_ioprio_set, kIoprioWhoProcess, parent, parent_ioprio), EPERM);
         failures += expect_errno("ioprio_set(process group)",
                                  ::syscall(SYS_ioprio_set, kIoprioWhoProcessGroup, kNoSuchGroupOrUser, 0), EPERM);
         rlimit limit{};
         failures += expect_errno("prlimit(parent) read", ::prlimit(parent, RLIMIT_NOFILE, nullptr, &limit), EPERM);
         failures += expect_ok("prlimit(self) read", ::prlimit(0, RLIMIT_NOFILE, nullptr, &limit) == 0);
         unsigned long nodes = 1;
-        failures += expect_errno("migrate_pages(parent)", ::syscall(SYS_migrate_pages, parent, 64, &nodes, &nodes), EPERM);
-        failures += expect_errno("move_pages(parent)", ::syscall(SYS_move_pages, parent, 0, nullptr, nullptr, nullptr, 0),
-                                 EPERM);
+        failures +=
+            expect_errno("migrate_pages(parent)", ::syscall(SYS_migrate_pages, parent, 64, &nodes, &nodes), EPERM);
+        failures += expect_errno("move_pages(parent)",
+                                 ::syscall(SYS_move_pages, parent, 0, nullptr, nullptr, nullptr, 0), EPERM);
         failures += expect_errno("kcmp", ::syscall(SYS_kcmp, parent, ::getpid(), 0, 0, 0), EPERM);
-        failures += expect_errno("get_robust_list(parent)", ::syscall(SYS_get_robust_list, parent, nullptr, nullptr),
-                                 EPERM);
+        failures +=
+            expect_errno("get_robust_list(parent)", ::syscall(SYS_get_robust_list, parent, nullptr, nullptr), EPERM);
         failures += expect_errno("prctl(PR_SET_DUMPABLE, 1)", ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), EPERM);
         return failures;
     });
@@ -185,7 +185,8 @@ TEST(SandboxTest, IsNotDumpableAndHoldsNoCapabilities) {
             if (line != std::string(set) + ":\t0000000000000000") failures += line + "; ";
         }
         // Only a privileged process can empty its bounding set.
-        if (privileged && status_line("CapBnd") != "CapBnd:\t0000000000000000") failures += status_line("CapBnd") + "; ";
+        if (privileged && status_line("CapBnd") != "CapBnd:\t0000000000000000")
+            failures += status_line("CapBnd") + "; ";
         return failures;
     });
     EXPECT_EQ(report, "") << (privileged ? "(run with capabilities)" : "(run without capabilities)");
@@ -221,9 +222,10 @@ TEST_F(LandlockTest, OpensOnlyWhatThePolicyAllows) {
             failures += expect_ok("read an allowed file", ::open((root + "/allowed/library").c_str(), O_RDONLY) >= 0);
             failures += expect_ok("read /proc/self/status", ::open("/proc/self/status", O_RDONLY) >= 0);
             failures += expect_ok("write /dev/null", ::open("/dev/null", O_WRONLY) >= 0);
-            failures += expect_errno("read the key file", ::open((root + "/secret/keys.psk").c_str(), O_RDONLY), EACCES);
-            failures += expect_errno("write an allowed file", ::open((root + "/allowed/library").c_str(), O_WRONLY),
-                                     EACCES);
+            failures +=
+                expect_errno("read the key file", ::open((root + "/secret/keys.psk").c_str(), O_RDONLY), EACCES);
+            failures +=
+                expect_errno("write an allowed file", ::open((root + "/allowed/library").c_str(), O_WRONLY), EACCES);
             failures += expect_errno("create a file", ::open((root + "/allowed/new").c_str(), O_WRONLY | O_CREAT, 0600),
                                      EACCES);
             failures += expect_errno("read /etc/passwd", ::open("/etc/passwd", O_RDONLY), EACCES);
@@ -242,8 +244,8 @@ TEST_F(LandlockTest, WorkerPolicyKeepsTheBackendsAndNotTheTestsFiles) {
         failures += expect_ok("read /etc/ld.so.cache", ::open("/etc/ld.so.cache", O_RDONLY) >= 0);
         failures += expect_ok("read /dev/urandom", ::open("/dev/urandom", O_RDONLY) >= 0);
         failures += expect_errno("read a file in /tmp", ::open((root + "/allowed/library").c_str(), O_RDONLY), EACCES);
-        failures += expect_errno("create a file in /tmp", ::open((root + "/new").c_str(), O_WRONLY | O_CREAT, 0600),
-                                 EACCES);
+        failures +=
+            expect_errno("create a file in /tmp", ::open((root + "/new").c_str(), O_WRONLY | O_CREAT, 0600), EACCES);
         return failures;
     });
     EXPECT_EQ(report, "");

@@ -2,11 +2,11 @@
 // compiles into a filter, and names only calls this architecture has.
 #include "host/worker/jail/seccomp_policy.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <seccomp.h>
 #include <unistd.h>
 
-#include <fcntl.h>
 #include <memory>
 #include <set>
 #include <string>
@@ -55,9 +55,9 @@ TEST(SeccompPolicy, EveryNamedCallExistsOnX86_64) {
 // What docs/SECURITY.md promises a taken-over worker cannot do next.
 TEST(SeccompPolicy, TheSessionWorkerLosesWhatAnAttackerWantsNext) {
     const std::set<std::string> names = names_of(session_worker_policy());
-    for (const char *promised : {"execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "socket",
-                                 "connect", "io_uring_setup", "mount", "unshare", "bpf", "kill", "clone", "clone3",
-                                 "prctl", "setuid"}) {
+    for (const char *promised :
+         {"execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "socket", "connect", "io_uring_setup",
+          "mount", "unshare", "bpf", "kill", "clone", "clone3", "prctl", "setuid"}) {
         EXPECT_EQ(names.count(promised), 1u) << promised;
     }
 }

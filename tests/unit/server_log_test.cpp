@@ -1,10 +1,9 @@
 // One write per log line (host/server_log.h).
 #include "host/common/server_log.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <sstream>

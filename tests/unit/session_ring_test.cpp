@@ -3,15 +3,9 @@
 // bytes as through a socket, at any offset and size (across the ring's wrap,
 // larger than the ring, in rows), and a guest's wrong ranges and lengths refused
 // with the frames kept in step.
-#include "ggml_test_support.h"
-#include "host/worker/session/session.h"
-#include "protocol/commands.h"
-
 #include <ggml-backend.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sys/socket.h>
 
 #include <cstdlib>
@@ -19,13 +13,17 @@
 #include <thread>
 #include <vector>
 
+#include "ggml_test_support.h"
+#include "host/worker/session/session.h"
+#include "protocol/commands.h"
+
 namespace ggml_remote::host {
 namespace {
 
 using namespace protocol;
+using test_support::pattern_bytes;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using test_support::pattern_bytes;
 
 constexpr uint64_t kBufferSize = 8u << 20;
 
@@ -35,7 +33,6 @@ ggml_backend_dev_t ring_test_vulkan_device() {
     test_support::host_cpu_device();
     return ggml_backend_dev_by_name("Vulkan0");
 }
-
 
 // A session served on a socketpair whose frames, after the handshake, go through
 // a shared ring, as for an shm: guest. The parameter names the served device.

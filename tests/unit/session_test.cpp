@@ -1,20 +1,12 @@
 // Session: one guest's view of the host, driven in-process through handle() and
 // serve(), on the host's CPU device.
-#include "ggml_test_support.h"
 #include "host/worker/session/session.h"
-#include "host/listener/store_owner.h"
-#include "protocol/commands.h"
-#include "protocol/content_digest.h"
-#include "protocol/tensor_codec.h"
-#include "transport/shared_memory.h"
-
-#include <ggml-backend.h>
-#include <ggml.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <ggml-backend.h>
+#include <ggml.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,20 +23,27 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ggml_test_support.h"
+#include "host/listener/store_owner.h"
+#include "protocol/commands.h"
+#include "protocol/content_digest.h"
+#include "protocol/tensor_codec.h"
+#include "transport/shared_memory.h"
+
 namespace ggml_remote::host {
 namespace {
 
 using namespace protocol;
-using ::testing::Each;
-using ::testing::ElementsAre;
 using test_support::bytes_of;
 using test_support::floats_of;
 using test_support::GgmlContext;
 using test_support::host_cpu_device;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using test_support::metadata_context;
 using test_support::PlacementArena;
+using ::testing::Each;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // What one handle() call gave back; the tail is copied because it may be a view
@@ -237,8 +236,8 @@ TEST_F(CpuSession, AValidRequestWithOneByteMoreIsRefusedAndNotCarriedOut) {
     const std::vector<uint8_t> one_more = {0};
     Outcome outcome = call<BufferClear>(BufferClear::Request{buffer, 0x5a}, ByteView(one_more));
     EXPECT_EQ(outcome.status.code(), Code::bad_request);
-    EXPECT_THAT(outcome.status.message(), HasSubstr("buffer_clear: request of " +
-                                                    std::to_string(sizeof(BufferClear::Request) + 1) + " bytes"));
+    EXPECT_THAT(outcome.status.message(),
+                HasSubstr("buffer_clear: request of " + std::to_string(sizeof(BufferClear::Request) + 1) + " bytes"));
     EXPECT_THAT(get(buffer, 0, 16), Each(0));
 }
 
@@ -954,8 +953,8 @@ TEST_F(CpuSessionGraph, FailedStoreLeavesTheSlotEmpty) {
 // A guest can describe an op ggml's kernels would trip over: a missing source, or
 // sources whose shapes the op cannot combine. The host answers; it does not crash.
 TEST_F(CpuSessionGraph, NodeMissingASourceItsOpNeedsIsRefused) {
-    // BUG (src/protocol/tensor_codec.cpp decode_tensor_list / src/host/worker/graph/graph_builder.cpp build_tensors): nothing
-    // checks that a node has the sources its op needs; the CPU kernel dereferences the null src[1] (SIGSEGV).
+    // BUG (src/protocol/tensor_codec.cpp decode_tensor_list / src/host/worker/graph/graph_builder.cpp build_tensors):
+    // nothing checks that a node has the sources its op needs; the CPU kernel dereferences the null src[1] (SIGSEGV).
     ggml_tensor *a = vector("a"), *b = vector("b");
     ggml_tensor *sum = ggml_add(ctx.get(), a, b);
     arena->place(a, 0);
@@ -970,8 +969,8 @@ TEST_F(CpuSessionGraph, NodeMissingASourceItsOpNeedsIsRefused) {
 }
 
 TEST_F(CpuSessionGraph, NodeWhoseSourceShapesDoNotFitItsOpIsRefused) {
-    // BUG (src/host/worker/graph/graph_builder.cpp build_tensors): op shapes are not checked against ggml's own rules, so the
-    // CPU kernel's GGML_ASSERT(ggml_can_repeat(src1, src0)) aborts the host process.
+    // BUG (src/host/worker/graph/graph_builder.cpp build_tensors): op shapes are not checked against ggml's own rules,
+    // so the CPU kernel's GGML_ASSERT(ggml_can_repeat(src1, src0)) aborts the host process.
     ggml_tensor *a = vector("a"), *b = vector("b");
     ggml_tensor *sum = ggml_add(ctx.get(), a, b);
     arena->place(a, 0);
@@ -1251,8 +1250,8 @@ class RepackedWeights : public SharedMemorySession {
         const uint64_t buffer = alloc(quantized.size());
         EXPECT_TRUE(set(buffer, 0, quantized).ok());
         if (named) {
-            EXPECT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS})
-                            .status.ok());
+            EXPECT_TRUE(
+                call<BufferSetUsage>(BufferSetUsage::Request{buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
         }
         return buffer;
     }
@@ -1268,8 +1267,8 @@ class RepackedWeights : public SharedMemorySession {
         EXPECT_TRUE(Mapping::map(allocated.fd.get(), 0, quantized.size(), true, guest_view).ok());
         if (guest_view->data() == nullptr) return 0;
         std::memcpy(guest_view->data(), quantized.data(), quantized.size());
-        EXPECT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS})
-                        .status.ok());
+        EXPECT_TRUE(
+            call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
         return weights;
     }
 
@@ -1288,7 +1287,8 @@ class RepackedWeights : public SharedMemorySession {
         ggml_get_type_traits(GGML_TYPE_Q4_0)->to_float(weights.data(), w.data(), static_cast<int64_t>(w.size()));
         for (int64_t t = 0; t < kTokens; ++t) {
             for (int64_t o = 0; o < kOutputs; ++o) {
-                for (int64_t k = 0; k < kInputs; ++k) y[t * kOutputs + o] += w[o * kInputs + k] * activations[t * kInputs + k];
+                for (int64_t k = 0; k < kInputs; ++k)
+                    y[t * kOutputs + o] += w[o * kInputs + k] * activations[t * kInputs + k];
             }
         }
         return y;
@@ -1419,9 +1419,9 @@ TEST_F(RepackedWeights, RefusedWritesLeaveTheRepackedCopyAsItIs) {
         << "4 data bytes for a range of 8";
     EXPECT_EQ(call<CopyTensor>(CopyTensor::Request{{weights, 0, 8}, {weights, 4, 8}}).status.code(), Code::bad_request)
         << "overlapping ranges";
-    EXPECT_EQ(call<SetTensor2d>(SetTensor2d::Request{{weights, 0, 2}, 2, quantized.size()}, ByteView(four))
-                  .status.code(),
-              Code::bad_request)
+    EXPECT_EQ(
+        call<SetTensor2d>(SetTensor2d::Request{{weights, 0, 2}, 2, quantized.size()}, ByteView(four)).status.code(),
+        Code::bad_request)
         << "a second row past the end";
     EXPECT_EQ(std::memcmp(guest_view.data(), negated.data(), negated.size()), 0) << "no row was written";
     expect_close(product(weights), first);
@@ -1729,7 +1729,6 @@ TEST_F(ServedSession, ComputeOfAGuestThatHangsUpIsAbandoned) {
     EXPECT_LT(seconds, 1.0) << "the session ended " << seconds << " s after its guest hung up";
 }
 
-
 // The weight store (host/weight_store.h, host/store_fill.h) through sessions.
 
 // The file (device and inode) mapped at `address` in this process; empty for memory of no file.
@@ -1952,7 +1951,7 @@ TEST_F(CpuSessionWithStore, OffersWithoutTheirBytesCostTheStoreNothing) {
         std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));
         ASSERT_TRUE(call<WeightOffer>(offer).status.ok());
         ASSERT_TRUE(set(buffer, kBufferSize - 4096, std::vector<uint8_t>(4096, 7)).ok());  // bytes elsewhere
-        (void)get(buffer, 0, 1);  // ends the offer
+        (void)get(buffer, 0, 1);                                                           // ends the offer
     }
     session->wait_for_store_for_testing();
     EXPECT_EQ(store_entries(store.directory), 0u) << "the store kept bytes the guest never sent";

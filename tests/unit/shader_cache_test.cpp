@@ -4,7 +4,6 @@
 #include "host/common/shader_cache.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,7 +41,7 @@ TEST_F(ShaderCacheTest, EachTenantGetsItsOwnDirectoryRightBeneathTheRoot) {
 TEST_F(ShaderCacheTest, PreparingMakesAPrivateDirectoryAndFindsItAgain) {
     const std::string directory = tenant_shader_cache(root_, "uid 0");
     ASSERT_TRUE(prepare_tenant_shader_cache(directory).ok());
-    struct stat st {};
+    struct stat st{};
     ASSERT_EQ(::stat(directory.c_str(), &st), 0);
     EXPECT_TRUE(S_ISDIR(st.st_mode));
     EXPECT_EQ(st.st_mode & 0777, 0700u);
@@ -68,7 +67,7 @@ TEST_F(ShaderCacheTest, AFileInTheTenantsPlaceIsRefused) {
 TEST_F(ShaderCacheTest, TheRootIsMadePrivate) {
     const std::string root = root_ + "/shaders";
     ASSERT_TRUE(prepare_shader_cache_root(root, static_cast<uid_t>(-1), static_cast<gid_t>(-1)).ok());
-    struct stat st {};
+    struct stat st{};
     ASSERT_EQ(::stat(root.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0700u);
 }

@@ -1,11 +1,9 @@
 // RingChannel and FramedStream over it: frames through shared memory, descriptors
 // on the socket, a dead peer noticed, and a guest's impossible counts refused.
-#include "transport/connection.h"
 #include "transport/shared_ring.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -18,6 +16,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "transport/connection.h"
 
 namespace ggml_remote {
 namespace {

@@ -1,6 +1,5 @@
 // Tensor lists on the wire: what the encoder writes, what the decoder accepts, and
 // how many bytes a tensor's data may touch.
-#include "ggml_test_support.h"
 #include "protocol/tensor_codec.h"
 
 #include <gmock/gmock.h>
@@ -12,17 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "ggml_test_support.h"
+
 namespace ggml_remote::protocol {
 namespace {
 
 using test_support::edit_wire_tensor;
-using ::testing::ElementsAre;
 using test_support::GgmlContext;
-using ::testing::HasSubstr;
 using test_support::metadata_context;
 using test_support::PlacementArena;
 using test_support::set_list_header;
 using test_support::wire_tensor_at;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kBuffer = 1;
 

@@ -1,10 +1,6 @@
 // FramedStream over TLS with a pre-shared key: a guest and a host on a socket pair.
-#include "transport/connection.h"
-#include "transport/tls_session.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +10,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "transport/connection.h"
+#include "transport/tls_session.h"
 
 namespace ggml_remote {
 namespace {

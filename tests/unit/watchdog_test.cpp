@@ -3,7 +3,6 @@
 #include "host/worker/session/watchdog.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,7 +21,7 @@ TEST(WatchdogDeathTest, AComputeThatOutlivesItsGoneGuestEndsTheWorker) {
             std::atomic<bool> guest_gone{false};
             Watchdog watchdog(fds[0], &guest_gone);
             Watchdog::HangupWatch computing(&watchdog);
-            ::close(fds[1]);  // the guest is killed
+            ::close(fds[1]);                                                // the guest is killed
             for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a kernel that never returns
         },
         ::testing::ExitedWithCode(3), "did not stop within 5000 ms");
@@ -37,7 +36,8 @@ TEST(Watchdog, AComputeThatEndsAfterItsGuestLeftKeepsTheWorker) {
         {
             Watchdog::HangupWatch computing(&watchdog);
             ::close(fds[1]);
-            for (int i = 0; i < 100 && !guest_gone.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            for (int i = 0; i < 100 && !guest_gone.load(); ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }  // the compute saw the flag and stopped
         EXPECT_TRUE(guest_gone.load());
         std::this_thread::sleep_for(std::chrono::milliseconds(200));

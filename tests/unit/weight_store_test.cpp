@@ -1,20 +1,14 @@
 // WeightStore and content digests: entries by content, per tenant, checked,
 // evicted; a damaged entry is never used.
-#include "ggml_test_support.h"
-#include "host/common/store_channel.h"
-#include "host/worker/weights/store_fill.h"
-#include "host/listener/store_owner.h"
 #include "host/worker/weights/weight_store.h"
-#include "protocol/content_digest.h"
-
-#include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +18,12 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "ggml_test_support.h"
+#include "host/common/store_channel.h"
+#include "host/listener/store_owner.h"
+#include "host/worker/weights/store_fill.h"
+#include "protocol/content_digest.h"
 
 namespace ggml_remote::host {
 namespace {
@@ -117,7 +117,7 @@ TEST_F(WeightStoreTest, FindsWhatWasPutAndNothingElse) {
     ASSERT_TRUE(store.find(digest, bytes.size(), &entry));
     EXPECT_EQ(read_entry(entry), bytes);
     EXPECT_EQ(entry.content_offset % kEntryHeaderSpan, 4096u + 100u);  // the tensor's place in a huge page
-    EXPECT_FALSE(store.find(digest, bytes.size() - 1, &entry));  // another size is another tensor
+    EXPECT_FALSE(store.find(digest, bytes.size() - 1, &entry));        // another size is another tensor
     const std::vector<uint8_t> other = pattern_bytes(300000, 2);
     EXPECT_FALSE(store.find(content_digest(other.data(), other.size()), other.size(), &entry));
     EXPECT_EQ(store.counters().entries_written, 1u);
@@ -234,8 +234,8 @@ class HostileWorker {
     explicit HostileWorker(StoreOwner &owner, const std::string &tenant = "uid 1000", bool tls = false) {
         EXPECT_TRUE(owner.connect(tenant, tls, &channel).ok());
     }
-    store_channel::Reply ask(const store_channel::Request &request, UniqueFd *file = nullptr,
-                             const int *fds = nullptr, size_t count = 0) {
+    store_channel::Reply ask(const store_channel::Request &request, UniqueFd *file = nullptr, const int *fds = nullptr,
+                             size_t count = 0) {
         store_channel::Reply reply;
         std::vector<UniqueFd> received;
         EXPECT_TRUE(store_channel::send_message(channel.get(), &request, sizeof(request), fds, count));
@@ -322,8 +322,9 @@ TEST_F(WeightStoreTest, AnEntryAWorkerHoldsIsReadOnlyAndKeepsItsSize) {
     EXPECT_NE(::ftruncate(entry.file.get(), 4096), 0) << "a worker cannot truncate an entry";
     EXPECT_NE(::pwrite(entry.file.get(), "X", 1, static_cast<off_t>(entry.content_offset)), 1);
     EXPECT_NE(::fallocate(entry.file.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                          static_cast<off_t>(entry.content_offset), 4096), 0);
-    struct stat st {};
+                          static_cast<off_t>(entry.content_offset), 4096),
+              0);
+    struct stat st{};
     ASSERT_EQ(::fstat(entry.file.get(), &st), 0);
     EXPECT_EQ(st.st_mode & 0222, 0u) << "entries are made read-only";
     const size_t length = static_cast<size_t>(entry.content_offset + entry.size);
@@ -354,8 +355,8 @@ TEST_F(WeightStoreTest, ATlsWorkerNamesItsTenantOnce) {
     std::memcpy(identify.identity, "bob", 3);
     EXPECT_EQ(keyless.ask(identify).code, 0);
     UniqueFd file;
-    store_channel::Reply reply = keyless.ask(HostileWorker::request(store_channel::Kind::find, digest, bytes.size()),
-                                             &file);
+    store_channel::Reply reply =
+        keyless.ask(HostileWorker::request(store_channel::Kind::find, digest, bytes.size()), &file);
     EXPECT_EQ(reply.found, 0u) << "bob does not see alice's entries";
     EXPECT_FALSE(file.valid());
     std::memcpy(identify.identity, "ali", 3);

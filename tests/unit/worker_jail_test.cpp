@@ -3,9 +3,8 @@
 // shutdown within a bound, even one that ignores SIGTERM.
 #include "host/listener/worker_jail.h"
 
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,12 +103,13 @@ TEST(WorkerJail, ReapReturnsAtOnceWhileWorkersRun) {
 // The worker checks its arguments and descriptors and exits 0 when all are as expected.
 TEST(WorkerJail, AWorkerGetsItsArgumentsAndOnlyTheDescriptorsHandedOver) {
     Pipe client, board, admission, kept_back;
-    const std::string script =
-        "[ \"$*\" = \"--worker-fd " + std::to_string(client.write_end) + " --session-id 5 --peer tls://10.0.0.1:9 " +
-        "--status-fd " + std::to_string(board.write_end) + " --status-slot 2 --admission-fd " +
-        std::to_string(admission.write_end) + "\" ] || exit 10\n" +
-        "for fd in $2 $8 ${12}; do [ -e /proc/self/fd/$fd ] || exit 11; done\n"
-        "[ ! -e /proc/self/fd/" + std::to_string(kept_back.write_end) + " ] || exit 12\n";
+    const std::string script = "[ \"$*\" = \"--worker-fd " + std::to_string(client.write_end) +
+                               " --session-id 5 --peer tls://10.0.0.1:9 " + "--status-fd " +
+                               std::to_string(board.write_end) + " --status-slot 2 --admission-fd " +
+                               std::to_string(admission.write_end) + "\" ] || exit 10\n" +
+                               "for fd in $2 $8 ${12}; do [ -e /proc/self/fd/$fd ] || exit 11; done\n"
+                               "[ ! -e /proc/self/fd/" +
+                               std::to_string(kept_back.write_end) + " ] || exit 12\n";
     WorkerJail jail = shell_jail(script);
     pid_t pid = -1;
     ASSERT_TRUE(
@@ -125,8 +125,10 @@ TEST(WorkerJail, AWorkerGetsItsArgumentsAndOnlyTheDescriptorsHandedOver) {
 
 TEST(WorkerJail, AnUnlistedWorkerGetsNoStatusBoard) {
     Pipe client, board;
-    WorkerJail jail = shell_jail("case \"$*\" in *--status*) exit 10;; esac\n"
-                                 "[ ! -e /proc/self/fd/" + std::to_string(board.write_end) + " ] || exit 12\n");
+    WorkerJail jail = shell_jail(
+        "case \"$*\" in *--status*) exit 10;; esac\n"
+        "[ ! -e /proc/self/fd/" +
+        std::to_string(board.write_end) + " ] || exit 12\n");
     pid_t pid = -1;
     ASSERT_TRUE(jail.spawn({client.write_end, 5, "peer", board.write_end, -1, -1}, &pid).ok());
 

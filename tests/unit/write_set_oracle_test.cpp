@@ -4,7 +4,6 @@
 
 #include <ggml-backend.h>
 #include <ggml.h>
-
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,7 +1,19 @@
 // ggml-remote-server: the listener. It accepts guests and starts a worker process
 // (ggml-remote-worker) for each; it never loads a backend nor decodes a guest's messages.
-#include "host/common/serving_flags.h"
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "host/common/server_log.h"
+#include "host/common/serving_flags.h"
 #include "host/common/shader_cache.h"
 #include "host/listener/device_probe.h"
 #include "host/listener/listener.h"
@@ -15,18 +27,6 @@
 #include "transport/endpoint.h"
 #include "transport/spin_policy.h"
 #include "transport/tls_key.h"
-
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <climits>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <optional>
-#include <string>
-#include <vector>
 
 using namespace ggml_remote;
 
@@ -164,15 +164,17 @@ void prepare_weight_store(const host::ListenerOptions &options) {
     Status status = host::StoreOwner::prepare(store);
     if (!status) fail("--weight-store: " + status.message());
     // An older server gave the directory to --worker-user: it is taken back.
-    struct stat st {};
+    struct stat st{};
     if (::stat(store.directory.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) &&
-        (::chown(store.directory.c_str(), ::geteuid(), ::getegid()) != 0 || ::chmod(store.directory.c_str(), 0700) != 0)) {
-        fail("--weight-store: " + store.directory + " is not the server's own, and cannot be made so: " +
-             std::strerror(errno));
+        (::chown(store.directory.c_str(), ::geteuid(), ::getegid()) != 0 ||
+         ::chmod(store.directory.c_str(), 0700) != 0)) {
+        fail("--weight-store: " + store.directory +
+             " is not the server's own, and cannot be made so: " + std::strerror(errno));
     }
-    host::log_line("weight store: " + store.directory +
-                   (store.shared_across_tenants ? ", shared by all guests" : ", one part per user, identity or address") +
-                   (store.max_bytes != 0 ? ", at most " + std::to_string(store.max_bytes >> 20) + " MiB" : ""));
+    host::log_line(
+        "weight store: " + store.directory +
+        (store.shared_across_tenants ? ", shared by all guests" : ", one part per user, identity or address") +
+        (store.max_bytes != 0 ? ", at most " + std::to_string(store.max_bytes >> 20) + " MiB" : ""));
 }
 
 // Makes the shader cache's directory, for the workers' user where they run as another,
@@ -203,7 +205,8 @@ void check_metrics_endpoint(const std::string &text, bool insecure) {
         fail("--metrics " + text + ": use tcp://host:port or unix:/path.sock (plain HTTP, no TLS)");
     }
     if (!endpoint.is_loopback() && !insecure) {
-        fail("--metrics " + text + ": refusing to serve metrics without authentication beyond loopback: use a "
+        fail("--metrics " + text +
+             ": refusing to serve metrics without authentication beyond loopback: use a "
              "loopback address or a unix socket, or --insecure to let anyone who can reach that address read them");
     }
 }

@@ -1,9 +1,5 @@
 #include "status_command.h"
 
-#include "guest/session/remote_session.h"
-#include "protocol/printable.h"
-#include "transport/endpoint.h"
-
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -11,6 +7,10 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "guest/session/remote_session.h"
+#include "protocol/printable.h"
+#include "transport/endpoint.h"
 
 using namespace ggml_remote;
 using namespace ggml_remote::protocol;
@@ -124,19 +124,19 @@ void print_json(const Endpoint &endpoint, const ServerReport &report, int64_t no
     std::printf("],\n \"sessions\": [");
     for (size_t i = 0; i < report.sessions.size(); ++i) {
         const StatusSession &s = report.sessions[i];
-        std::printf("%s\n  {\"id\": %d, \"worker_pid\": %d, \"peer\": %s, \"uptime_s\": %lld, \"commands\": %llu, "
-                    "\"bytes_received\": %llu, \"bytes_sent\": %llu, \"graph_computes\": %llu, "
-                    "\"memory_bytes\": %llu, \"buffers\": %llu, \"backends\": %llu, \"mapped_file_bytes\": %llu, "
-                    "\"memory_quota\": %llu, \"max_buffers\": %llu, \"max_backends\": %llu, "
-                    "\"mapped_file_quota\": %llu, \"cpu_threads\": %llu, \"shared_computes\": %llu}",
-                    i ? "," : "", s.id, s.pid, json_string(s.peer).c_str(), (long long)(now - s.started_unix),
-                    (unsigned long long)s.commands, (unsigned long long)s.bytes_received,
-                    (unsigned long long)s.bytes_sent, (unsigned long long)s.graph_computes,
-                    (unsigned long long)s.memory_in_use, (unsigned long long)s.buffers,
-                    (unsigned long long)s.backends, (unsigned long long)s.mapped_file_bytes,
-                    (unsigned long long)s.memory_quota, (unsigned long long)s.max_buffers,
-                    (unsigned long long)s.max_backends, (unsigned long long)s.mapped_file_quota,
-                    (unsigned long long)s.cores_threads, (unsigned long long)s.cores_shared_computes);
+        std::printf(
+            "%s\n  {\"id\": %d, \"worker_pid\": %d, \"peer\": %s, \"uptime_s\": %lld, \"commands\": %llu, "
+            "\"bytes_received\": %llu, \"bytes_sent\": %llu, \"graph_computes\": %llu, "
+            "\"memory_bytes\": %llu, \"buffers\": %llu, \"backends\": %llu, \"mapped_file_bytes\": %llu, "
+            "\"memory_quota\": %llu, \"max_buffers\": %llu, \"max_backends\": %llu, "
+            "\"mapped_file_quota\": %llu, \"cpu_threads\": %llu, \"shared_computes\": %llu}",
+            i ? "," : "", s.id, s.pid, json_string(s.peer).c_str(), (long long)(now - s.started_unix),
+            (unsigned long long)s.commands, (unsigned long long)s.bytes_received, (unsigned long long)s.bytes_sent,
+            (unsigned long long)s.graph_computes, (unsigned long long)s.memory_in_use, (unsigned long long)s.buffers,
+            (unsigned long long)s.backends, (unsigned long long)s.mapped_file_bytes, (unsigned long long)s.memory_quota,
+            (unsigned long long)s.max_buffers, (unsigned long long)s.max_backends,
+            (unsigned long long)s.mapped_file_quota, (unsigned long long)s.cores_threads,
+            (unsigned long long)s.cores_shared_computes);
     }
     std::printf("]}\n");
 }
@@ -155,16 +155,16 @@ void print_session_rows(const StatusSession &s, int64_t now) {
     // The endpoint is in the heading: show who is connected ("pid N uid M").
     const char *who = std::strstr(s.peer, " pid ");
     std::printf("%-4d %-8d %-34.34s %8lld %10llu %9llu %10s %10s %11s %7llu\n", s.id, s.pid,
-                printable(who != nullptr ? who + 1 : s.peer, sizeof(s.peer)).c_str(),
-                (long long)(now - s.started_unix), (unsigned long long)s.commands,
-                (unsigned long long)s.graph_computes, mib(s.bytes_received).c_str(), mib(s.bytes_sent).c_str(),
-                mib(s.memory_in_use).c_str(), (unsigned long long)s.buffers);
+                printable(who != nullptr ? who + 1 : s.peer, sizeof(s.peer)).c_str(), (long long)(now - s.started_unix),
+                (unsigned long long)s.commands, (unsigned long long)s.graph_computes, mib(s.bytes_received).c_str(),
+                mib(s.bytes_sent).c_str(), mib(s.memory_in_use).c_str(), (unsigned long long)s.buffers);
     const std::string quota = s.memory_quota != 0 ? "of " + mib(s.memory_quota) + " MiB" : "(no quota)";
-    std::printf("     limits: memory %s MiB %s, buffers %llu of %llu, backends %llu of %llu, "
-                "mapped files %s of %s MiB\n",
-                mib(s.memory_in_use).c_str(), quota.c_str(), (unsigned long long)s.buffers,
-                (unsigned long long)s.max_buffers, (unsigned long long)s.backends, (unsigned long long)s.max_backends,
-                mib(s.mapped_file_bytes).c_str(), mib(s.mapped_file_quota).c_str());
+    std::printf(
+        "     limits: memory %s MiB %s, buffers %llu of %llu, backends %llu of %llu, "
+        "mapped files %s of %s MiB\n",
+        mib(s.memory_in_use).c_str(), quota.c_str(), (unsigned long long)s.buffers, (unsigned long long)s.max_buffers,
+        (unsigned long long)s.backends, (unsigned long long)s.max_backends, mib(s.mapped_file_bytes).c_str(),
+        mib(s.mapped_file_quota).c_str());
     if (s.cores_threads != 0) {
         std::printf("     cores: its last CPU compute used %llu thread%s; %llu computes shared the cores\n",
                     (unsigned long long)s.cores_threads, s.cores_threads == 1 ? "" : "s",

@@ -1,14 +1,14 @@
 // ggml-remote-worker: serves exactly one guest, for the listener (ggml-remote-server)
 // that started it with the guest's connection; or, with --list-devices, lists the
 // host's devices for it (listener/device_probe.h). Not meant to be run by hand.
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "host/common/serving_flags.h"
 #include "host/common/worker_contract.h"
 #include "host/worker/session/host_devices.h"
 #include "host/worker/session/worker.h"
-
-#include <cstdio>
-#include <string>
-#include <vector>
 
 using namespace ggml_remote;
 
@@ -23,7 +23,8 @@ int list_devices(const host::ServingOptions &options) {
     for (ggml_backend_dev_t device : devices) {
         size_t free = 0, total = 0;
         ggml_backend_dev_memory(device, &free, &total);
-        answer += host::device_probe_line({ggml_backend_dev_name(device), ggml_backend_dev_description(device), total, free});
+        answer +=
+            host::device_probe_line({ggml_backend_dev_name(device), ggml_backend_dev_description(device), total, free});
     }
     std::fputs(answer.c_str(), stdout);
     return status ? 0 : 1;
@@ -51,8 +52,9 @@ int main(int argc, char **argv) {
     (void)host::read_server_environment(&options);
     if (list) return list_devices(options);
     if (launch.client_fd < 0) {
-        host::fail_command_line("ggml-remote-worker serves one guest for ggml-remote-server, which starts it; "
-                                "run ggml-remote-server instead");
+        host::fail_command_line(
+            "ggml-remote-worker serves one guest for ggml-remote-server, which starts it; "
+            "run ggml-remote-server instead");
     }
     return host::run_worker(launch, options);
 }

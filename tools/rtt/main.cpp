@@ -2,10 +2,6 @@
 // and the bandwidth of tensor reads and writes, as the guest plugin sees them;
 // with --device, to a buffer of one remote device (a GPU's, say), and with
 // --local, the same writes and reads on a device of this process's own ggml.
-#include "guest/session/remote_session.h"
-#include "transport/endpoint.h"
-#include "transport/shared_memory.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
 
@@ -18,6 +14,10 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "guest/session/remote_session.h"
+#include "transport/endpoint.h"
+#include "transport/shared_memory.h"
 
 using namespace ggml_remote;
 using namespace ggml_remote::protocol;
@@ -216,7 +216,7 @@ std::string remote_device_name(guest::RemoteSession &session, uint32_t index) {
     return std::string(strings.begin(), std::find(strings.begin(), strings.end(), 0));
 }
 
-constexpr long kMaxDeviceIndex = 1023;        // more than a server serves; the server says which exist
+constexpr long kMaxDeviceIndex = 1023;      // more than a server serves; the server says which exist
 constexpr long kMaxRoundTrips = 100000000;  // hours of round trips
 
 struct Arguments {
@@ -227,13 +227,14 @@ struct Arguments {
 };
 
 void usage(const char *program) {
-    std::printf("usage: %s ENDPOINT [ROUND_TRIPS] [--device N] [--local NAME]\n"
-                "Measures the round trip of an empty command (median, p99; ROUND_TRIPS 0 skips it)\n"
-                "and the bandwidth of 16 MiB tensor writes and reads through a ggml-remote-server.\n"
-                "  --device N    to a buffer of the server's device N (0 is the first it serves)\n"
-                "  --local NAME  beside ggml_backend_tensor_set/get on this process's device NAME,\n"
-                "                e.g. Vulkan0 (lavapipe's needs GGML_VK_VISIBLE_DEVICES=0)\n",
-                program);
+    std::printf(
+        "usage: %s ENDPOINT [ROUND_TRIPS] [--device N] [--local NAME]\n"
+        "Measures the round trip of an empty command (median, p99; ROUND_TRIPS 0 skips it)\n"
+        "and the bandwidth of 16 MiB tensor writes and reads through a ggml-remote-server.\n"
+        "  --device N    to a buffer of the server's device N (0 is the first it serves)\n"
+        "  --local NAME  beside ggml_backend_tensor_set/get on this process's device NAME,\n"
+        "                e.g. Vulkan0 (lavapipe's needs GGML_VK_VISIBLE_DEVICES=0)\n",
+        program);
 }
 
 // A whole decimal number in [0, max], or an exit with what was wrong: atoi would
@@ -258,8 +259,10 @@ Arguments parse_arguments(int argc, char **argv) {
             usage(argv[0]);
             std::exit(0);
         } else if ((word == "--device" || word == "--local") && i + 1 < argc) {
-            if (word == "--local") arguments.local = argv[++i];
-            else arguments.device = parse_number("--device", argv[++i], kMaxDeviceIndex);
+            if (word == "--local")
+                arguments.local = argv[++i];
+            else
+                arguments.device = parse_number("--device", argv[++i], kMaxDeviceIndex);
         } else if (positional == 0 && word[0] != '-') {
             arguments.endpoint = word;
             ++positional;

@@ -38,48 +38,48 @@ namespace {
 // ---------------------------------------------------------------------------
 // options
 
-constexpr int64_t kMinVocab   = 3 + 256;     // <unk>, <s>, </s> and the 256 byte tokens
-constexpr int64_t kMaxVocab   = 1 << 22;
-constexpr int64_t kMaxDim     = 1 << 20;
-constexpr int64_t kMaxLayers  = 4096;
-constexpr int64_t kMaxCtx     = int64_t(1) << 30;
+constexpr int64_t kMinVocab = 3 + 256;  // <unk>, <s>, </s> and the 256 byte tokens
+constexpr int64_t kMaxVocab = 1 << 22;
+constexpr int64_t kMaxDim = 1 << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxCtx = int64_t(1) << 30;
 constexpr int64_t kMaxExperts = 256;
 
 struct Hparams {
-    int64_t n_embd    = 64;
-    int64_t n_layer   = 2;
-    int64_t n_head    = 4;
+    int64_t n_embd = 64;
+    int64_t n_layer = 2;
+    int64_t n_head = 4;
     int64_t n_head_kv = 0;  // 0: same as n_head
-    int64_t n_ff      = 0;  // 0: 2 * n_embd
-    int64_t n_vocab   = 512;
-    int64_t n_ctx     = 2048;
-    int64_t n_expert      = 0;  // > 0: a mixture of experts (Mixtral-style feed-forward)
+    int64_t n_ff = 0;       // 0: 2 * n_embd
+    int64_t n_vocab = 512;
+    int64_t n_ctx = 2048;
+    int64_t n_expert = 0;       // > 0: a mixture of experts (Mixtral-style feed-forward)
     int64_t n_expert_used = 0;  // experts each token is routed to
 };
 
 struct Preset {
-    const char * name;
-    Hparams      hp;
-    const char * about;
+    const char *name;
+    Hparams hp;
+    const char *about;
 };
 
 // n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx, n_expert, n_expert_used
 const Preset kPresets[] = {
-    { "tiny",  {   64,  2,  4, 0,  128,   512, 2048, 0, 0 }, "~0.15M parameters (F16 ~0.3 MiB)" },
-    { "small", {  512,  8,  8, 0, 1024,  8192, 2048, 0, 0 }, "~29M parameters (F16 ~56 MiB)"   },
-    { "mid",   { 1024, 20, 16, 0, 2816, 32768, 2048, 0, 0 }, "~324M parameters (F16 ~618 MiB)" },
-    { "moe",   {  128,  2,  4, 0,  256,   512, 2048, 4, 2 }, "~1.05M parameters, 4 experts, 2 used per token (F16 ~2 MiB)" },
+    {"tiny", {64, 2, 4, 0, 128, 512, 2048, 0, 0}, "~0.15M parameters (F16 ~0.3 MiB)"},
+    {"small", {512, 8, 8, 0, 1024, 8192, 2048, 0, 0}, "~29M parameters (F16 ~56 MiB)"},
+    {"mid", {1024, 20, 16, 0, 2816, 32768, 2048, 0, 0}, "~324M parameters (F16 ~618 MiB)"},
+    {"moe", {128, 2, 4, 0, 256, 512, 2048, 4, 2}, "~1.05M parameters, 4 experts, 2 used per token (F16 ~2 MiB)"},
 };
 
 struct Options {
     std::string output;
     std::string preset;
     std::optional<int64_t> n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx, n_expert, n_expert_used;
-    ggml_type   type = GGML_TYPE_F16;
-    uint64_t    seed = 42;
+    ggml_type type = GGML_TYPE_F16;
+    uint64_t seed = 42;
 };
 
-void print_usage(const char * argv0) {
+void print_usage(const char *argv0) {
     std::printf(
         "usage: %s [options] -o PATH\n"
         "\n"
@@ -99,7 +99,8 @@ void print_usage(const char * argv0) {
         "                           (default: same as n-head)\n"
         "       --n-ff N            feed-forward length (default: the preset's value,\n"
         "                           2 * n-embd without a preset)\n"
-        "       --n-vocab N         vocabulary size, at least %" PRId64 " (default: 512)\n"
+        "       --n-vocab N         vocabulary size, at least %" PRId64
+        " (default: 512)\n"
         "       --n-ctx N           training context length written to the metadata\n"
         "                           (default: 2048)\n"
         "       --experts N         a mixture of N experts in every block's feed-forward\n"
@@ -112,7 +113,7 @@ void print_usage(const char * argv0) {
         "\n"
         "presets:\n",
         argv0, kMinVocab);
-    for (const Preset & p : kPresets) {
+    for (const Preset &p : kPresets) {
         std::printf("  %-6s n_embd %" PRId64 ", n_layer %" PRId64 ", n_head %" PRId64 ", n_ff %" PRId64
                     ", n_vocab %" PRId64 ": %s\n",
                     p.name, p.hp.n_embd, p.hp.n_layer, p.hp.n_head, p.hp.n_ff, p.hp.n_vocab, p.about);
@@ -124,7 +125,7 @@ void print_usage(const char * argv0) {
         argv0);
 }
 
-Options parse_args(int argc, char ** argv) {
+Options parse_args(int argc, char **argv) {
     Options opt;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
@@ -145,7 +146,7 @@ Options parse_args(int argc, char ** argv) {
         } else if (arg == "--preset") {
             opt.preset = value();
             bool known = false;
-            for (const Preset & p : kPresets) {
+            for (const Preset &p : kPresets) {
                 known = known || opt.preset == p.name;
             }
             if (!known) {
@@ -193,21 +194,21 @@ Options parse_args(int argc, char ** argv) {
     return opt;
 }
 
-Hparams resolve(const Options & opt) {
+Hparams resolve(const Options &opt) {
     Hparams hp;
-    for (const Preset & p : kPresets) {
+    for (const Preset &p : kPresets) {
         if (opt.preset == p.name) {
             hp = p.hp;
         }
     }
-    if (opt.n_embd)    hp.n_embd    = *opt.n_embd;
-    if (opt.n_layer)   hp.n_layer   = *opt.n_layer;
-    if (opt.n_head)    hp.n_head    = *opt.n_head;
+    if (opt.n_embd) hp.n_embd = *opt.n_embd;
+    if (opt.n_layer) hp.n_layer = *opt.n_layer;
+    if (opt.n_head) hp.n_head = *opt.n_head;
     if (opt.n_head_kv) hp.n_head_kv = *opt.n_head_kv;
-    if (opt.n_ff)      hp.n_ff      = *opt.n_ff;
-    if (opt.n_vocab)   hp.n_vocab   = *opt.n_vocab;
-    if (opt.n_ctx)     hp.n_ctx     = *opt.n_ctx;
-    if (opt.n_expert)  hp.n_expert  = *opt.n_expert;
+    if (opt.n_ff) hp.n_ff = *opt.n_ff;
+    if (opt.n_vocab) hp.n_vocab = *opt.n_vocab;
+    if (opt.n_ctx) hp.n_ctx = *opt.n_ctx;
+    if (opt.n_expert) hp.n_expert = *opt.n_expert;
     if (opt.n_expert_used) hp.n_expert_used = *opt.n_expert_used;
     if (hp.n_expert > 0 && hp.n_expert_used == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
     if (hp.n_head_kv == 0) {
@@ -217,7 +218,7 @@ Hparams resolve(const Options & opt) {
         hp.n_ff = 2 * hp.n_embd;
     }
 
-    auto bad = [](const char * fmt, int64_t a, int64_t b) {
+    auto bad = [](const char *fmt, int64_t a, int64_t b) {
         std::fprintf(stderr, "error: ");
         std::fprintf(stderr, fmt, a, b);
         std::fprintf(stderr, "\n(use --help for usage)\n");
@@ -238,12 +239,12 @@ Hparams resolve(const Options & opt) {
     if (opt.type == GGML_TYPE_Q8_0) {
         const int64_t blk = ggml_blck_size(GGML_TYPE_Q8_0);
         if (hp.n_embd % blk != 0) {
-            bad("--type q8_0 needs rows that are a multiple of %" PRId64 " elements, but n-embd is %" PRId64,
-                blk, hp.n_embd);
+            bad("--type q8_0 needs rows that are a multiple of %" PRId64 " elements, but n-embd is %" PRId64, blk,
+                hp.n_embd);
         }
         if (hp.n_ff % blk != 0) {
-            bad("--type q8_0 needs rows that are a multiple of %" PRId64 " elements, but n-ff is %" PRId64,
-                blk, hp.n_ff);
+            bad("--type q8_0 needs rows that are a multiple of %" PRId64 " elements, but n-ff is %" PRId64, blk,
+                hp.n_ff);
         }
     }
     return hp;
@@ -256,16 +257,16 @@ Hparams resolve(const Options & opt) {
 // vocabulary
 
 enum TokenType : int32_t {  // values of tokenizer.ggml.token_type
-    TOKEN_NORMAL  = 1,
+    TOKEN_NORMAL = 1,
     TOKEN_UNKNOWN = 2,
     TOKEN_CONTROL = 3,
-    TOKEN_BYTE    = 6,
+    TOKEN_BYTE = 6,
 };
 
 struct Vocab {
     std::vector<std::string> tokens;
-    std::vector<float>       scores;
-    std::vector<int32_t>     types;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
 };
 
 // "▁" (U+2581), SentencePiece's word-boundary marker
@@ -274,7 +275,7 @@ const std::string kSpace = "\xe2\x96\x81";
 Vocab build_vocab(int64_t n_vocab) {
     Vocab v;
     std::unordered_set<std::string> seen;
-    auto add = [&](const std::string & text, float score, int32_t type) {
+    auto add = [&](const std::string &text, float score, int32_t type) {
         if (int64_t(v.tokens.size()) >= n_vocab || !seen.insert(text).second) {
             return;
         }
@@ -283,8 +284,8 @@ Vocab build_vocab(int64_t n_vocab) {
         v.types.push_back(type);
     };
     add("<unk>", 0.0f, TOKEN_UNKNOWN);
-    add("<s>",   0.0f, TOKEN_CONTROL);
-    add("</s>",  0.0f, TOKEN_CONTROL);
+    add("<s>", 0.0f, TOKEN_CONTROL);
+    add("</s>", 0.0f, TOKEN_CONTROL);
     for (int b = 0; b < 256; ++b) {
         char buf[8];
         std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
@@ -294,25 +295,23 @@ Vocab build_vocab(int64_t n_vocab) {
     // that are in the vocabulary, so every piece is added after its prefix
     // without the last character: then every piece is reachable. Earlier pieces
     // get higher scores (merged first).
-    auto add_normal = [&](const std::string & text) {
-        add(text, -float(v.tokens.size()), TOKEN_NORMAL);
-    };
+    auto add_normal = [&](const std::string &text) { add(text, -float(v.tokens.size()), TOKEN_NORMAL); };
     add_normal(kSpace);
     for (int c = 0x21; c < 0x7f; ++c) {
         add_normal(std::string(1, char(c)));
     }
-    static const char * const words[] = {
-        "Hello", "world", "the", "a", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "with", "as",
-        "I", "you", "he", "she", "we", "they", "be", "at", "by", "this", "have", "from", "or",
-        "one", "had", "not", "but", "what", "all", "were", "when", "there", "can", "an", "your",
-        "which", "their", "said", "if", "do", "will", "each", "about", "how", "up", "out", "many",
-        "then", "them", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has",
-        "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people",
-        "my", "than", "first", "water", "been", "call", "who", "its", "now", "find", "long",
-        "down", "day", "did", "get", "come", "made", "may", "part", "hello",
-        "World", "The", "A", "It", "In", "model", "token", "remote", "backend", "test",
+    static const char *const words[] = {
+        "Hello", "world", "the",   "a",      "of",   "and",   "to",    "in",     "is",      "it",   "that",  "was",
+        "for",   "on",    "with",  "as",     "I",    "you",   "he",    "she",    "we",      "they", "be",    "at",
+        "by",    "this",  "have",  "from",   "or",   "one",   "had",   "not",    "but",     "what", "all",   "were",
+        "when",  "there", "can",   "an",     "your", "which", "their", "said",   "if",      "do",   "will",  "each",
+        "about", "how",   "up",    "out",    "many", "then",  "them",  "so",     "some",    "her",  "would", "make",
+        "like",  "him",   "into",  "time",   "has",  "look",  "two",   "more",   "write",   "go",   "see",   "number",
+        "no",    "way",   "could", "people", "my",   "than",  "first", "water",  "been",    "call", "who",   "its",
+        "now",   "find",  "long",  "down",   "day",  "did",   "get",   "come",   "made",    "may",  "part",  "hello",
+        "World", "The",   "A",     "It",     "In",   "model", "token", "remote", "backend", "test",
     };
-    for (const char * w : words) {
+    for (const char *w : words) {
         const std::string piece = kSpace + w;
         // all prefixes of "▁word" that are longer than one character
         for (size_t n = kSpace.size() + 1; n <= piece.size(); ++n) {
@@ -321,16 +320,16 @@ Vocab build_vocab(int64_t n_vocab) {
     }
     // Fill the rest with lowercase strings of growing length, with and
     // without the word marker. Enumerating by length keeps prefixes first.
-    std::vector<std::string> level = { "" };
+    std::vector<std::string> level = {""};
     while (int64_t(v.tokens.size()) < n_vocab) {
         std::vector<std::string> next;
         next.reserve(level.size() * 26);
-        for (const std::string & s : level) {
+        for (const std::string &s : level) {
             for (char c = 'a'; c <= 'z'; ++c) {
                 next.push_back(s + c);
             }
         }
-        for (const std::string & s : next) {
+        for (const std::string &s : next) {
             add_normal(kSpace + s);
             add_normal(s);
             if (int64_t(v.tokens.size()) >= n_vocab) {
@@ -349,61 +348,60 @@ enum class Init { Ones, Uniform };
 
 struct TensorSpec {
     std::string name;
-    int64_t     ne0;   // row length (fan-in for matrices)
-    int64_t     ne1;   // rows (1 for vectors)
-    ggml_type   type;
-    Init        init;
-    float       stddev;
-    int64_t     n_quiet_rows = 0;  // rows [0, n) get 1/10 of stddev
-    int64_t     ne2 = 1;           // matrices (experts) in a 3-D tensor
+    int64_t ne0;  // row length (fan-in for matrices)
+    int64_t ne1;  // rows (1 for vectors)
+    ggml_type type;
+    Init init;
+    float stddev;
+    int64_t n_quiet_rows = 0;  // rows [0, n) get 1/10 of stddev
+    int64_t ne2 = 1;           // matrices (experts) in a 3-D tensor
 };
 
-std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype) {
+std::vector<TensorSpec> tensor_specs(const Hparams &hp, ggml_type wtype) {
     const int64_t head_dim = hp.n_embd / hp.n_head;
-    const int64_t n_q      = hp.n_head * head_dim;
-    const int64_t n_kv     = hp.n_head_kv * head_dim;
+    const int64_t n_q = hp.n_head * head_dim;
+    const int64_t n_kv = hp.n_head_kv * head_dim;
     auto inv_sqrt = [](int64_t n) { return 1.0f / std::sqrt(float(n)); };
 
     std::vector<TensorSpec> t;
     // The embedding rows have unit variance; every block starts with an RMS
     // norm, so the scale of the residual stream does not matter much.
-    t.push_back({ "token_embd.weight", hp.n_embd, hp.n_vocab, wtype, Init::Uniform, 1.0f });
+    t.push_back({"token_embd.weight", hp.n_embd, hp.n_vocab, wtype, Init::Uniform, 1.0f});
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
-        t.push_back({ p + "attn_norm.weight",   hp.n_embd, 1,        GGML_TYPE_F32, Init::Ones,    0.0f });
-        t.push_back({ p + "attn_q.weight",      hp.n_embd, n_q,      wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
-        t.push_back({ p + "attn_k.weight",      hp.n_embd, n_kv,     wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
-        t.push_back({ p + "attn_v.weight",      hp.n_embd, n_kv,     wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
-        t.push_back({ p + "attn_output.weight", n_q,       hp.n_embd, wtype, Init::Uniform, inv_sqrt(n_q) });
-        t.push_back({ p + "ffn_norm.weight",    hp.n_embd, 1,        GGML_TYPE_F32, Init::Ones,    0.0f });
+        t.push_back({p + "attn_norm.weight", hp.n_embd, 1, GGML_TYPE_F32, Init::Ones, 0.0f});
+        t.push_back({p + "attn_q.weight", hp.n_embd, n_q, wtype, Init::Uniform, inv_sqrt(hp.n_embd)});
+        t.push_back({p + "attn_k.weight", hp.n_embd, n_kv, wtype, Init::Uniform, inv_sqrt(hp.n_embd)});
+        t.push_back({p + "attn_v.weight", hp.n_embd, n_kv, wtype, Init::Uniform, inv_sqrt(hp.n_embd)});
+        t.push_back({p + "attn_output.weight", n_q, hp.n_embd, wtype, Init::Uniform, inv_sqrt(n_q)});
+        t.push_back({p + "ffn_norm.weight", hp.n_embd, 1, GGML_TYPE_F32, Init::Ones, 0.0f});
         if (hp.n_expert == 0) {
-            t.push_back({ p + "ffn_gate.weight", hp.n_embd, hp.n_ff,   wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
-            t.push_back({ p + "ffn_down.weight", hp.n_ff,   hp.n_embd, wtype, Init::Uniform, inv_sqrt(hp.n_ff) });
-            t.push_back({ p + "ffn_up.weight",   hp.n_embd, hp.n_ff,   wtype, Init::Uniform, inv_sqrt(hp.n_embd) });
+            t.push_back({p + "ffn_gate.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd)});
+            t.push_back({p + "ffn_down.weight", hp.n_ff, hp.n_embd, wtype, Init::Uniform, inv_sqrt(hp.n_ff)});
+            t.push_back({p + "ffn_up.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd)});
         } else {
             // The router is F32 in real MoE models; its logits of ~1 make the routing
             // differ from token to token.
-            t.push_back({ p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, GGML_TYPE_F32, Init::Uniform,
-                          inv_sqrt(hp.n_embd) });
-            t.push_back({ p + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd),
-                          0, hp.n_expert });
-            t.push_back({ p + "ffn_down_exps.weight", hp.n_ff, hp.n_embd, wtype, Init::Uniform, inv_sqrt(hp.n_ff),
-                          0, hp.n_expert });
-            t.push_back({ p + "ffn_up_exps.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd),
-                          0, hp.n_expert });
+            t.push_back(
+                {p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, GGML_TYPE_F32, Init::Uniform, inv_sqrt(hp.n_embd)});
+            t.push_back({p + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd), 0,
+                         hp.n_expert});
+            t.push_back({p + "ffn_down_exps.weight", hp.n_ff, hp.n_embd, wtype, Init::Uniform, inv_sqrt(hp.n_ff), 0,
+                         hp.n_expert});
+            t.push_back({p + "ffn_up_exps.weight", hp.n_embd, hp.n_ff, wtype, Init::Uniform, inv_sqrt(hp.n_embd), 0,
+                         hp.n_expert});
         }
     }
-    t.push_back({ "output_norm.weight", hp.n_embd, 1, GGML_TYPE_F32, Init::Ones, 0.0f });
+    t.push_back({"output_norm.weight", hp.n_embd, 1, GGML_TYPE_F32, Init::Ones, 0.0f});
     // Logits with a standard deviation of ~2 make greedy and sampled output
     // depend on the context instead of being nearly uniform. The rows of the
     // special and byte tokens are damped so that generation stays in readable
     // word pieces and rarely stops early at </s>.
-    t.push_back({ "output.weight", hp.n_embd, hp.n_vocab, wtype, Init::Uniform, 2.0f * inv_sqrt(hp.n_embd),
-                  kMinVocab });
+    t.push_back({"output.weight", hp.n_embd, hp.n_vocab, wtype, Init::Uniform, 2.0f * inv_sqrt(hp.n_embd), kMinVocab});
     return t;
 }
 
-bool write_zeros(FILE * f, size_t n) {
+bool write_zeros(FILE *f, size_t n) {
     static const char zeros[256] = {};
     while (n > 0) {
         const size_t k = n < sizeof(zeros) ? n : sizeof(zeros);
@@ -416,8 +414,7 @@ bool write_zeros(FILE * f, size_t n) {
 }
 
 // Generates one tensor chunk by chunk and appends it to f.
-bool write_tensor(FILE * f, const TensorSpec & ts, uint64_t seed,
-                  std::vector<float> & src, std::vector<uint8_t> & dst) {
+bool write_tensor(FILE *f, const TensorSpec &ts, uint64_t seed, std::vector<float> &src, std::vector<uint8_t> &dst) {
     constexpr int64_t kChunkElems = int64_t(1) << 20;
     const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / ts.ne0);
     // uniform in [-a, a) has standard deviation a / sqrt(3)
@@ -427,30 +424,30 @@ bool write_tensor(FILE * f, const TensorSpec & ts, uint64_t seed,
     const int64_t total_rows = ts.ne1 * ts.ne2;
     for (int64_t r0 = 0; r0 < total_rows; r0 += rows_per_chunk) {
         const int64_t nrows = std::min(rows_per_chunk, total_rows - r0);
-        const size_t  n     = size_t(nrows * ts.ne0);
+        const size_t n = size_t(nrows * ts.ne0);
         src.resize(n);
         if (ts.init == Init::Ones) {
             std::fill(src.begin(), src.end(), 1.0f);
         } else {
             for (int64_t r = 0; r < nrows; ++r) {
                 const float a = r0 + r < ts.n_quiet_rows ? 0.1f * amp : amp;
-                float * row = src.data() + r * ts.ne0;
+                float *row = src.data() + r * ts.ne0;
                 for (int64_t c = 0; c < ts.ne0; ++c) {
                     row[c] = a * rng.symmetric();
                 }
             }
         }
-        const void * data  = src.data();
-        size_t       bytes = n * sizeof(float);
+        const void *data = src.data();
+        size_t bytes = n * sizeof(float);
         if (ts.type == GGML_TYPE_F16) {
             dst.resize(n * sizeof(ggml_fp16_t));
             ggml_fp32_to_fp16_row(src.data(), reinterpret_cast<ggml_fp16_t *>(dst.data()), int64_t(n));
-            data  = dst.data();
+            data = dst.data();
             bytes = dst.size();
         } else if (ts.type != GGML_TYPE_F32) {
             dst.resize(size_t(nrows) * ggml_row_size(ts.type, ts.ne0));
             bytes = ggml_quantize_chunk(ts.type, src.data(), dst.data(), 0, nrows, ts.ne0, nullptr);
-            data  = dst.data();
+            data = dst.data();
         }
         if (std::fwrite(data, 1, bytes, f) != bytes) {
             return false;
@@ -459,29 +456,37 @@ bool write_tensor(FILE * f, const TensorSpec & ts, uint64_t seed,
     return true;
 }
 
-const char * type_label(ggml_type t) {
+const char *type_label(ggml_type t) {
     switch (t) {
-        case GGML_TYPE_F32:  return "F32";
-        case GGML_TYPE_F16:  return "F16";
-        case GGML_TYPE_Q8_0: return "Q8_0";
-        default:             return ggml_type_name(t);
+        case GGML_TYPE_F32:
+            return "F32";
+        case GGML_TYPE_F16:
+            return "F16";
+        case GGML_TYPE_Q8_0:
+            return "Q8_0";
+        default:
+            return ggml_type_name(t);
     }
 }
 
 // llama_ftype values for general.file_type
 uint32_t file_type(ggml_type t) {
     switch (t) {
-        case GGML_TYPE_F32:  return 0;  // ALL_F32
-        case GGML_TYPE_F16:  return 1;  // MOSTLY_F16
-        case GGML_TYPE_Q8_0: return 7;  // MOSTLY_Q8_0
-        default:             return 0;
+        case GGML_TYPE_F32:
+            return 0;  // ALL_F32
+        case GGML_TYPE_F16:
+            return 1;  // MOSTLY_F16
+        case GGML_TYPE_Q8_0:
+            return 7;  // MOSTLY_Q8_0
+        default:
+            return 0;
     }
 }
 
-void set_general_metadata(gguf_context * gctx, const Options & opt) {
+void set_general_metadata(gguf_context *gctx, const Options &opt) {
     char name[128];
-    std::snprintf(name, sizeof(name), "synthetic-llama%s%s-%s", opt.preset.empty() ? "" : "-",
-                  opt.preset.c_str(), type_label(opt.type));
+    std::snprintf(name, sizeof(name), "synthetic-llama%s%s-%s", opt.preset.empty() ? "" : "-", opt.preset.c_str(),
+                  type_label(opt.type));
     gguf_set_val_str(gctx, "general.architecture", "llama");
     gguf_set_val_str(gctx, "general.name", name);
     gguf_set_val_str(gctx, "general.description",
@@ -491,28 +496,28 @@ void set_general_metadata(gguf_context * gctx, const Options & opt) {
     gguf_set_val_u64(gctx, "general.seed", opt.seed);
 }
 
-void set_llama_hparams(gguf_context * gctx, const Hparams & hp) {
-    gguf_set_val_u32(gctx, "llama.context_length",                   uint32_t(hp.n_ctx));
-    gguf_set_val_u32(gctx, "llama.embedding_length",                 uint32_t(hp.n_embd));
-    gguf_set_val_u32(gctx, "llama.block_count",                      uint32_t(hp.n_layer));
-    gguf_set_val_u32(gctx, "llama.feed_forward_length",              uint32_t(hp.n_ff));
-    gguf_set_val_u32(gctx, "llama.attention.head_count",             uint32_t(hp.n_head));
-    gguf_set_val_u32(gctx, "llama.attention.head_count_kv",          uint32_t(hp.n_head_kv));
-    gguf_set_val_u32(gctx, "llama.rope.dimension_count",             uint32_t(hp.n_embd / hp.n_head));
-    gguf_set_val_f32(gctx, "llama.rope.freq_base",                   10000.0f);
+void set_llama_hparams(gguf_context *gctx, const Hparams &hp) {
+    gguf_set_val_u32(gctx, "llama.context_length", uint32_t(hp.n_ctx));
+    gguf_set_val_u32(gctx, "llama.embedding_length", uint32_t(hp.n_embd));
+    gguf_set_val_u32(gctx, "llama.block_count", uint32_t(hp.n_layer));
+    gguf_set_val_u32(gctx, "llama.feed_forward_length", uint32_t(hp.n_ff));
+    gguf_set_val_u32(gctx, "llama.attention.head_count", uint32_t(hp.n_head));
+    gguf_set_val_u32(gctx, "llama.attention.head_count_kv", uint32_t(hp.n_head_kv));
+    gguf_set_val_u32(gctx, "llama.rope.dimension_count", uint32_t(hp.n_embd / hp.n_head));
+    gguf_set_val_f32(gctx, "llama.rope.freq_base", 10000.0f);
     gguf_set_val_f32(gctx, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    gguf_set_val_u32(gctx, "llama.vocab_size",                       uint32_t(hp.n_vocab));
+    gguf_set_val_u32(gctx, "llama.vocab_size", uint32_t(hp.n_vocab));
     if (hp.n_expert > 0) {
-        gguf_set_val_u32(gctx, "llama.expert_count",      uint32_t(hp.n_expert));
+        gguf_set_val_u32(gctx, "llama.expert_count", uint32_t(hp.n_expert));
         gguf_set_val_u32(gctx, "llama.expert_used_count", uint32_t(hp.n_expert_used));
     }
 }
 
-void set_tokenizer(gguf_context * gctx, const Vocab & vocab) {
+void set_tokenizer(gguf_context *gctx, const Vocab &vocab) {
     gguf_set_val_str(gctx, "tokenizer.ggml.model", "llama");
     std::vector<const char *> ptrs;
     ptrs.reserve(vocab.tokens.size());
-    for (const std::string & s : vocab.tokens) {
+    for (const std::string &s : vocab.tokens) {
         ptrs.push_back(s.c_str());
     }
     gguf_set_arr_str(gctx, "tokenizer.ggml.tokens", ptrs.data(), ptrs.size());
@@ -527,20 +532,20 @@ void set_tokenizer(gguf_context * gctx, const Vocab & vocab) {
 
 // Adds each tensor's info to gctx: the tensors only describe shape and type, they
 // hold no data. Returns the context that holds them (nullptr if ggml_init failed).
-ggml_context * add_tensor_infos(gguf_context * gctx, const std::vector<TensorSpec> & specs, int64_t * n_params) {
+ggml_context *add_tensor_infos(gguf_context *gctx, const std::vector<TensorSpec> &specs, int64_t *n_params) {
     ggml_init_params ip = {};
-    ip.mem_size   = (specs.size() + 1) * ggml_tensor_overhead();
+    ip.mem_size = (specs.size() + 1) * ggml_tensor_overhead();
     ip.mem_buffer = nullptr;
-    ip.no_alloc   = true;
-    ggml_context * ctx = ggml_init(ip);
+    ip.no_alloc = true;
+    ggml_context *ctx = ggml_init(ip);
     if (ctx == nullptr) {
         return nullptr;
     }
     *n_params = 0;
-    for (const TensorSpec & ts : specs) {
-        ggml_tensor * t = ts.ne2 > 1  ? ggml_new_tensor_3d(ctx, ts.type, ts.ne0, ts.ne1, ts.ne2)
-                          : ts.ne1 == 1 ? ggml_new_tensor_1d(ctx, ts.type, ts.ne0)
-                                        : ggml_new_tensor_2d(ctx, ts.type, ts.ne0, ts.ne1);
+    for (const TensorSpec &ts : specs) {
+        ggml_tensor *t = ts.ne2 > 1    ? ggml_new_tensor_3d(ctx, ts.type, ts.ne0, ts.ne1, ts.ne2)
+                         : ts.ne1 == 1 ? ggml_new_tensor_1d(ctx, ts.type, ts.ne0)
+                                       : ggml_new_tensor_2d(ctx, ts.type, ts.ne0, ts.ne1);
         ggml_set_name(t, ts.name.c_str());
         gguf_add_tensor(gctx, t);
         *n_params += ts.ne0 * ts.ne1 * ts.ne2;
@@ -550,12 +555,12 @@ ggml_context * add_tensor_infos(gguf_context * gctx, const std::vector<TensorSpe
 
 // Writes the metadata, then every tensor at its offset in the data section;
 // *size: the bytes written.
-bool write_model(FILE * f, gguf_context * gctx, const std::vector<TensorSpec> & specs, uint64_t seed, size_t * size) {
+bool write_model(FILE *f, gguf_context *gctx, const std::vector<TensorSpec> &specs, uint64_t seed, size_t *size) {
     // The metadata size includes the padding up to the data section, and the
     // tensor offsets are relative to the start of the data section.
     // (gguf_get_data_offset is only meaningful for a context read from a file.)
     const size_t data_offset = gguf_get_meta_size(gctx);
-    const size_t alignment   = gguf_get_alignment(gctx);
+    const size_t alignment = gguf_get_alignment(gctx);
     bool ok = data_offset % alignment == 0;
     if (ok) {
         std::vector<uint8_t> meta(data_offset);
@@ -563,7 +568,7 @@ bool write_model(FILE * f, gguf_context * gctx, const std::vector<TensorSpec> & 
         ok = std::fwrite(meta.data(), 1, meta.size(), f) == meta.size();
     }
     size_t pos = data_offset;  // relative to the file start
-    std::vector<float>   src;
+    std::vector<float> src;
     std::vector<uint8_t> dst;
     for (size_t i = 0; ok && i < specs.size(); ++i) {
         const size_t off = data_offset + gguf_get_tensor_offset(gctx, int64_t(i));
@@ -585,7 +590,7 @@ bool write_model(FILE * f, gguf_context * gctx, const std::vector<TensorSpec> & 
     return ok;
 }
 
-void print_summary(const Options & opt, const Hparams & hp, int64_t n_params, size_t n_tensors, size_t bytes,
+void print_summary(const Options &opt, const Hparams &hp, int64_t n_params, size_t n_tensors, size_t bytes,
                    double secs) {
     std::printf("wrote %s: llama, %s, n_embd %" PRId64 ", n_layer %" PRId64 ", n_head %" PRId64 ", n_head_kv %" PRId64
                 ", n_ff %" PRId64 ", n_vocab %" PRId64 ", n_ctx %" PRId64 ", seed %" PRIu64 "\n",
@@ -600,26 +605,26 @@ void print_summary(const Options & opt, const Hparams & hp, int64_t n_params, si
 
 }  // namespace
 
-int main(int argc, char ** argv) {
+int main(int argc, char **argv) {
     const Options opt = parse_args(argc, argv);
-    const Hparams hp  = resolve(opt);
+    const Hparams hp = resolve(opt);
     const auto t_start = std::chrono::steady_clock::now();
 
     const std::vector<TensorSpec> specs = tensor_specs(hp, opt.type);
     const Vocab vocab = build_vocab(hp.n_vocab);
 
-    gguf_context * gctx = gguf_init_empty();
+    gguf_context *gctx = gguf_init_empty();
     set_general_metadata(gctx, opt);
     set_llama_hparams(gctx, hp);
     set_tokenizer(gctx, vocab);
     int64_t n_params = 0;
-    ggml_context * ctx = add_tensor_infos(gctx, specs, &n_params);
+    ggml_context *ctx = add_tensor_infos(gctx, specs, &n_params);
     if (ctx == nullptr) {
         std::fprintf(stderr, "error: ggml_init failed\n");
         return 1;
     }
 
-    FILE * f = std::fopen(opt.output.c_str(), "wb");
+    FILE *f = std::fopen(opt.output.c_str(), "wb");
     if (f == nullptr) {
         std::fprintf(stderr, "error: cannot open '%s' for writing: %s\n", opt.output.c_str(), std::strerror(errno));
         return 1;

@@ -51,10 +51,10 @@ namespace {
 // ---------------------------------------------------------------------------
 // whisper's fixed audio front end
 
-constexpr int32_t kMagic      = 0x67676d6c;        // "ggml"
-constexpr int     kSampleRate = 16000;
-constexpr int     kFftSize    = 400;               // 25 ms windows
-constexpr int     kFftBins    = kFftSize / 2 + 1;  // n_fft as whisper.cpp stores it
+constexpr int32_t kMagic = 0x67676d6c;  // "ggml"
+constexpr int kSampleRate = 16000;
+constexpr int kFftSize = 400;               // 25 ms windows
+constexpr int kFftBins = kFftSize / 2 + 1;  // n_fft as whisper.cpp stores it
 
 // The vocabulary whisper.cpp expects: the ordinary (text) tokens, then
 // <|endoftext|>, <|startoftranscript|>, 99 language slots, <|translate|>,
@@ -62,8 +62,8 @@ constexpr int     kFftBins    = kFftSize / 2 + 1;  // n_fft as whisper.cpp store
 // <|notimestamps|> and 1501 timestamps <|0.00|> ... <|30.00|>. Only the number
 // of ordinary tokens differs between English-only and multilingual models.
 constexpr int32_t kOrdinaryMultilingual = 50257;
-constexpr int32_t kOrdinaryEnglish      = 50256;
-constexpr int32_t kSpecialTokens        = 2 + 99 + 6 + 1501;
+constexpr int32_t kOrdinaryEnglish = 50256;
+constexpr int32_t kSpecialTokens = 2 + 99 + 6 + 1501;
 static_assert(kOrdinaryMultilingual + kSpecialTokens == 51865, "multilingual n_vocab");
 static_assert(kOrdinaryEnglish + kSpecialTokens == 51864, "English-only n_vocab");
 
@@ -71,42 +71,42 @@ static_assert(kOrdinaryEnglish + kSpecialTokens == 51864, "English-only n_vocab"
 // options
 
 struct Hparams {
-    int32_t n_vocab       = 51865;
-    int32_t n_audio_ctx   = 1500;
+    int32_t n_vocab = 51865;
+    int32_t n_audio_ctx = 1500;
     int32_t n_audio_state = 384;
-    int32_t n_audio_head  = 6;
+    int32_t n_audio_head = 6;
     int32_t n_audio_layer = 4;
-    int32_t n_text_ctx    = 448;
-    int32_t n_text_state  = 384;
-    int32_t n_text_head   = 6;
-    int32_t n_text_layer  = 4;
-    int32_t n_mels        = 80;
+    int32_t n_text_ctx = 448;
+    int32_t n_text_state = 384;
+    int32_t n_text_head = 6;
+    int32_t n_text_layer = 4;
+    int32_t n_mels = 80;
 };
 
 struct Preset {
-    const char * name;
-    int32_t      n_state, n_head, n_layer;
-    const char * about;
+    const char *name;
+    int32_t n_state, n_head, n_layer;
+    const char *about;
 };
 
 // The two smallest OpenAI whisper architectures (encoder and decoder alike),
 // and a much smaller one of the same shape for quick tests: whisper.cpp runs
 // any layer count and width (the audio and text contexts stay fixed).
 const Preset kPresets[] = {
-    { "micro", 128, 2, 2, "~8M parameters (F16 ~16 MiB), not an OpenAI size" },
-    { "tiny", 384, 6, 4, "~38M parameters (F16 ~74 MiB)" },
-    { "base", 512, 8, 6, "~73M parameters (F16 ~141 MiB)" },
+    {"micro", 128, 2, 2, "~8M parameters (F16 ~16 MiB), not an OpenAI size"},
+    {"tiny", 384, 6, 4, "~38M parameters (F16 ~74 MiB)"},
+    {"base", 512, 8, 6, "~73M parameters (F16 ~141 MiB)"},
 };
 
 struct Options {
     std::string output;
-    std::string preset  = "tiny";
-    bool        english = false;  // English-only vocabulary (tiny.en, base.en)
-    ggml_type   type    = GGML_TYPE_F16;
-    uint64_t    seed    = 42;
+    std::string preset = "tiny";
+    bool english = false;  // English-only vocabulary (tiny.en, base.en)
+    ggml_type type = GGML_TYPE_F16;
+    uint64_t seed = 42;
 };
 
-void print_usage(const char * argv0) {
+void print_usage(const char *argv0) {
     std::printf(
         "usage: %s [options] -o PATH\n"
         "\n"
@@ -129,7 +129,7 @@ void print_usage(const char * argv0) {
         "\n"
         "presets (n_audio_ctx 1500, n_text_ctx 448, 80 mels):\n",
         argv0);
-    for (const Preset & p : kPresets) {
+    for (const Preset &p : kPresets) {
         std::printf("  %-5s %d layers, state %d, %d heads: %s\n", p.name, p.n_layer, p.n_state, p.n_head, p.about);
     }
     std::printf(
@@ -140,7 +140,7 @@ void print_usage(const char * argv0) {
         argv0);
 }
 
-Options parse_args(int argc, char ** argv) {
+Options parse_args(int argc, char **argv) {
     Options opt;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
@@ -161,7 +161,7 @@ Options parse_args(int argc, char ** argv) {
         } else if (arg == "--preset") {
             opt.preset = value();
             bool known = false;
-            for (const Preset & p : kPresets) {
+            for (const Preset &p : kPresets) {
                 known = known || opt.preset == p.name;
             }
             if (!known) {
@@ -198,12 +198,12 @@ Options parse_args(int argc, char ** argv) {
     return opt;
 }
 
-Hparams resolve(const Options & opt) {
+Hparams resolve(const Options &opt) {
     Hparams hp;
-    for (const Preset & p : kPresets) {
+    for (const Preset &p : kPresets) {
         if (opt.preset == p.name) {
             hp.n_audio_state = hp.n_text_state = p.n_state;
-            hp.n_audio_head  = hp.n_text_head  = p.n_head;
+            hp.n_audio_head = hp.n_text_head = p.n_head;
             hp.n_audio_layer = hp.n_text_layer = p.n_layer;
         }
     }
@@ -215,7 +215,7 @@ Hparams resolve(const Options & opt) {
 // 51865 on) and numbers the special tokens from the first id after the
 // ordinary ones. The real converters write only the ordinary tokens and
 // whisper.cpp names the special ones itself; so do we.
-int32_t n_ordinary_tokens(const Hparams & hp) { return hp.n_vocab - kSpecialTokens; }
+int32_t n_ordinary_tokens(const Hparams &hp) { return hp.n_vocab - kSpecialTokens; }
 
 // ---------------------------------------------------------------------------
 // deterministic random numbers (xoshiro256**, seeded with splitmix64), so the
@@ -224,8 +224,8 @@ int32_t n_ordinary_tokens(const Hparams & hp) { return hp.n_vocab - kSpecialToke
 // output file: little-endian int32 / float32 records, errors remembered
 
 class ModelFile {
-public:
-    explicit ModelFile(const std::string & path) : f_(std::fopen(path.c_str(), "wb")) {
+  public:
+    explicit ModelFile(const std::string &path) : f_(std::fopen(path.c_str(), "wb")) {
         if (!f_) {
             error_ = errno;
         }
@@ -236,9 +236,9 @@ public:
         }
     }
     ModelFile(const ModelFile &) = delete;
-    ModelFile & operator=(const ModelFile &) = delete;
+    ModelFile &operator=(const ModelFile &) = delete;
 
-    void bytes(const void * data, size_t n) {
+    void bytes(const void *data, size_t n) {
         if (f_ && error_ == 0 && std::fwrite(data, 1, n, f_) != n) {
             error_ = errno ? errno : EIO;
         }
@@ -256,13 +256,13 @@ public:
         f_ = nullptr;
         return error_ == 0;
     }
-    int    error() const { return error_; }
+    int error() const { return error_; }
     size_t written() const { return written_; }
 
-private:
-    FILE *      f_;
-    int         error_   = 0;
-    size_t      written_ = 0;
+  private:
+    FILE *f_;
+    int error_ = 0;
+    size_t written_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -305,12 +305,12 @@ std::vector<float> mel_filters(int n_mels) {
 // (whisper.cpp looks up " " to suppress blanks), then printable ASCII pieces.
 
 constexpr int32_t kPrintableBytes = 0x7f - 0x20;  // " " ... "~" are tokens 0..94
-constexpr int32_t kByteTokens     = 256;          // the other bytes follow them
+constexpr int32_t kByteTokens = 256;              // the other bytes follow them
 
 std::vector<std::string> build_vocab(int32_t n_tokens) {
     std::vector<std::string> tokens;
     std::unordered_set<std::string> seen;
-    auto add = [&](const std::string & s) {
+    auto add = [&](const std::string &s) {
         if (int32_t(tokens.size()) < n_tokens && seen.insert(s).second) {
             tokens.push_back(s);
         }
@@ -323,29 +323,31 @@ std::vector<std::string> build_vocab(int32_t n_tokens) {
             add(std::string(1, char(c)));
         }
     }
-    static const char * const words[] = {
-        "the", "a", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "with", "as", "I", "you",
-        "he", "she", "we", "they", "be", "at", "by", "this", "have", "from", "or", "one", "not", "but", "what",
-        "all", "were", "when", "there", "can", "an", "which", "said", "if", "do", "will", "about", "how", "up",
-        "out", "so", "some", "would", "like", "time", "no", "way", "could", "people", "first", "water", "day",
-        "rules", "ignore", "Wikipedia", "remote", "backend", "model", "noise", "whisper", "audio", "speech",
+    static const char *const words[] = {
+        "the",       "a",      "of",      "and",   "to",     "in",      "is",    "it",     "that",  "was",
+        "for",       "on",     "with",    "as",    "I",      "you",     "he",    "she",    "we",    "they",
+        "be",        "at",     "by",      "this",  "have",   "from",    "or",    "one",    "not",   "but",
+        "what",      "all",    "were",    "when",  "there",  "can",     "an",    "which",  "said",  "if",
+        "do",        "will",   "about",   "how",   "up",     "out",     "so",    "some",   "would", "like",
+        "time",      "no",     "way",     "could", "people", "first",   "water", "day",    "rules", "ignore",
+        "Wikipedia", "remote", "backend", "model", "noise",  "whisper", "audio", "speech",
     };
-    for (const char * w : words) {
+    for (const char *w : words) {
         add(std::string(" ") + w);
         add(w);
     }
     // Fill the rest with lowercase strings of growing length, with and without
     // a leading space, as a byte-pair vocabulary would have.
-    std::vector<std::string> level = { "" };
+    std::vector<std::string> level = {""};
     while (int32_t(tokens.size()) < n_tokens) {
         std::vector<std::string> next;
         next.reserve(level.size() * 26);
-        for (const std::string & s : level) {
+        for (const std::string &s : level) {
             for (char c = 'a'; c <= 'z'; ++c) {
                 next.push_back(s + c);
             }
         }
-        for (const std::string & s : next) {
+        for (const std::string &s : next) {
             add(" " + s);
             add(s);
         }
@@ -359,16 +361,16 @@ std::vector<std::string> build_vocab(int32_t n_tokens) {
 
 // Fills row `row` (n values) of a tensor; a tensor's rows are filled in order,
 // all from the same generator.
-using RowFill = std::function<void(Rng & rng, int64_t row, float * dst, int64_t n)>;
+using RowFill = std::function<void(Rng &rng, int64_t row, float *dst, int64_t n)>;
 
 RowFill constant(float value) {
-    return [value](Rng &, int64_t, float * dst, int64_t n) { std::fill(dst, dst + n, value); };
+    return [value](Rng &, int64_t, float *dst, int64_t n) { std::fill(dst, dst + n, value); };
 }
 
 // uniform with the given standard deviation (uniform in [-a, a) has a / sqrt(3))
 RowFill uniform(float stddev) {
     const float amp = stddev * std::sqrt(3.0f);
-    return [amp](Rng & rng, int64_t, float * dst, int64_t n) {
+    return [amp](Rng &rng, int64_t, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
             dst[i] = amp * rng.symmetric();
         }
@@ -379,22 +381,22 @@ RowFill uniform(float stddev) {
 // sin(pos * f_i), second half cos(pos * f_i), frequencies spaced geometrically
 // from 1 down to 1/10000.
 RowFill sinusoids() {
-    return [](Rng &, int64_t row, float * dst, int64_t n) {
+    return [](Rng &, int64_t row, float *dst, int64_t n) {
         const int64_t half = n / 2;
-        const double  step = std::log(10000.0) / double(std::max<int64_t>(1, half - 1));
+        const double step = std::log(10000.0) / double(std::max<int64_t>(1, half - 1));
         for (int64_t i = 0; i < half; ++i) {
             const double angle = double(row) * std::exp(-step * double(i));
-            dst[i]        = float(std::sin(angle));
+            dst[i] = float(std::sin(angle));
             dst[half + i] = float(std::cos(angle));
         }
     };
 }
 
 struct TensorSpec {
-    std::string          name;
+    std::string name;
     std::vector<int64_t> ne;  // ggml order: ne[0] is the row length
-    ggml_type            type;
-    RowFill              fill;
+    ggml_type type;
+    RowFill fill;
 
     int64_t row_len() const { return ne[0]; }
     int64_t n_rows() const {
@@ -407,15 +409,15 @@ struct TensorSpec {
 };
 
 // A random direction of unit length.
-std::vector<float> unit_vector(uint64_t seed, const std::string & stream, int64_t n) {
-    Rng                rng(seed, stream);
+std::vector<float> unit_vector(uint64_t seed, const std::string &stream, int64_t n) {
+    Rng rng(seed, stream);
     std::vector<float> v(static_cast<size_t>(n));
-    double             norm2 = 0.0;
-    for (float & x : v) {
+    double norm2 = 0.0;
+    for (float &x : v) {
         x = rng.symmetric();
         norm2 += double(x) * x;
     }
-    for (float & x : v) {
+    for (float &x : v) {
         x = float(x / std::sqrt(norm2));
     }
     return v;
@@ -423,52 +425,50 @@ std::vector<float> unit_vector(uint64_t seed, const std::string & stream, int64_
 
 // Shaping of the decoder's random weights, so that greedy decoding gives varied
 // text that depends on the audio, and segments end early (see DecoderEmbeddings).
-constexpr float   kTokenGain      = 10.0f;  // token embedding scale; the final norm divides it out
-constexpr float   kSelfQueryGain  = 4.0f;   // sharpens self-attention onto a few earlier tokens
-constexpr float   kSelfOutGain    = 0.5f;
-constexpr float   kCrossQueryGain = 8.0f;   // sharpens cross-attention onto a few audio frames
-constexpr float   kCrossOutGain   = 0.5f;   // keeps the audio from drowning the text context
-constexpr int64_t kSegmentTokens  = 32;     // decoder position from which <|endoftext|> wins
-constexpr float   kEndPull        = 100.0f; // how far those positions pull towards it
+constexpr float kTokenGain = 10.0f;     // token embedding scale; the final norm divides it out
+constexpr float kSelfQueryGain = 4.0f;  // sharpens self-attention onto a few earlier tokens
+constexpr float kSelfOutGain = 0.5f;
+constexpr float kCrossQueryGain = 8.0f;  // sharpens cross-attention onto a few audio frames
+constexpr float kCrossOutGain = 0.5f;    // keeps the audio from drowning the text context
+constexpr int64_t kSegmentTokens = 32;   // decoder position from which <|endoftext|> wins
+constexpr float kEndPull = 100.0f;       // how far those positions pull towards it
 
-std::vector<float> random_signs(uint64_t seed, const std::string & stream, int64_t n) {
-    Rng                rng(seed, stream);
+std::vector<float> random_signs(uint64_t seed, const std::string &stream, int64_t n) {
+    Rng rng(seed, stream);
     std::vector<float> v(static_cast<size_t>(n));
-    for (float & x : v) {
+    for (float &x : v) {
         x = (rng.next() >> 63) ? 1.0f : -1.0f;
     }
     return v;
 }
 
-float inv_sqrt(int64_t n) {
-    return 1.0f / std::sqrt(float(n));
-}
+float inv_sqrt(int64_t n) { return 1.0f / std::sqrt(float(n)); }
 
 // Appends tensors in whisper's layouts: norms, linear layers, attention and MLPs.
 struct TensorList {
-    std::vector<TensorSpec> & t;
-    ggml_type                 wtype;
-    RowFill                   bias = uniform(0.02f);
+    std::vector<TensorSpec> &t;
+    ggml_type wtype;
+    RowFill bias = uniform(0.02f);
 
-    void norm(const std::string & prefix, int64_t n) {
-        t.push_back({ prefix + ".weight", { n }, GGML_TYPE_F32, constant(1.0f) });
-        t.push_back({ prefix + ".bias", { n }, GGML_TYPE_F32, constant(0.0f) });
+    void norm(const std::string &prefix, int64_t n) {
+        t.push_back({prefix + ".weight", {n}, GGML_TYPE_F32, constant(1.0f)});
+        t.push_back({prefix + ".bias", {n}, GGML_TYPE_F32, constant(0.0f)});
     }
     // A linear layer y = W x + b with W of shape [n_out][n_in].
-    void linear(const std::string & prefix, int64_t n_in, int64_t n_out, bool has_bias, float gain = 1.0f) {
-        t.push_back({ prefix + ".weight", { n_in, n_out }, wtype, uniform(gain * inv_sqrt(n_in)) });
+    void linear(const std::string &prefix, int64_t n_in, int64_t n_out, bool has_bias, float gain = 1.0f) {
+        t.push_back({prefix + ".weight", {n_in, n_out}, wtype, uniform(gain * inv_sqrt(n_in))});
         if (has_bias) {
-            t.push_back({ prefix + ".bias", { n_out }, GGML_TYPE_F32, bias });
+            t.push_back({prefix + ".bias", {n_out}, GGML_TYPE_F32, bias});
         }
     }
     // Self- or cross-attention: the key projection has no bias in whisper.
-    void attention(const std::string & prefix, int64_t n, float q_gain = 1.0f, float out_gain = 1.0f) {
+    void attention(const std::string &prefix, int64_t n, float q_gain = 1.0f, float out_gain = 1.0f) {
         linear(prefix + ".query", n, n, true, q_gain);
         linear(prefix + ".key", n, n, false);
         linear(prefix + ".value", n, n, true);
         linear(prefix + ".out", n, n, true, out_gain);
     }
-    void mlp(const std::string & prefix, int64_t n) {
+    void mlp(const std::string &prefix, int64_t n) {
         linear(prefix + ".mlp.0", n, 4 * n, true);
         linear(prefix + ".mlp.2", 4 * n, n, true);
         norm(prefix + ".mlp_ln", n);
@@ -476,14 +476,14 @@ struct TensorList {
 };
 
 // Two convolutions (kernel 3) over the mel frames, then blocks.
-void add_encoder(TensorList & list, const Hparams & hp) {
-    const int64_t             na = hp.n_audio_state;
-    std::vector<TensorSpec> & t  = list.t;
-    t.push_back({ "encoder.positional_embedding", { na, hp.n_audio_ctx }, GGML_TYPE_F32, sinusoids() });
-    t.push_back({ "encoder.conv1.weight", { 3, hp.n_mels, na }, list.wtype, uniform(inv_sqrt(3 * hp.n_mels)) });
-    t.push_back({ "encoder.conv1.bias", { 1, na }, GGML_TYPE_F32, list.bias });
-    t.push_back({ "encoder.conv2.weight", { 3, na, na }, list.wtype, uniform(inv_sqrt(3 * na)) });
-    t.push_back({ "encoder.conv2.bias", { 1, na }, GGML_TYPE_F32, list.bias });
+void add_encoder(TensorList &list, const Hparams &hp) {
+    const int64_t na = hp.n_audio_state;
+    std::vector<TensorSpec> &t = list.t;
+    t.push_back({"encoder.positional_embedding", {na, hp.n_audio_ctx}, GGML_TYPE_F32, sinusoids()});
+    t.push_back({"encoder.conv1.weight", {3, hp.n_mels, na}, list.wtype, uniform(inv_sqrt(3 * hp.n_mels))});
+    t.push_back({"encoder.conv1.bias", {1, na}, GGML_TYPE_F32, list.bias});
+    t.push_back({"encoder.conv2.weight", {3, na, na}, list.wtype, uniform(inv_sqrt(3 * na))});
+    t.push_back({"encoder.conv2.bias", {1, na}, GGML_TYPE_F32, list.bias});
     for (int il = 0; il < hp.n_audio_layer; ++il) {
         const std::string p = "encoder.blocks." + std::to_string(il);
         list.attention(p + ".attn", na);
@@ -510,21 +510,21 @@ void add_encoder(TensorList & list, const Hparams & hp) {
 struct DecoderEmbeddings {
     std::vector<float> end_dir;
     std::vector<float> signs;
-    int64_t            eot;
-    int64_t            nt;
+    int64_t eot;
+    int64_t nt;
 
-    DecoderEmbeddings(const Hparams & hp, uint64_t seed) :
-        end_dir(unit_vector(seed, "endoftext direction", hp.n_text_state)),
-        signs(random_signs(seed, "decoder.ln signs", hp.n_text_state)),
-        eot(n_ordinary_tokens(hp)),
-        nt(hp.n_text_state) {}
+    DecoderEmbeddings(const Hparams &hp, uint64_t seed)
+        : end_dir(unit_vector(seed, "endoftext direction", hp.n_text_state)),
+          signs(random_signs(seed, "decoder.ln signs", hp.n_text_state)),
+          eot(n_ordinary_tokens(hp)),
+          nt(hp.n_text_state) {}
 
     RowFill tokens() const {
-        const float   row_std = kTokenGain * 2.0f * inv_sqrt(nt);
-        const RowFill text    = uniform(row_std);
-        const RowFill damped  = uniform(0.1f * row_std);
-        return [row_std, text, damped, end_dir = end_dir, signs = signs, eot = eot](Rng & rng, int64_t row,
-                                                                                     float * dst, int64_t n) {
+        const float row_std = kTokenGain * 2.0f * inv_sqrt(nt);
+        const RowFill text = uniform(row_std);
+        const RowFill damped = uniform(0.1f * row_std);
+        return [row_std, text, damped, end_dir = end_dir, signs = signs, eot = eot](Rng &rng, int64_t row, float *dst,
+                                                                                    int64_t n) {
             if (row == eot) {
                 const float norm = row_std * std::sqrt(float(n));
                 for (int64_t i = 0; i < n; ++i) {
@@ -539,7 +539,7 @@ struct DecoderEmbeddings {
     }
     RowFill positions() const {
         const RowFill position = uniform(0.02f);
-        return [position, end_dir = end_dir](Rng & rng, int64_t row, float * dst, int64_t n) {
+        return [position, end_dir = end_dir](Rng &rng, int64_t row, float *dst, int64_t n) {
             position(rng, row, dst, n);
             if (row >= kSegmentTokens) {
                 for (int64_t i = 0; i < n; ++i) {
@@ -549,7 +549,7 @@ struct DecoderEmbeddings {
         };
     }
     RowFill final_norm() const {
-        return [signs = signs](Rng &, int64_t, float * dst, int64_t n) {
+        return [signs = signs](Rng &, int64_t, float *dst, int64_t n) {
             for (int64_t i = 0; i < n; ++i) {
                 dst[i] = signs[size_t(i)] / kTokenGain;
             }
@@ -560,12 +560,12 @@ struct DecoderEmbeddings {
 // Self- and cross-attention are sharp (random queries would average everything
 // into a constant) and moderate, so the text varies and shows the audio from the
 // first tokens; see DecoderEmbeddings for the rest of the shaping.
-void add_decoder(TensorList & list, const Hparams & hp, uint64_t seed) {
-    const int64_t             nt = hp.n_text_state;
-    std::vector<TensorSpec> & t  = list.t;
-    const DecoderEmbeddings   embeddings(hp, seed);
-    t.push_back({ "decoder.token_embedding.weight", { nt, hp.n_vocab }, list.wtype, embeddings.tokens() });
-    t.push_back({ "decoder.positional_embedding", { nt, hp.n_text_ctx }, GGML_TYPE_F32, embeddings.positions() });
+void add_decoder(TensorList &list, const Hparams &hp, uint64_t seed) {
+    const int64_t nt = hp.n_text_state;
+    std::vector<TensorSpec> &t = list.t;
+    const DecoderEmbeddings embeddings(hp, seed);
+    t.push_back({"decoder.token_embedding.weight", {nt, hp.n_vocab}, list.wtype, embeddings.tokens()});
+    t.push_back({"decoder.positional_embedding", {nt, hp.n_text_ctx}, GGML_TYPE_F32, embeddings.positions()});
     for (int il = 0; il < hp.n_text_layer; ++il) {
         const std::string p = "decoder.blocks." + std::to_string(il);
         list.attention(p + ".attn", nt, kSelfQueryGain, kSelfOutGain);
@@ -574,21 +574,21 @@ void add_decoder(TensorList & list, const Hparams & hp, uint64_t seed) {
         list.norm(p + ".cross_attn_ln", nt);
         list.mlp(p, nt);
     }
-    t.push_back({ "decoder.ln.weight", { nt }, GGML_TYPE_F32, embeddings.final_norm() });
-    t.push_back({ "decoder.ln.bias", { nt }, GGML_TYPE_F32, constant(0.0f) });
+    t.push_back({"decoder.ln.weight", {nt}, GGML_TYPE_F32, embeddings.final_norm()});
+    t.push_back({"decoder.ln.bias", {nt}, GGML_TYPE_F32, constant(0.0f)});
 }
 
-std::vector<TensorSpec> tensor_specs(const Hparams & hp, ggml_type wtype, uint64_t seed) {
+std::vector<TensorSpec> tensor_specs(const Hparams &hp, ggml_type wtype, uint64_t seed) {
     std::vector<TensorSpec> t;
-    TensorList              list{ t, wtype };
+    TensorList list{t, wtype};
     add_encoder(list, hp);
     add_decoder(list, hp, seed);
     return t;
 }
 
 // Writes one tensor record: header, then the data chunk by chunk.
-void write_tensor(ModelFile & out, const TensorSpec & ts, uint64_t seed, std::vector<float> & src,
-                  std::vector<ggml_fp16_t> & half) {
+void write_tensor(ModelFile &out, const TensorSpec &ts, uint64_t seed, std::vector<float> &src,
+                  std::vector<ggml_fp16_t> &half) {
     out.i32(int32_t(ts.ne.size()));
     out.i32(int32_t(ts.name.size()));
     out.i32(int32_t(ts.type));  // the file's ttype is the ggml type id
@@ -597,9 +597,9 @@ void write_tensor(ModelFile & out, const TensorSpec & ts, uint64_t seed, std::ve
     }
     out.bytes(ts.name.data(), ts.name.size());
 
-    constexpr int64_t kChunkElems    = int64_t(1) << 20;
-    const int64_t     rows_per_chunk = std::max<int64_t>(1, kChunkElems / ts.row_len());
-    Rng               rng(seed, ts.name);
+    constexpr int64_t kChunkElems = int64_t(1) << 20;
+    const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / ts.row_len());
+    Rng rng(seed, ts.name);
     for (int64_t r0 = 0; r0 < ts.n_rows(); r0 += rows_per_chunk) {
         const int64_t nrows = std::min(rows_per_chunk, ts.n_rows() - r0);
         src.resize(size_t(nrows * ts.row_len()));
@@ -618,14 +618,14 @@ void write_tensor(ModelFile & out, const TensorSpec & ts, uint64_t seed, std::ve
 
 }  // namespace
 
-int main(int argc, char ** argv) {
-    const Options opt     = parse_args(argc, argv);
-    const Hparams hp      = resolve(opt);
-    const auto    t_start = std::chrono::steady_clock::now();
+int main(int argc, char **argv) {
+    const Options opt = parse_args(argc, argv);
+    const Hparams hp = resolve(opt);
+    const auto t_start = std::chrono::steady_clock::now();
 
-    const std::vector<TensorSpec>  specs  = tensor_specs(hp, opt.type, opt.seed);
-    const std::vector<std::string> vocab  = build_vocab(n_ordinary_tokens(hp));
-    const std::vector<float>       filter = mel_filters(hp.n_mels);
+    const std::vector<TensorSpec> specs = tensor_specs(hp, opt.type, opt.seed);
+    const std::vector<std::string> vocab = build_vocab(n_ordinary_tokens(hp));
+    const std::vector<float> filter = mel_filters(hp.n_mels);
 
     ModelFile out(opt.output);
     if (out.error() != 0) {
@@ -635,8 +635,8 @@ int main(int argc, char ** argv) {
     }
 
     out.i32(kMagic);
-    for (int32_t v : { hp.n_vocab, hp.n_audio_ctx, hp.n_audio_state, hp.n_audio_head, hp.n_audio_layer,
-                       hp.n_text_ctx, hp.n_text_state, hp.n_text_head, hp.n_text_layer, hp.n_mels }) {
+    for (int32_t v : {hp.n_vocab, hp.n_audio_ctx, hp.n_audio_state, hp.n_audio_head, hp.n_audio_layer, hp.n_text_ctx,
+                      hp.n_text_state, hp.n_text_head, hp.n_text_layer, hp.n_mels}) {
         out.i32(v);
     }
     // ftype: 0 all f32, 1 mostly f16 (ggml_ftype); no quantization version to add
@@ -649,15 +649,15 @@ int main(int argc, char ** argv) {
     }
 
     out.i32(int32_t(vocab.size()));
-    for (const std::string & token : vocab) {
+    for (const std::string &token : vocab) {
         out.i32(int32_t(token.size()));
         out.bytes(token.data(), token.size());
     }
 
-    std::vector<float>       src;
+    std::vector<float> src;
     std::vector<ggml_fp16_t> half;
-    int64_t                  n_params = 0;
-    for (const TensorSpec & ts : specs) {
+    int64_t n_params = 0;
+    for (const TensorSpec &ts : specs) {
         write_tensor(out, ts, opt.seed, src, half);
         n_params += ts.row_len() * ts.n_rows();
     }
@@ -669,11 +669,13 @@ int main(int argc, char ** argv) {
     }
 
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    std::printf("wrote %s: whisper %s%s, %s, n_audio_state %d, n_audio_layer %d, n_text_layer %d, "
-                "n_head %d, n_vocab %d, seed %" PRIu64 "\n",
-                opt.output.c_str(), opt.preset.c_str(), opt.english ? ".en" : "", ggml_type_name(opt.type),
-                hp.n_audio_state, hp.n_audio_layer, hp.n_text_layer, hp.n_audio_head, hp.n_vocab, opt.seed);
-    std::printf("  %" PRId64 " parameters (%.2fM), %zu tensors, %zu tokens + %d special, %zu bytes (%.2f MiB), %.2f s\n",
+    std::printf(
+        "wrote %s: whisper %s%s, %s, n_audio_state %d, n_audio_layer %d, n_text_layer %d, "
+        "n_head %d, n_vocab %d, seed %" PRIu64 "\n",
+        opt.output.c_str(), opt.preset.c_str(), opt.english ? ".en" : "", ggml_type_name(opt.type), hp.n_audio_state,
+        hp.n_audio_layer, hp.n_text_layer, hp.n_audio_head, hp.n_vocab, opt.seed);
+    std::printf("  %" PRId64
+                " parameters (%.2fM), %zu tensors, %zu tokens + %d special, %zu bytes (%.2f MiB), %.2f s\n",
                 n_params, double(n_params) / 1e6, specs.size(), vocab.size(), hp.n_vocab - int32_t(vocab.size()),
                 out.written(), double(out.written()) / (1024.0 * 1024.0), secs);
     return 0;

@@ -1,10 +1,10 @@
 #include "guest/session/call_pipeline.h"
 
-#include "guest/log.h"
-#include "protocol/printable.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "guest/log.h"
+#include "protocol/printable.h"
 
 namespace ggml_remote::guest {
 
@@ -141,7 +141,8 @@ Status CallPipeline::read_reply(CommandId id, uint64_t sequence, Exchange &x) {
 // bounded and made printable (it ends up in the application's log).
 Status CallPipeline::read_refusal(const FrameHeader &header) {
     if (header.payload_size > kMaxReplyReason) {
-        return lost(error(Code::error, "protocol error: a refusal of " + std::to_string(header.payload_size) + " bytes"));
+        return lost(
+            error(Code::error, "protocol error: a refusal of " + std::to_string(header.payload_size) + " bytes"));
     }
     std::string message(static_cast<size_t>(header.payload_size), '\0');
     Status status = stream_.receive(message.data(), message.size());

@@ -5,13 +5,13 @@
 // wait knows what the host has finished.
 #pragma once
 
-#include "guest/graph_cache.h"
-#include "guest/session/calls.h"
-#include "transport/connection.h"
-
 #include <deque>
 #include <string>
 #include <vector>
+
+#include "guest/graph_cache.h"
+#include "guest/session/calls.h"
+#include "transport/connection.h"
 
 namespace ggml_remote::guest {
 

@@ -5,14 +5,14 @@
 // restored on a new connection).
 #pragma once
 
-#include "protocol/commands.h"
-#include "protocol/reply_rules.h"
-#include "transport/unique_fd.h"
-
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
+
+#include "protocol/commands.h"
+#include "protocol/reply_rules.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::guest {
 

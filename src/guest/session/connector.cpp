@@ -3,12 +3,12 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "guest/tls_credentials.h"
 #include "protocol/commands.h"
 #include "transport/socket.h"
-
-#include <algorithm>
-#include <cstring>
 
 namespace ggml_remote::guest {
 
@@ -69,8 +69,9 @@ Status start_tls(const Endpoint &endpoint, int timeout_ms, const PreSharedKey &k
     constexpr unsigned char kFirstTlsRecordType = 20, kLastTlsRecordType = 23;
     const unsigned char first = first_bytes.empty() ? 0 : static_cast<unsigned char>(first_bytes[0]);
     if (!reason.empty() || (!first_bytes.empty() && (first < kFirstTlsRecordType || first > kLastTlsRecordType))) {
-        return error(Code::disconnected, name + ": TLS handshake failed: the server answered without TLS (is it "
-                                                "started with --tls-psk?)");
+        return error(Code::disconnected, name +
+                                             ": TLS handshake failed: the server answered without TLS (is it "
+                                             "started with --tls-psk?)");
     }
     return error(status.code(), name + ": TLS handshake failed: " + status.message());
 }

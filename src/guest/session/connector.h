@@ -3,13 +3,13 @@
 // key, a server that does not speak TLS).
 #pragma once
 
+#include <functional>
+#include <memory>
+
 #include "guest/guest_options.h"
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 #include "transport/ivshmem_region.h"
-
-#include <functional>
-#include <memory>
 
 namespace ggml_remote::guest {
 

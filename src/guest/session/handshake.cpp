@@ -1,12 +1,12 @@
 #include "guest/session/handshake.h"
 
+#include <memory>
+#include <vector>
+
 #include "guest/log.h"
 #include "protocol/commands.h"
 #include "protocol/printable.h"
 #include "protocol/reply_rules.h"
-
-#include <memory>
-#include <vector>
 
 namespace ggml_remote::guest {
 
@@ -48,7 +48,8 @@ Status exchange_hello(FramedStream &stream, const std::string &name, const Guest
     Status status = stream.receive_header(&reply_header, 65536);
     if (!status) return no_hello_reply(status, name, options);
     if (!(reply_header.flags & kFrameReply) || reply_header.command != static_cast<uint16_t>(CommandId::hello)) {
-        return error(Code::error, "handshake with " + name + " failed: the peer does not speak the ggml-remote "
+        return error(Code::error, "handshake with " + name +
+                                      " failed: the peer does not speak the ggml-remote "
                                       "protocol (is it a ggml-remote-server?)");
     }
     std::vector<uint8_t> payload(reply_header.payload_size);

@@ -2,11 +2,11 @@
 // server for and what it grants, and the stream's settings for the calls after it.
 #pragma once
 
-#include "guest/guest_options.h"
-#include "transport/connection.h"
-
 #include <cstdint>
 #include <string>
+
+#include "guest/guest_options.h"
+#include "transport/connection.h"
 
 namespace ggml_remote::guest {
 

@@ -1,9 +1,9 @@
 #include "guest/session/reconnector.h"
 
-#include "guest/log.h"
-
 #include <algorithm>
 #include <thread>
+
+#include "guest/log.h"
 
 namespace ggml_remote::guest {
 
@@ -34,8 +34,9 @@ Status Reconnector::refuse_if_lost(CallPipeline &pipeline, SessionTerms *terms) 
     if (!pipeline.broken()) return Status::success();
     recover(pipeline, terms);
     if (pipeline.broken()) return error(Code::disconnected, "no connection to " + endpoint_);
-    return error(Code::disconnected, "the connection to " + endpoint_ +
-                                         " was made again, but this call, which named the old one's objects, was not sent");
+    return error(Code::disconnected,
+                 "the connection to " + endpoint_ +
+                     " was made again, but this call, which named the old one's objects, was not sent");
 }
 
 Status Reconnector::reconnect_once(CallPipeline &pipeline, SessionTerms *terms, int timeout_ms) {
@@ -94,8 +95,10 @@ void Reconnector::recover(CallPipeline &pipeline, SessionTerms *terms) {
     const long long restore_ms = duration_cast<milliseconds>(steady_clock::now() - connected).count();
     if (!last || pipeline.broken()) {
         next_series_ = steady_clock::now() + milliseconds(options_.reconnect_max_delay_ms);
-        log(GGML_LOG_LEVEL_ERROR, "could not reconnect to %s: %d attempt(s) in %lld ms, the last: %s; calls fail "
-            "until a later attempt succeeds", endpoint_.c_str(), attempts, took_ms,
+        log(GGML_LOG_LEVEL_ERROR,
+            "could not reconnect to %s: %d attempt(s) in %lld ms, the last: %s; calls fail "
+            "until a later attempt succeeds",
+            endpoint_.c_str(), attempts, took_ms,
             last ? "the connection was lost again while restoring" : last.message().c_str());
         return;
     }

@@ -3,15 +3,15 @@
 // objects that named the old connection's host objects restored.
 #pragma once
 
+#include <chrono>
+#include <string>
+#include <vector>
+
 #include "guest/guest_options.h"
 #include "guest/session/call_pipeline.h"
 #include "guest/session/connector.h"
 #include "guest/session/handshake.h"
 #include "guest/session/restorable.h"
-
-#include <chrono>
-#include <string>
-#include <vector>
 
 namespace ggml_remote::guest {
 

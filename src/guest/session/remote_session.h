@@ -8,6 +8,11 @@
 // and holds the one lock that serialises callers: replies come back in order.
 #pragma once
 
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "guest/guest_options.h"
 #include "guest/session/call_pipeline.h"
 #include "guest/session/calls.h"
@@ -18,11 +23,6 @@
 #include "transport/connection.h"
 #include "transport/endpoint.h"
 #include "transport/ivshmem_region.h"
-
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
 
 namespace ggml_remote::guest {
 
@@ -98,7 +98,10 @@ class RemoteSession : public SessionCalls {
 
   private:
     RemoteSession(std::string endpoint, const GuestOptions &options, const HandshakeAsk &ask)
-        : endpoint_(std::move(endpoint)), options_(options), ask_(ask), pipeline_(endpoint_),
+        : endpoint_(std::move(endpoint)),
+          options_(options),
+          ask_(ask),
+          pipeline_(endpoint_),
           reconnector_(endpoint_, options, ask) {}
     // open() for an ivshmem endpoint: a VM's session, which never reconnects.
     static Status open_in_region(const Endpoint &endpoint, const GuestOptions &options,

@@ -2,18 +2,18 @@
 // the report of what they could restore.
 #pragma once
 
-#include "guest/session/calls.h"
-
 #include <string>
 #include <vector>
+
+#include "guest/session/calls.h"
 
 namespace ggml_remote::guest {
 
 // What a reconnection put back, and what it could not.
 struct RestoreReport {
-    size_t restored = 0;             // host objects made again
-    std::vector<std::string> lost;   // buffers whose contents only the host held
-    bool scratch_lost = false;       // compute buffers: the graph in flight cannot run again
+    size_t restored = 0;            // host objects made again
+    std::vector<std::string> lost;  // buffers whose contents only the host held
+    bool scratch_lost = false;      // compute buffers: the graph in flight cannot run again
     bool intact() const { return lost.empty() && !scratch_lost; }
 };
 

@@ -2,10 +2,10 @@
 // status board can hold a counter per reason and the metrics endpoint can name them.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstddef>
 #include <cstdint>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

@@ -1,11 +1,11 @@
 #include "host/common/server_log.h"
 
-#include "protocol/printable.h"
-#include "transport/socket.h"
-
 #include <unistd.h>
 
 #include <ctime>
+
+#include "protocol/printable.h"
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 
@@ -75,6 +75,5 @@ void log_line(const std::string &text) {
     // One write per line: other processes' lines never land inside it (server_log.h).
     write_log_line(STDERR_FILENO, std::string(stamp) + " ggml-remote-server: " + one_line(text));
 }
-
 
 }  // namespace ggml_remote::host

@@ -18,16 +18,23 @@ uint64_t parse_size(const std::string &flag, const std::string &text) {
     char *end = nullptr;
     errno = 0;
     const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || end == text.c_str() || errno != 0 || text[0] == '-') fail_command_line(flag + ": not a size: " + text);
+    if (text.empty() || end == text.c_str() || errno != 0 || text[0] == '-')
+        fail_command_line(flag + ": not a size: " + text);
     uint64_t multiplier = 1;
     const std::string suffix = end;
-    if (suffix == "K" || suffix == "k") multiplier = 1ull << 10;
-    else if (suffix == "M" || suffix == "m") multiplier = 1ull << 20;
-    else if (suffix == "G" || suffix == "g") multiplier = 1ull << 30;
-    else if (suffix == "T" || suffix == "t") multiplier = 1ull << 40;
-    else if (!suffix.empty()) fail_command_line(flag + ": unknown size suffix '" + suffix + "' (use K, M, G or T)");
+    if (suffix == "K" || suffix == "k")
+        multiplier = 1ull << 10;
+    else if (suffix == "M" || suffix == "m")
+        multiplier = 1ull << 20;
+    else if (suffix == "G" || suffix == "g")
+        multiplier = 1ull << 30;
+    else if (suffix == "T" || suffix == "t")
+        multiplier = 1ull << 40;
+    else if (!suffix.empty())
+        fail_command_line(flag + ": unknown size suffix '" + suffix + "' (use K, M, G or T)");
     uint64_t result = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(value), multiplier, &result)) fail_command_line(flag + ": too large: " + text);
+    if (__builtin_mul_overflow(static_cast<uint64_t>(value), multiplier, &result))
+        fail_command_line(flag + ": too large: " + text);
     return result;
 }
 

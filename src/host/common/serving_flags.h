@@ -4,11 +4,11 @@
 // before it serves anyone; a worker's never, as its flags come from the listener.
 #pragma once
 
-#include "host/common/serving_options.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "host/common/serving_options.h"
 
 namespace ggml_remote::host {
 

@@ -5,12 +5,12 @@
 // WorkerLaunch (worker_contract.h).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "host/common/session_limits.h"
 #include "protocol/status.h"
 #include "transport/wait_options.h"
-
-#include <string>
-#include <vector>
 
 namespace ggml_remote::host {
 

@@ -5,10 +5,10 @@
 // here plus the code that counts it.
 #pragma once
 
-#include "host/common/refusals.h"
-
 #include <array>
 #include <cstdint>
+
+#include "host/common/refusals.h"
 
 namespace ggml_remote::host {
 

@@ -3,16 +3,16 @@
 // command line; the worker's Session enforces them.
 #pragma once
 
+#include <cstdint>
+
 #include "protocol/tensor_codec.h"
 #include "protocol/wire.h"
-
-#include <cstdint>
 
 namespace ggml_remote::host {
 
 struct SessionLimits {
     uint64_t max_message_size = protocol::kDefaultMaxMessageSize;
-    uint64_t memory_quota = 0;  // bytes of device memory for all buffers together; 0 = no limit
+    uint64_t memory_quota = 0;     // bytes of device memory for all buffers together; 0 = no limit
     uint32_t max_buffers = 65536;  // buffers of every kind, file-backed ones included
     // Backends: each has a thread pool of its own and its compute's work memory.
     // llama.cpp and whisper.cpp need one or two per device.
@@ -25,9 +25,9 @@ struct SessionLimits {
     // Repacked copies of weights (weight_repack.h); their bytes count against the
     // memory quota, their number against this. A model has a few per layer.
     uint32_t max_weight_copies = 16384;
-    int max_threads = 0;        // cap for set_n_threads; 0 = hardware threads
-    int default_threads = 0;    // threads of a new CPU backend; 0 = hardware threads
-    int cpu_poll = 50;          // ggml's threadpool poll level: how long idle CPU threads spin
+    int max_threads = 0;      // cap for set_n_threads; 0 = hardware threads
+    int default_threads = 0;  // threads of a new CPU backend; 0 = hardware threads
+    int cpu_poll = 50;        // ggml's threadpool poll level: how long idle CPU threads spin
     // The host's cores shared among the sessions that compute at once (core_schedule.h);
     // --no-core-scheduling turns it off. cores: how many (0: the CPUs the server may use).
     bool schedule_cores = true;

@@ -1,8 +1,5 @@
 #include "host/common/shader_cache.h"
 
-#include "protocol/content_digest.h"
-#include "transport/unique_fd.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +7,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include "protocol/content_digest.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 
@@ -50,7 +50,7 @@ Status prepare_tenant_shader_cache(const std::string &directory) {
     UniqueFd opened;
     Status status = make_directory(directory, &opened);
     if (!status) return status;
-    struct stat st {};
+    struct stat st{};
     if (::fstat(opened.get(), &st) != 0) return failure("stat " + directory);
     if (st.st_uid != ::geteuid()) {
         return error(Code::error, "shader cache: " + directory + " belongs to uid " + std::to_string(st.st_uid) +

@@ -11,11 +11,11 @@
 // after its rules are fixed: they compile without a cache. See docs/SECURITY.md.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <sys/types.h>
 
 #include <string>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

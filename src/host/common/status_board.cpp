@@ -59,7 +59,7 @@ Status StatusBoard::create(uint32_t slots, StatusBoard *board) {
 
 Status StatusBoard::attach(int fd, StatusBoard *board) {
     board->fd_.reset(fd);
-    struct stat st {};
+    struct stat st{};
     const int seals = ::fcntl(fd, F_GET_SEALS);
     // Unsealed, a worker could shrink it under the listener's mapping.
     if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(board_size(0)) || seals < 0 ||
@@ -79,9 +79,7 @@ Status StatusBoard::attach(int fd, StatusBoard *board) {
     return Status::success();
 }
 
-SessionSlot *StatusBoard::slot(uint32_t index) const {
-    return index < slots_ ? first_slot(mapping_) + index : nullptr;
-}
+SessionSlot *StatusBoard::slot(uint32_t index) const { return index < slots_ ? first_slot(mapping_) + index : nullptr; }
 
 void clear_figures(SessionSlot *slot) {
     store_figures(slot, SessionFigureValues{});

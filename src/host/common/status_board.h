@@ -3,15 +3,15 @@
 // query (ggml-remote-server status) sees all sessions without asking each worker.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <optional>
+
 #include "host/common/refusals.h"
 #include "host/common/session_figures.h"
 #include "protocol/status.h"
 #include "transport/shared_memory.h"
 #include "transport/unique_fd.h"
-
-#include <atomic>
-#include <cstdint>
-#include <optional>
 
 namespace ggml_remote::host {
 

@@ -1,12 +1,12 @@
 #include "host/common/store_channel.h"
 
-#include "transport/socket.h"
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include <cstring>
+
+#include "transport/socket.h"
 
 namespace ggml_remote::host::store_channel {
 

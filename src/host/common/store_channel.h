@@ -10,14 +10,14 @@
 //             another's write end      and reads one byte from the other: 1 named, 0 not
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/unique_fd.h"
-
 #include <signal.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "protocol/status.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host::store_channel {
 

@@ -1,11 +1,11 @@
 #include "host/common/worker_contract.h"
 
-#include "protocol/commands.h"
-
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <sstream>
+
+#include "protocol/commands.h"
 
 namespace ggml_remote::host {
 
@@ -51,8 +51,9 @@ std::vector<std::string> split_tabs(const std::string &line) {
 }  // namespace
 
 std::vector<std::string> worker_launch_arguments(const WorkerLaunch &launch) {
-    std::vector<std::string> args = {"--worker-fd", std::to_string(launch.client_fd), "--session-id",
-                                     std::to_string(launch.session_id), kPeerFlag, launch.peer};
+    std::vector<std::string> args = {"--worker-fd",  std::to_string(launch.client_fd),
+                                     "--session-id", std::to_string(launch.session_id),
+                                     kPeerFlag,      launch.peer};
     if (launch.status_slot >= 0) {
         args.insert(args.end(), {"--status-fd", std::to_string(launch.status_fd), "--status-slot",
                                  std::to_string(launch.status_slot)});

@@ -8,13 +8,13 @@
 // slot) the listener treats as coming from a process a guest may have taken over.
 #pragma once
 
-#include "protocol/status.h"
-#include "protocol/wire.h"
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
+#include "protocol/wire.h"
 
 namespace ggml_remote::host {
 

@@ -113,7 +113,7 @@ std::optional<Admission::Answer> Admission::answer(pid_t pid, Worker *worker,
 }
 
 std::vector<Admission::Answer> Admission::answer_requests(const std::vector<pollfd> &polled,
-                                                         const std::function<bool(pid_t)> &peer_may_open) {
+                                                          const std::function<bool(pid_t)> &peer_may_open) {
     std::vector<Answer> answers;
     for (const pollfd &entry : polled) {
         if (entry.revents == 0) continue;

@@ -9,10 +9,6 @@
 // the counts. See docs/SECURITY.md ("Pre-authentication").
 #pragma once
 
-#include "host/common/status_board.h"
-#include "host/common/worker_contract.h"
-#include "transport/unique_fd.h"
-
 #include <poll.h>
 #include <sys/types.h>
 
@@ -21,6 +17,10 @@
 #include <map>
 #include <optional>
 #include <vector>
+
+#include "host/common/status_board.h"
+#include "host/common/worker_contract.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 
@@ -97,6 +97,5 @@ class Admission {
     int unauthenticated_ = 0;
     uint64_t next_order_ = 0;
 };
-
 
 }  // namespace ggml_remote::host

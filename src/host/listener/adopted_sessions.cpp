@@ -53,8 +53,8 @@ int AdoptedSessions::adopt(std::vector<UniqueFd> pidfds, const SessionLedger &le
             entry.account.key = "pid " + std::to_string(pid);
         }
         session.session_id = entry.session_id;
-        const bool slot_ok = entry.slot >= 0 && static_cast<uint32_t>(entry.slot) < board_slots &&
-                             slots_taken.insert(entry.slot).second;
+        const bool slot_ok =
+            entry.slot >= 0 && static_cast<uint32_t>(entry.slot) < board_slots && slots_taken.insert(entry.slot).second;
         session.slot = slot_ok ? entry.slot : -1;
         session.peer = entry.peer;
         session.account = entry.account;
@@ -89,7 +89,8 @@ void AdoptedSessions::end_all(std::chrono::milliseconds grace) {
     signal_all(SIGTERM);
     const auto deadline = std::chrono::steady_clock::now() + grace;
     while (!sessions_.empty()) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) break;
         std::vector<pollfd> polled;
         add_poll_fds(&polled);

@@ -12,10 +12,6 @@
 // adopted, nor counted, nor signalled, and a forged slot count hides nothing.
 #pragma once
 
-#include "host/listener/session_ledger.h"
-#include "transport/peer_account.h"
-#include "transport/unique_fd.h"
-
 #include <poll.h>
 #include <sys/types.h>
 
@@ -23,6 +19,10 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "host/listener/session_ledger.h"
+#include "transport/peer_account.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 

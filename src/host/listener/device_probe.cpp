@@ -1,7 +1,5 @@
 #include "host/listener/device_probe.h"
 
-#include "transport/unique_fd.h"
-
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 
@@ -42,8 +42,10 @@ Status run_probe(const std::vector<std::string> &args, std::string *output, int 
     char buffer[4096];
     ssize_t got;
     while ((got = ::read(read_end.get(), buffer, sizeof(buffer))) != 0) {
-        if (got > 0) output->append(buffer, static_cast<size_t>(got));
-        else if (errno != EINTR) break;
+        if (got > 0)
+            output->append(buffer, static_cast<size_t>(got));
+        else if (errno != EINTR)
+            break;
     }
     while (::waitpid(child, wait_status, 0) < 0 && errno == EINTR) {
     }

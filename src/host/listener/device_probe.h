@@ -4,13 +4,13 @@
 // depends on. The probe is the worker program run with --list-devices.
 #pragma once
 
-#include "host/common/serving_options.h"
-#include "host/common/worker_contract.h"
-#include "protocol/status.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "host/common/serving_options.h"
+#include "host/common/worker_contract.h"
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

@@ -1,8 +1,5 @@
 #include "host/listener/key_snapshot.h"
 
-#include "transport/socket.h"
-#include "transport/tls_key.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include "transport/socket.h"
+#include "transport/tls_key.h"
 
 namespace ggml_remote::host {
 

@@ -4,10 +4,10 @@
 // it, so a typo never locks every new guest out.
 #pragma once
 
+#include <string>
+
 #include "protocol/status.h"
 #include "transport/unique_fd.h"
-
-#include <string>
 
 namespace ggml_remote::host {
 

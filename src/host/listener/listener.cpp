@@ -1,21 +1,5 @@
 #include "host/listener/listener.h"
 
-#include "host/common/server_log.h"
-#include "host/listener/adopted_sessions.h"
-#include "host/listener/admission.h"
-#include "host/listener/key_snapshot.h"
-#include "host/listener/listener_handover.h"
-#include "host/listener/metrics.h"
-#include "host/listener/metrics_endpoint.h"
-#include "host/listener/peer_limits.h"
-#include "host/listener/region_port.h"
-#include "host/worker/jail/sandbox.h"
-#include "host/listener/session_ledger.h"
-#include "host/common/status_board.h"
-#include "host/listener/store_owner.h"
-#include "host/listener/worker_jail.h"
-#include "transport/socket.h"
-
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -26,13 +10,29 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
 #include <optional>
+
+#include "host/common/server_log.h"
+#include "host/common/status_board.h"
+#include "host/listener/admission.h"
+#include "host/listener/adopted_sessions.h"
+#include "host/listener/key_snapshot.h"
+#include "host/listener/listener_handover.h"
+#include "host/listener/metrics.h"
+#include "host/listener/metrics_endpoint.h"
+#include "host/listener/peer_limits.h"
+#include "host/listener/region_port.h"
+#include "host/listener/session_ledger.h"
+#include "host/listener/store_owner.h"
+#include "host/listener/worker_jail.h"
+#include "host/worker/jail/sandbox.h"
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 
@@ -55,8 +55,8 @@ void refuse(int fd, Code code, const std::string &reason) {
 // nothing when it may (a guest that has yet to authenticate is counted when it has:
 // only whether we know who it is matters now). A guest turned away is told why, and
 // the refusal is logged.
-std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const std::string &peer,
-                                         bool authenticated, PeerAccount *account) {
+std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const std::string &peer, bool authenticated,
+                                         PeerAccount *account) {
     const Status known = peer_account(fd, account);
     std::string refusal = known ? std::string() : "cannot tell who the peer is: " + known.message();
     if (known && authenticated) refusal = peers.refusal(*account);
@@ -230,19 +230,20 @@ class Listener {
     // session; the listener never maps the file, so nothing faults here.
     bool claimed_region(RegionPort &port) {
         switch (port.poll()) {
-        case RegionPort::Event::claimed:
-            return true;
-        case RegionPort::Event::resized:
-            log_line(port.name() + ": the region's file changed size (" + std::to_string(port.file_size()) +
-                     " bytes): its session ends");
-            jail_.kill(port.worker());
-            return false;
-        case RegionPort::Event::repaired:
-            log_line(port.name() + ": the region's file changed size while idle: sized again, wiped, "
-                                   "ready for the next session");
-            return false;
-        default:
-            return false;
+            case RegionPort::Event::claimed:
+                return true;
+            case RegionPort::Event::resized:
+                log_line(port.name() + ": the region's file changed size (" + std::to_string(port.file_size()) +
+                         " bytes): its session ends");
+                jail_.kill(port.worker());
+                return false;
+            case RegionPort::Event::repaired:
+                log_line(port.name() +
+                         ": the region's file changed size while idle: sized again, wiped, "
+                         "ready for the next session");
+                return false;
+            default:
+                return false;
         }
     }
 
@@ -308,9 +309,10 @@ class Listener {
                 *taken_over = true;
                 return board;
             }
-            log_line("cannot take over the previous listener's status board (a new one: the figures of the "
-                     "sessions before are lost, not their count): " +
-                     attached.message());
+            log_line(
+                "cannot take over the previous listener's status board (a new one: the figures of the "
+                "sessions before are lost, not their count): " +
+                attached.message());
             board = StatusBoard();
         }
         const auto slots = static_cast<uint32_t>(options.max_sessions + 2 * options.max_unauthenticated);
@@ -320,7 +322,8 @@ class Listener {
             const Status stored = store_with_service_manager(board.fd(), kHandedBoardName);
             log_line(stored ? std::string("the status board is kept in systemd's file descriptor store")
                             : "the status board could not be kept by systemd (a restart will not count the live "
-                              "sessions): " + stored.message());
+                              "sessions): " +
+                                  stored.message());
         }
         if (!status) log_line("no status board (status queries will list no sessions): " + status.message());
         return board;
@@ -343,8 +346,9 @@ class Listener {
             (void)remove_from_service_manager(kHandedLedgerName);
             status = store_with_service_manager(ledger.fd(), kHandedLedgerName);
         }
-        if (!status) log_line("the session ledger is not kept (a restart will not count the live sessions): " +
-                              status.message());
+        if (!status)
+            log_line("the session ledger is not kept (a restart will not count the live sessions): " +
+                     status.message());
         return ledger;
     }
 
@@ -356,8 +360,9 @@ class Listener {
         UniqueFd pidfd = open_pidfd(pid);
         if (pidfd.valid() && has_service_manager()) {
             const Status stored = store_with_service_manager(pidfd.get(), kHandedWorkerPrefix + std::to_string(pid));
-            if (!stored) log_line("session of worker " + std::to_string(pid) + ": not kept by systemd (" +
-                                  stored.message() + "); a restart will not count it");
+            if (!stored)
+                log_line("session of worker " + std::to_string(pid) + ": not kept by systemd (" + stored.message() +
+                         "); a restart will not count it");
         }
         pidfds_[pid] = std::move(pidfd);
     }
@@ -379,9 +384,9 @@ class Listener {
         metrics_.add_poll_fds(&polled);
         adopted_.add_poll_fds(&polled);
         const auto now = std::chrono::steady_clock::now();
-        const int timeout_ms = earlier_timeout_ms(earlier_timeout_ms(admission_.poll_timeout_ms(now),
-                                                                     metrics_.poll_timeout_ms(now)),
-                                                  regions_.empty() ? -1 : kRegionPollMs);
+        const int timeout_ms =
+            earlier_timeout_ms(earlier_timeout_ms(admission_.poll_timeout_ms(now), metrics_.poll_timeout_ms(now)),
+                               regions_.empty() ? -1 : kRegionPollMs);
         if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
             if (errno == EINTR) return true;
             log_line(std::string("poll: ") + std::strerror(errno));
@@ -405,17 +410,17 @@ class Listener {
         signalfd_siginfo info{};
         if (::read(signals_.get(), &info, sizeof(info)) != sizeof(info)) return true;
         switch (info.ssi_signo) {
-        case SIGCHLD:
-            reap_workers();
-            return true;
-        case SIGUSR2:
-            return replace_listener();
-        case SIGHUP:
-            if (!tls_) log_line("SIGHUP: no --tls-psk file to re-read");
-            if (tls_) (void)load_keys("SIGHUP: ");
-            return true;
-        default:
-            return false;
+            case SIGCHLD:
+                reap_workers();
+                return true;
+            case SIGUSR2:
+                return replace_listener();
+            case SIGHUP:
+                if (!tls_) log_line("SIGHUP: no --tls-psk file to re-read");
+                if (tls_) (void)load_keys("SIGHUP: ");
+                return true;
+            default:
+                return false;
         }
     }
 
@@ -429,8 +434,9 @@ class Listener {
             log_line(why + loaded.message() + (keys_.fd() >= 0 ? "; the keys read before stay" : ""));
             return keys_.fd() >= 0;
         }
-        if (!why.empty()) log_line(why + "re-read " + options_.tls_psk_file + ": " + std::to_string(count) +
-                                   " key(s) for new sessions");
+        if (!why.empty())
+            log_line(why + "re-read " + options_.tls_psk_file + ": " + std::to_string(count) +
+                     " key(s) for new sessions");
         return true;
     }
 
@@ -495,8 +501,8 @@ class Listener {
                      "; this one serves on");
             return true;
         }
-        log_line("SIGUSR2: replacing the listener with " + program_ + "; " +
-                 std::to_string(admission_.sessions()) + " live session(s) go on in their workers");
+        log_line("SIGUSR2: replacing the listener with " + program_ + "; " + std::to_string(admission_.sessions()) +
+                 " live session(s) go on in their workers");
         end_unauthenticated();
         ledger_.set_next_session_id(next_session_);
         std::vector<HandedFd> handed;
@@ -564,7 +570,8 @@ class Listener {
             if (answer.admitted && it != unauthenticated_peers_.end()) {
                 peers_.opened(answer.pid, it->second);  // the worker logs its session
             } else if (answer.peer_full && it != unauthenticated_peers_.end()) {
-                log_line("refused " + session_label(answer.pid) + " after its handshake: " + peers_.refusal(it->second));
+                log_line("refused " + session_label(answer.pid) +
+                         " after its handshake: " + peers_.refusal(it->second));
             } else if (!answer.admitted) {
                 log_line("refused " + session_label(answer.pid) + " after its handshake: " +
                          std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
@@ -720,7 +727,8 @@ class Listener {
             snapshot.sessions.push_back(std::move(figures));
         };
         for (const auto &[pid, session] : jail_.workers()) list(pid, session.session_id, session.peer, session.slot);
-        for (const auto &[pid, session] : adopted_.sessions()) list(pid, session.session_id, session.peer, session.slot);
+        for (const auto &[pid, session] : adopted_.sessions())
+            list(pid, session.session_id, session.peer, session.slot);
         std::sort(snapshot.sessions.begin(), snapshot.sessions.end(),
                   [](const SessionFigures &a, const SessionFigures &b) { return a.id < b.id; });
         return snapshot;
@@ -759,7 +767,7 @@ class Listener {
     const std::string program_;
     std::vector<ListeningSocket> sockets_;
     std::vector<RegionPort> regions_;  // ivshmem: one VM's session at a time each
-    sigset_t original_mask_{};  // before the listener blocked its signals; workers start with it
+    sigset_t original_mask_{};         // before the listener blocked its signals; workers start with it
     UniqueFd signals_;
     Inheritance inherited_;  // what systemd or the previous listener handed over
     SessionLedger ledger_;   // the sessions that hold a place, for the next listener
@@ -773,12 +781,12 @@ class Listener {
     StoreOwner store_owner_;  // its channels' threads end before the jail's workers are forgotten
     PeerLimits peers_;
     std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake
-    std::map<pid_t, UniqueFd> pidfds_;  // this listener's workers that hold a place
+    std::map<pid_t, UniqueFd> pidfds_;                    // this listener's workers that hold a place
     int next_session_ = 1;
     MetricsEndpoint metrics_;
     uint64_t sessions_started_ = 0;
     std::array<uint64_t, kGuestRefusalReasons> refused_{};  // by GuestRefusal
-    SessionFigures ended_;  // the counters of the sessions that ended
+    SessionFigures ended_;                                  // the counters of the sessions that ended
 };
 
 }  // namespace

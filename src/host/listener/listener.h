@@ -2,10 +2,10 @@
 // It never decodes a guest's messages.
 #pragma once
 
-#include "host/listener/listener_options.h"
-
 #include <string>
 #include <vector>
+
+#include "host/listener/listener_options.h"
 
 namespace ggml_remote::host {
 

@@ -1,5 +1,4 @@
 #include "host/listener/listener_handover.h"
-#include "transport/socket.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -10,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 
@@ -73,8 +74,8 @@ Inheritance take_inheritance() {
     return inheritance;
 }
 
-Status exec_with_fds(const std::string &program, const std::vector<std::string> &argv,
-                     const std::vector<HandedFd> &fds, const sigset_t &mask) {
+Status exec_with_fds(const std::string &program, const std::vector<std::string> &argv, const std::vector<HandedFd> &fds,
+                     const sigset_t &mask) {
     std::vector<std::string> args = argv;
     std::vector<char *> pointers;
     for (std::string &arg : args) pointers.push_back(arg.data());

@@ -7,19 +7,19 @@
 // Names this server gives (any other name is a socket of systemd's):
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/socket.h"
-#include "transport/unique_fd.h"
-
 #include <signal.h>
 
 #include <string>
 #include <vector>
 
+#include "protocol/status.h"
+#include "transport/socket.h"
+#include "transport/unique_fd.h"
+
 namespace ggml_remote::host {
 
-constexpr const char *kHandedListenName = "ggml-remote-listen";    // a socket of --listen
-constexpr const char *kHandedUnlinkName = "ggml-remote-unlink";    // ... whose file the listener removes at exit
+constexpr const char *kHandedListenName = "ggml-remote-listen";       // a socket of --listen
+constexpr const char *kHandedUnlinkName = "ggml-remote-unlink";       // ... whose file the listener removes at exit
 constexpr const char *kHandedBoardName = "ggml-remote-status-board";  // the status board
 constexpr const char *kHandedLedgerName = "ggml-remote-ledger";       // the session ledger (session_ledger.h)
 // ... followed by the pid: the pidfd of a worker that holds a session place. Only
@@ -40,10 +40,10 @@ struct HandedWorker {
 // What a new listener starts with.
 struct Inheritance {
     std::vector<InheritedListener> sockets;
-    UniqueFd status_board;        // the previous listener's board; invalid: none
-    UniqueFd ledger;              // the previous listener's session ledger; invalid: none
+    UniqueFd status_board;              // the previous listener's board; invalid: none
+    UniqueFd ledger;                    // the previous listener's session ledger; invalid: none
     std::vector<HandedWorker> workers;  // the previous listener's workers that hold a place
-    bool from_listener = false;   // handed over by a listener: its --listen sockets are among them
+    bool from_listener = false;         // handed over by a listener: its --listen sockets are among them
 };
 
 // Takes the descriptors handed to this process (when LISTEN_PID names it), made
@@ -58,8 +58,8 @@ struct HandedFd {
 // Replaces this process's program by `program` with `argv`, handing it `fds` from
 // descriptor 3 on as above, with the signal mask `mask`. Returns only on failure,
 // and then descriptors from 3 on may have been replaced: the caller must exit.
-Status exec_with_fds(const std::string &program, const std::vector<std::string> &argv,
-                     const std::vector<HandedFd> &fds, const sigset_t &mask);
+Status exec_with_fds(const std::string &program, const std::vector<std::string> &argv, const std::vector<HandedFd> &fds,
+                     const sigset_t &mask);
 
 // Asks the service manager (systemd, at $NOTIFY_SOCKET) to keep `fd` under `name`
 // while this service restarts (FDSTORE=1); the next listener finds it named in

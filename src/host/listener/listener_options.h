@@ -2,11 +2,11 @@
 // hands on to every worker (serving_options.h). No worker reads these.
 #pragma once
 
-#include "host/common/serving_options.h"
-#include "host/common/store_layout.h"
-
 #include <string>
 #include <vector>
+
+#include "host/common/serving_options.h"
+#include "host/common/store_layout.h"
 
 namespace ggml_remote::host {
 

@@ -95,10 +95,10 @@ void render_sessions(const std::vector<SessionFigures> &sessions, Exposition *ou
     out->family(refused, "counter", "Commands answered with an error, per session, by reason");
     for (const SessionFigures &session : sessions) {
         for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
-            out->sample(refused,
-                        session_labels(session) + "," +
-                            label("reason", refusal_name(static_cast<CommandRefusal>(reason))),
-                        std::to_string(session.commands_refused[reason]));
+            out->sample(
+                refused,
+                session_labels(session) + "," + label("reason", refusal_name(static_cast<CommandRefusal>(reason))),
+                std::to_string(session.commands_refused[reason]));
         }
     }
 }
@@ -132,11 +132,16 @@ std::string escape_label_value(std::string_view text) {
     std::string escaped;
     escaped.reserve(text.size());
     for (const char c : text) {
-        if (c == '\\') escaped += "\\\\";
-        else if (c == '"') escaped += "\\\"";
-        else if (c == '\n') escaped += "\\n";
-        else if (c < 0x20 || c > 0x7e) escaped += '?';
-        else escaped += c;
+        if (c == '\\')
+            escaped += "\\\\";
+        else if (c == '"')
+            escaped += "\\\"";
+        else if (c == '\n')
+            escaped += "\\n";
+        else if (c < 0x20 || c > 0x7e)
+            escaped += '?';
+        else
+            escaped += c;
     }
     return escaped;
 }

@@ -4,15 +4,15 @@
 // of that snapshot.
 #pragma once
 
-#include "host/common/refusals.h"
-#include "host/common/session_figures.h"
-#include "host/common/status_board.h"
-
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "host/common/refusals.h"
+#include "host/common/session_figures.h"
+#include "host/common/status_board.h"
 
 namespace ggml_remote::host {
 
@@ -35,10 +35,10 @@ struct MetricsSnapshot {
     uint64_t sessions_live = 0;
     uint64_t max_sessions = 0;
     uint64_t sessions_started = 0;
-    uint64_t unauthenticated = 0;  // connections still in their TLS handshake
+    uint64_t unauthenticated = 0;                                 // connections still in their TLS handshake
     std::array<uint64_t, kGuestRefusalReasons> guests_refused{};  // by GuestRefusal
-    SessionFigures ended;                  // counters of the sessions that ended
-    std::vector<SessionFigures> sessions;  // the live ones
+    SessionFigures ended;                                         // counters of the sessions that ended
+    std::vector<SessionFigures> sessions;                         // the live ones
 };
 
 // The whole /metrics answer: server figures, totals over all sessions, then each

@@ -1,7 +1,5 @@
 #include "host/listener/metrics_endpoint.h"
 
-#include "transport/socket.h"
-
 #include <fcntl.h>
 #include <sys/socket.h>
 
@@ -9,6 +7,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 

@@ -7,10 +7,6 @@
 // on loopback or a unix socket (docs/SECURITY.md).
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/endpoint.h"
-#include "transport/unique_fd.h"
-
 #include <poll.h>
 
 #include <chrono>
@@ -19,6 +15,10 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "protocol/status.h"
+#include "transport/endpoint.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 

@@ -2,13 +2,13 @@
 // or one address on TCP, cannot take every session of the server.
 #pragma once
 
-#include "host/listener/listener_options.h"
-#include "transport/peer_account.h"
-
 #include <sys/types.h>
 
 #include <map>
 #include <string>
+
+#include "host/listener/listener_options.h"
+#include "transport/peer_account.h"
 
 namespace ggml_remote::host {
 

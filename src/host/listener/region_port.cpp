@@ -87,14 +87,15 @@ Status give_file(const Endpoint &endpoint, int fd) {
 // An existing file that `reuse` may take over: a regular file of this user's, one
 // link, no access for other users (nor for the group but the endpoint's group=).
 Status check_own_file(const Endpoint &endpoint, int fd) {
-    struct stat info {};
+    struct stat info{};
     if (::fstat(fd, &info) != 0) return error(Code::error, "fstat " + endpoint.path + ": " + std::strerror(errno));
     const std::string path = endpoint.path;
     if (!S_ISREG(info.st_mode)) return error(Code::bad_request, path + " is not a regular file");
     if (info.st_uid != ::geteuid()) {
-        return error(Code::bad_request, path + " belongs to uid " + std::to_string(info.st_uid) + ", not to the "
-                                               "server's user: it is never served (that user would read every "
-                                               "session); remove it");
+        return error(Code::bad_request, path + " belongs to uid " + std::to_string(info.st_uid) +
+                                            ", not to the "
+                                            "server's user: it is never served (that user would read every "
+                                            "session); remove it");
     }
     if (info.st_nlink != 1) {
         return error(Code::bad_request, path + " has " + std::to_string(info.st_nlink) +
@@ -106,8 +107,9 @@ Status check_own_file(const Endpoint &endpoint, int fd) {
     if ((info.st_mode & 07777 & ~allowed) != 0) {
         char mode[8];
         std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(info.st_mode & 07777));
-        return error(Code::bad_request, path + " has mode " + mode + ": others (or another group) may open it; "
-                                               "the server takes over only mode 0600, or 0660 for its group=");
+        return error(Code::bad_request, path + " has mode " + mode +
+                                            ": others (or another group) may open it; "
+                                            "the server takes over only mode 0600, or 0660 for its group=");
     }
     return Status::success();
 }
@@ -126,9 +128,10 @@ Status open_region_file(const Endpoint &endpoint, UniqueFd *file) {
     }
     if (errno != EEXIST) return error(Code::error, "create " + path + ": " + std::strerror(errno));
     if (!endpoint.reuse) {
-        return error(Code::bad_request, path + " exists: the server serves only a region file it creates itself "
-                                               "(another user may have made it first, to read every session). "
-                                               "Remove it, or add ,reuse to take over a file of the server's user");
+        return error(Code::bad_request, path +
+                                            " exists: the server serves only a region file it creates itself "
+                                            "(another user may have made it first, to read every session). "
+                                            "Remove it, or add ,reuse to take over a file of the server's user");
     }
     file->reset(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!file->valid()) return error(Code::error, "open " + path + ": " + std::strerror(errno));
@@ -142,8 +145,9 @@ RegionPort::~RegionPort() { close(); }
 Status RegionPort::open(const Endpoint &endpoint, RegionPort *port) {
     const std::string name = endpoint.to_string();
     if (endpoint.path.empty() || endpoint.size == 0) {
-        return error(Code::bad_request, "--listen " + name + ": a server's ivshmem region needs a file and a size, "
-                                        "e.g. ivshmem:/dev/shm/vm1,size=64M");
+        return error(Code::bad_request, "--listen " + name +
+                                            ": a server's ivshmem region needs a file and a size, "
+                                            "e.g. ivshmem:/dev/shm/vm1,size=64M");
     }
     RegionPort result;
     Status status = layout_for(endpoint.size, &result.layout_);
@@ -166,7 +170,7 @@ Status RegionPort::open(const Endpoint &endpoint, RegionPort *port) {
 }
 
 long long RegionPort::file_size() const {
-    struct stat info {};
+    struct stat info{};
     return ::fstat(file_.get(), &info) == 0 ? static_cast<long long>(info.st_size) : -1;
 }
 

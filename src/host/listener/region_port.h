@@ -14,15 +14,15 @@
 // again, wiped, and serves the next one.
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/endpoint.h"
-#include "transport/ivshmem_region.h"
-#include "transport/unique_fd.h"
-
 #include <sys/types.h>
 
 #include <cstddef>
 #include <string>
+
+#include "protocol/status.h"
+#include "transport/endpoint.h"
+#include "transport/ivshmem_region.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 

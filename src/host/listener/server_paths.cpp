@@ -1,12 +1,12 @@
 #include "host/listener/server_paths.h"
 
-#include "host/worker/jail/landlock.h"
-#include "transport/endpoint.h"
-
 #include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
+
+#include "host/worker/jail/landlock.h"
+#include "transport/endpoint.h"
 
 namespace ggml_remote::host {
 

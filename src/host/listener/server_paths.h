@@ -13,11 +13,11 @@
 // "Configuration").
 #pragma once
 
-#include "host/listener/listener_options.h"
-#include "protocol/status.h"
-
 #include <string>
 #include <vector>
+
+#include "host/listener/listener_options.h"
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

@@ -1,7 +1,5 @@
 #include "host/listener/session_ledger.h"
 
-#include "host/common/status_board.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -9,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
+
+#include "host/common/status_board.h"
 
 namespace ggml_remote::host {
 
@@ -39,9 +39,7 @@ struct SessionLedger::Entry {
 namespace {
 
 static_assert(std::is_trivially_copyable<LedgerHeader>::value, "the ledger lives in a memory file");
-size_t ledger_size(uint32_t capacity) {
-    return sizeof(LedgerHeader) + size_t(capacity) * sizeof(SessionLedger::Entry);
-}
+size_t ledger_size(uint32_t capacity) { return sizeof(LedgerHeader) + size_t(capacity) * sizeof(SessionLedger::Entry); }
 
 std::string bounded(const char *text, size_t size) { return std::string(text, strnlen(text, size)); }
 
@@ -59,7 +57,7 @@ Status SessionLedger::create(uint32_t capacity, SessionLedger *ledger) {
 
 Status SessionLedger::attach(int fd, SessionLedger *ledger) {
     ledger->fd_.reset(fd);
-    struct stat st {};
+    struct stat st{};
     const int seals = ::fcntl(fd, F_GET_SEALS);
     if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(LedgerHeader)) || seals < 0 ||
         (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {

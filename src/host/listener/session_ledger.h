@@ -10,17 +10,17 @@
 // worker can write, decides what a listener adopts, counts or kills.
 #pragma once
 
-#include "protocol/status.h"
-#include "transport/peer_account.h"
-#include "transport/shared_memory.h"
-#include "transport/unique_fd.h"
-
 #include <sys/types.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
+#include "transport/peer_account.h"
+#include "transport/shared_memory.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 

@@ -1,9 +1,5 @@
 #include "host/listener/store_owner.h"
 
-#include "host/common/store_channel.h"
-#include "protocol/content_digest.h"
-#include "transport/socket.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -23,6 +19,10 @@
 #include <functional>
 #include <thread>
 #include <utility>
+
+#include "host/common/store_channel.h"
+#include "protocol/content_digest.h"
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 
@@ -51,7 +51,9 @@ struct EntryHeader {
 
 uint64_t header_check(const EntryHeader &header) { return XXH3_64bits(&header, offsetof(EntryHeader, check)); }
 
-Status failure(const std::string &what) { return error(Code::error, "weight store: " + what + ": " + std::strerror(errno)); }
+Status failure(const std::string &what) {
+    return error(Code::error, "weight store: " + what + ": " + std::strerror(errno));
+}
 
 int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -115,7 +117,7 @@ uint64_t entry_bytes(uint64_t content_offset, uint64_t size) {
 }
 
 bool is_pipe(int fd) {
-    struct stat st {};
+    struct stat st{};
     return ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
@@ -202,7 +204,7 @@ Status StoreOwner::open(const WeightStoreOptions &options) {
     // of earlier owners are gone already, and scan() passes over temporaries.
     if (Status s = open_store_directory(options.directory, &root_); !s) return s;
     if (options_.max_bytes == 0) {
-        struct statvfs fs {};
+        struct statvfs fs{};
         options_.max_bytes = ::fstatvfs(root_.get(), &fs) == 0 ? uint64_t(fs.f_blocks) * fs.f_frsize / 4 : 0;
     }
     scan();
@@ -215,7 +217,7 @@ void StoreOwner::scan() {
         UniqueFd part(::openat(root, tenant, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
         if (!part.valid()) return;
         for_each_entry(part.get(), [&](int directory, const char *name) {
-            struct stat st {};
+            struct stat st{};
             if (name[0] == '.' || ::fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
             const uint64_t bytes = uint64_t(st.st_blocks) * 512;
             stored_[std::string(tenant) + "/" + name] = {bytes,
@@ -289,17 +291,17 @@ void StoreOwner::answer(Channel *channel, const Request &request, std::vector<Un
     UniqueFd file;
     Status status;
     switch (static_cast<Kind>(request.kind)) {
-    case Kind::identify:
-        status = identify(channel, request);
-        break;
-    case Kind::find:
-        status = find(*channel, request, &reply, &file);
-        break;
-    case Kind::commit:
-        status = start_commit(channel, request, fds, &reply);
-        break;
-    default:
-        status = error(Code::bad_request, "unknown weight store request " + std::to_string(request.kind));
+        case Kind::identify:
+            status = identify(channel, request);
+            break;
+        case Kind::find:
+            status = find(*channel, request, &reply, &file);
+            break;
+        case Kind::commit:
+            status = start_commit(channel, request, fds, &reply);
+            break;
+        default:
+            status = error(Code::bad_request, "unknown weight store request " + std::to_string(request.kind));
     }
     reply.code = static_cast<int32_t>(status.code());
     std::snprintf(reply.message, sizeof(reply.message), "%s", status.message().c_str());
@@ -342,7 +344,7 @@ Status StoreOwner::find(const Channel &channel, const Request &request, Reply *r
     UniqueFd entry(::openat(directory.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (!entry.valid()) return Status::success();  // not found
     EntryHeader header{};
-    struct stat st {};
+    struct stat st{};
     bool sound = ::fstat(entry.get(), &st) == 0 && S_ISREG(st.st_mode) &&
                  ::pread(entry.get(), &header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header)) &&
                  header_is_sound(header, digest, static_cast<uint64_t>(st.st_size));
@@ -366,7 +368,8 @@ Status StoreOwner::find(const Channel &channel, const Request &request, Reply *r
         stored_bytes_ += stored.bytes;
     }
     stored.used_ns = now_ns();
-    if (stored.used_ns / 1000000000 - st.st_mtim.tv_sec >= options_.lru_resolution_s) (void)::futimens(entry.get(), nullptr);
+    if (stored.used_ns / 1000000000 - st.st_mtim.tv_sec >= options_.lru_resolution_s)
+        (void)::futimens(entry.get(), nullptr);
     reply->found = 1;
     reply->content_offset = header.content_offset;
     *file = std::move(entry);
@@ -394,8 +397,8 @@ Status StoreOwner::reserve(const std::string &tenant, const std::string &name, u
     }
     if (bytes > options_.max_bytes) {
         ++counters_.commits_refused;
-        return error(Code::limit_exceeded, "weight store: an entry of " + std::to_string(bytes) +
-                                               " bytes exceeds the store's limit");
+        return error(Code::limit_exceeded,
+                     "weight store: an entry of " + std::to_string(bytes) + " bytes exceeds the store's limit");
     }
     evict_locked(bytes);
     if (stored_bytes_ + reserved_bytes_ + bytes > options_.max_bytes) {
@@ -467,9 +470,9 @@ Status StoreOwner::create_entry(Commit *commit) {
     }
     if (rc != 0) {
         errno = rc;
-        return error(rc == ENOSPC || rc == EDQUOT ? Code::limit_exceeded : Code::error,
-                     "weight store: no room for an entry of " + std::to_string(commit->size) +
-                         " bytes: " + std::strerror(rc));
+        return error(
+            rc == ENOSPC || rc == EDQUOT ? Code::limit_exceeded : Code::error,
+            "weight store: no room for an entry of " + std::to_string(commit->size) + " bytes: " + std::strerror(rc));
     }
     return Status::success();
 }
@@ -510,8 +513,8 @@ void StoreOwner::run_commit(std::unique_ptr<Commit> commit) {
     if (named) {
         // Our own copy, which no worker can change, is what gets hashed and named.
         ContentDigest found;
-        named = digest_of_file(commit->file.get(), commit->content_offset, commit->size, &found) &&
-                found == commit->digest;
+        named =
+            digest_of_file(commit->file.get(), commit->content_offset, commit->size, &found) && found == commit->digest;
     }
     if (named) {
         named = ::renameat(commit->directory.get(), commit->temporary.c_str(), commit->directory.get(),

@@ -23,15 +23,15 @@
 // its commit.
 #pragma once
 
-#include "host/common/store_channel.h"
-#include "host/common/store_layout.h"
-
 #include <atomic>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "host/common/store_channel.h"
+#include "host/common/store_layout.h"
 
 namespace ggml_remote::host {
 
@@ -107,7 +107,7 @@ class StoreOwner {
     std::atomic<uint64_t> next_temporary_{0};
 
     mutable std::mutex mutex_;
-    std::map<std::string, Stored> stored_;  // "<tenant dir>/<name>"
+    std::map<std::string, Stored> stored_;       // "<tenant dir>/<name>"
     std::map<std::string, uint64_t> in_flight_;  // the same keys: reserved bytes
     uint64_t stored_bytes_ = 0;
     uint64_t reserved_bytes_ = 0;

@@ -1,6 +1,4 @@
 #include "host/listener/worker_jail.h"
-#include "host/common/server_log.h"
-
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -11,6 +9,8 @@
 #include <cstring>
 #include <thread>
 #include <utility>
+
+#include "host/common/server_log.h"
 
 namespace ggml_remote::host {
 

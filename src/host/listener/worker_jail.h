@@ -6,9 +6,6 @@
 // parent-death signal), so a guest's session outlives a listener that goes away.
 #pragma once
 
-#include "host/common/worker_contract.h"
-#include "protocol/status.h"
-
 #include <signal.h>
 #include <sys/types.h>
 
@@ -16,6 +13,9 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "host/common/worker_contract.h"
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

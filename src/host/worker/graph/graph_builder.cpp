@@ -1,13 +1,13 @@
 #include "host/worker/graph/graph_builder.h"
 
-#include "host/worker/graph/op_validation.h"
-#include "protocol/printable.h"
-
 #include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include "host/worker/graph/op_validation.h"
+#include "protocol/printable.h"
 
 namespace ggml_remote::host {
 

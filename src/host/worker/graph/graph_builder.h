@@ -1,16 +1,16 @@
 // Turns a checked tensor list into real ggml tensors over the session's buffers.
 #pragma once
 
-#include "host/worker/graph/index_guard.h"
-#include "protocol/status.h"
-#include "protocol/tensor_codec.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
 
 #include <functional>
 #include <memory>
 #include <vector>
+
+#include "host/worker/graph/index_guard.h"
+#include "protocol/status.h"
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::host {
 
@@ -23,16 +23,16 @@ using ContextPtr = std::unique_ptr<ggml_context, ContextDeleter>;
 struct BufferView {
     ggml_backend_buffer_t buffer = nullptr;
     uint64_t size = 0;
-    bool writable = true;        // false for a guest's mapped model file
+    bool writable = true;         // false for a guest's mapped model file
     bool guest_writable = false;  // the guest can write it during a compute (shm, ivshmem, its file)
 };
 using BufferLookup = std::function<Status(uint64_t handle, BufferView *view)>;
 
 struct BuiltTensors {
     ContextPtr context;
-    std::vector<ggml_tensor *> tensors;  // same order as the list
-    ggml_cgraph *graph = nullptr;        // only when nodes were requested
-    uint64_t checked_for_backend = 0;    // the session's backend found able to compute it (0: none yet)
+    std::vector<ggml_tensor *> tensors;    // same order as the list
+    ggml_cgraph *graph = nullptr;          // only when nodes were requested
+    uint64_t checked_for_backend = 0;      // the session's backend found able to compute it (0: none yet)
     std::vector<uint64_t> writes_weights;  // buffers of weights its nodes write (Session::repack_weights)
     // The nodes that follow indexes (or sort values) in tensor data, each reading a
     // private copy checked before it runs; found once, when the graph is built.

@@ -1,14 +1,14 @@
 #include "host/worker/graph/index_guard.h"
 
-#include "host/worker/graph/op_validation.h"
-#include "host/worker/graph/ops/checks.h"
-#include "host/worker/graph/ops/op_table.h"
-#include "protocol/tensor_codec.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
+
+#include "host/worker/graph/op_validation.h"
+#include "host/worker/graph/ops/checks.h"
+#include "host/worker/graph/ops/op_table.h"
+#include "protocol/tensor_codec.h"
 
 namespace ggml_remote::host {
 
@@ -117,8 +117,8 @@ Status check_range(const ggml_tensor *node, int source, ggml_type type, const st
     const int64_t k = first_out_of_range(bytes, type, bound, &value);
     if (k < 0) return Status::success();
     return error(Code::bad_request, node_label(node) + "index " + std::to_string(value) + " (element " +
-                                        std::to_string(k) + " of src[" + std::to_string(source) +
-                                        "]) is not in [0, " + std::to_string(bound) + ")");
+                                        std::to_string(k) + " of src[" + std::to_string(source) + "]) is not in [0, " +
+                                        std::to_string(bound) + ")");
 }
 
 }  // namespace
@@ -168,7 +168,7 @@ Status IndexGuard::plan(ggml_cgraph *graph, const GuestWritable &guest_writable)
         if (Status s = refuse_unreadable(node, guest); !s) return s;
         if (guest->buffer == nullptr || !ggml_backend_buffer_is_host(guest->buffer)) continue;
         if (bound < 0 && !guest_writable(guest->buffer)) continue;  // values that hold still already
-        if (ggml_blck_size(guest->type) != 1) continue;  // not ids nor plain values: validation refused it
+        if (ggml_blck_size(guest->type) != 1) continue;             // not ids nor plain values: validation refused it
         const int writer = last_writer(graph, i, guest);
         int at = 0;
         if (writer >= 0) {

@@ -11,8 +11,6 @@
 // node that reads them (the graph is computed in segments), never before.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
 
@@ -20,6 +18,8 @@
 #include <functional>
 #include <memory>
 #include <vector>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 
@@ -70,9 +70,9 @@ class IndexGuard {
         int source = 0;
         ggml_tensor *guest = nullptr;  // the source as the guest described it
         int64_t bound = 0;
-        int at = 0;                          // gathered before node `at` computes
-        std::unique_ptr<ggml_tensor> copy;   // the node's source from now on
-        std::vector<uint8_t> bytes;          // its elements, dense
+        int at = 0;                         // gathered before node `at` computes
+        std::unique_ptr<ggml_tensor> copy;  // the node's source from now on
+        std::vector<uint8_t> bytes;         // its elements, dense
     };
     struct ContextFree {
         void operator()(ggml_context *context) const { ggml_free(context); }

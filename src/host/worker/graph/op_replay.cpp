@@ -47,7 +47,7 @@ void install_traps_once() {
     static std::once_flag once;
     std::call_once(once, [] {
         g_previous_abort_callback = ggml_set_abort_callback(on_ggml_abort);
-        struct sigaction action {};
+        struct sigaction action{};
         action.sa_handler = on_arithmetic_trap;
         sigemptyset(&action.sa_mask);
         sigaction(SIGFPE, &action, nullptr);

@@ -10,11 +10,11 @@
 // the op_params ranges to check before the constructor runs.
 #pragma once
 
-#include "host/worker/graph/ops/op_entry.h"
-
 #include <ggml.h>
 
 #include <string>
+
+#include "host/worker/graph/ops/op_entry.h"
 
 namespace ggml_remote::host {
 

@@ -16,14 +16,14 @@
 // each compute (or between segments of it).
 #include "host/worker/graph/op_validation.h"
 
+#include <cstring>
+#include <string>
+
 #include "host/worker/graph/op_replay.h"
 #include "host/worker/graph/ops/checks.h"
 #include "host/worker/graph/ops/op_table.h"
 #include "protocol/printable.h"
 #include "protocol/tensor_codec.h"
-
-#include <cstring>
-#include <string>
 
 namespace ggml_remote::host {
 

@@ -3,9 +3,9 @@
 // kernel ever sees the node.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <ggml.h>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

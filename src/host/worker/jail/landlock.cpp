@@ -1,7 +1,5 @@
 #include "host/worker/jail/landlock.h"
 
-#include "transport/unique_fd.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
@@ -16,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 
@@ -69,7 +69,7 @@ Status failure(const std::string &what) {
 Status allow_beneath(int ruleset, const std::string &path, uint64_t rights, uint64_t handled) {
     UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
     if (!fd.valid()) return Status::success();
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd.get(), &st) != 0) return failure("stat " + path);
     if (!S_ISDIR(st.st_mode)) rights &= kFileRights;
     landlock_path_beneath_attr rule{};

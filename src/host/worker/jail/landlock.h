@@ -7,11 +7,11 @@
 // anything it could write to change the host. See docs/SECURITY.md ("Worker sandbox").
 #pragma once
 
-#include "host/common/serving_options.h"
-#include "protocol/status.h"
-
 #include <string>
 #include <vector>
+
+#include "host/common/serving_options.h"
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

@@ -1,7 +1,5 @@
 #include "host/worker/jail/sandbox.h"
 
-#include "host/worker/jail/seccomp_policy.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -21,6 +19,8 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+
+#include "host/worker/jail/seccomp_policy.h"
 
 namespace ggml_remote::host {
 
@@ -91,11 +91,13 @@ Status drop_capabilities(bool *had_any) {
         return error(Code::error, std::string("capget: ") + std::strerror(errno));
     }
     *had_any = false;
-    for (const __user_cap_data_struct &word : held) *had_any |= (word.effective | word.permitted | word.inheritable) != 0;
+    for (const __user_cap_data_struct &word : held)
+        *had_any |= (word.effective | word.permitted | word.inheritable) != 0;
     if (!*had_any) return Status::success();  // (an unprivileged process cannot shrink its bounding set)
     for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability) {
         if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 && errno != EINVAL) {
-            return error(Code::error, "prctl(PR_CAPBSET_DROP, " + std::to_string(capability) + "): " + std::strerror(errno));
+            return error(Code::error,
+                         "prctl(PR_CAPBSET_DROP, " + std::to_string(capability) + "): " + std::strerror(errno));
         }
     }
     if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {

@@ -5,11 +5,11 @@
 // docs/SECURITY.md ("Worker sandbox") for what is denied and why a deny-list.
 #pragma once
 
-#include "host/worker/jail/landlock.h"
-#include "protocol/status.h"
-
 #include <string>
 #include <vector>
+
+#include "host/worker/jail/landlock.h"
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 
@@ -24,7 +24,7 @@ void mark_descriptors_cloexec(int first);
 
 // What enter_sandbox put in place beyond seccomp, for the server's start-up line.
 struct SandboxReport {
-    int landlock_abi = 0;             // 0: this kernel has no Landlock
+    int landlock_abi = 0;              // 0: this kernel has no Landlock
     bool filesystem_confined = false;  // Landlock applied `files`
     bool had_capabilities = false;     // the process held capabilities, and dropped them
 };

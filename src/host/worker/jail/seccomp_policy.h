@@ -11,10 +11,10 @@
 // backends alone. Every call not named is allowed.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstddef>
 #include <cstdint>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

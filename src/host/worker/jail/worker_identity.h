@@ -4,12 +4,12 @@
 // out of reach by file mode and UID, whatever the kernel's Landlock support.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <sys/types.h>
 
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

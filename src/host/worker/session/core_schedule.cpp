@@ -1,9 +1,9 @@
 #include "host/worker/session/core_schedule.h"
 
-#include "transport/spin_policy.h"
-
 #include <algorithm>
 #include <atomic>
+
+#include "transport/spin_policy.h"
 
 namespace ggml_remote::host {
 

@@ -36,10 +36,10 @@
 // cores it could burn anyway.
 #pragma once
 
-#include "host/common/status_board.h"
-
 #include <cstdint>
 #include <vector>
+
+#include "host/common/status_board.h"
 
 namespace ggml_remote::host {
 

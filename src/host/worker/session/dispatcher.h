@@ -1,13 +1,13 @@
 // Dispatcher: one handler per command, with the decoding done once for all.
 #pragma once
 
-#include "protocol/commands.h"
-#include "transport/unique_fd.h"
-
 #include <array>
 #include <functional>
 #include <type_traits>
 #include <vector>
+
+#include "protocol/commands.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 
@@ -60,10 +60,10 @@ struct ReplyFrame {
 // One command being handled: what came with its Request, and what goes back.
 template <class Cmd>
 struct Call {
-    protocol::ByteView tail;      // the bytes after the Request (commands that take a tail)
-    std::vector<UniqueFd> &fds;   // descriptors that came with it; a handler moves out those it keeps
-    typename Cmd::Reply reply{};  // the fixed reply, sent when the handler succeeds
-    ReplyTail &reply_tail;        // what follows it
+    protocol::ByteView tail;         // the bytes after the Request (commands that take a tail)
+    std::vector<UniqueFd> &fds;      // descriptors that came with it; a handler moves out those it keeps
+    typename Cmd::Reply reply{};     // the fixed reply, sent when the handler succeeds
+    ReplyTail &reply_tail;           // what follows it
     TailStream *streamed = nullptr;  // set when the tail is still in the stream (`tail` is then empty)
 
     uint64_t tail_size() const { return streamed != nullptr ? streamed->size() : tail.size; }
@@ -118,8 +118,8 @@ class Dispatcher {
         if (whole && (payload.size == size || protocol::takes_tail(Cmd::id))) return Status::success();
         return error(Code::bad_request, std::string(protocol::command_name(Cmd::id)) + ": request of " +
                                             std::to_string(payload.size) + " bytes is " +
-                                            (whole ? "longer than its " : "too short for its ") +
-                                            std::to_string(size) + (whole ? " (this command takes no tail)" : ""));
+                                            (whole ? "longer than its " : "too short for its ") + std::to_string(size) +
+                                            (whole ? " (this command takes no tail)" : ""));
     }
 
     static constexpr size_t kCount = static_cast<size_t>(protocol::CommandId::count_);

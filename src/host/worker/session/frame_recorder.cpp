@@ -1,9 +1,5 @@
 #include "host/worker/session/frame_recorder.h"
 
-#include "host/common/server_log.h"
-#include "host/common/serving_options.h"
-#include "protocol/commands.h"
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +7,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+
+#include "host/common/server_log.h"
+#include "host/common/serving_options.h"
+#include "protocol/commands.h"
 
 namespace ggml_remote::host {
 

@@ -3,11 +3,11 @@
 // GGML_REMOTE_RECORD_DIR environment variable; never used otherwise.
 #pragma once
 
-#include "protocol/status.h"
-#include "protocol/wire.h"
-
 #include <cstdint>
 #include <string>
+
+#include "protocol/status.h"
+#include "protocol/wire.h"
 
 namespace ggml_remote::host {
 

@@ -1,11 +1,11 @@
 #include "host/worker/session/host_devices.h"
 
-#include "host/common/server_log.h"
-
 #include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
+
+#include "host/common/server_log.h"
 
 namespace ggml_remote::host {
 
@@ -64,7 +64,8 @@ Status select_devices(const std::vector<std::string> &names, std::vector<ggml_ba
         if (!found) {
             std::string available;
             for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-                available += (available.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(ggml_backend_dev_get(i)));
+                available +=
+                    (available.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(ggml_backend_dev_get(i)));
             }
             return error(Code::not_found, "no host device named '" + name + "' (available: " + available + ")");
         }

@@ -3,12 +3,12 @@
 // never computes, so it loads no GPU driver (see listener/device_probe.h).
 #pragma once
 
-#include "protocol/status.h"
-
 #include <ggml-backend.h>
 
 #include <string>
 #include <vector>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

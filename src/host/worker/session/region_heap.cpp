@@ -28,8 +28,9 @@ Status RegionHeap::allocate(uint64_t size, uint64_t *offset) {
         *offset = start;
         return Status::success();
     }
-    return error(Code::out_of_memory, "the region's heap has no free range of " + std::to_string(length) +
-                                          " bytes (" + std::to_string(bytes_free_) + " free in all; a larger "
+    return error(Code::out_of_memory, "the region's heap has no free range of " + std::to_string(length) + " bytes (" +
+                                          std::to_string(bytes_free_) +
+                                          " free in all; a larger "
                                           "ivshmem region holds more)");
 }
 

@@ -3,10 +3,10 @@
 // is given, and nothing it writes can change what the heap believes is free.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <cstdint>
 #include <map>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

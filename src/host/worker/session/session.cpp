@@ -1,11 +1,11 @@
 // Session: what one guest owns on the host, and its commands' way to their handlers.
 #include "host/worker/session/session.h"
 
-#include "host/worker/graph/graph_builder.h"
-
 #include <unistd.h>
 
 #include <thread>
+
+#include "host/worker/graph/graph_builder.h"
 
 namespace ggml_remote::host {
 
@@ -80,7 +80,8 @@ Status Session::buffer_at(uint64_t handle, SessionBuffer **buffer) {
 
 Status Session::backend_at(uint64_t handle, SessionBackend **backend) {
     *backend = backends_.find(handle);
-    if (*backend == nullptr) return error(Code::not_found, "backend handle " + std::to_string(handle) + " is not valid");
+    if (*backend == nullptr)
+        return error(Code::not_found, "backend handle " + std::to_string(handle) + " is not valid");
     return Status::success();
 }
 
@@ -137,7 +138,7 @@ void Session::report_compute_failure(const Status &status) {
 }
 
 Status Session::run_handler(uint16_t command, ByteView payload, TailStream *streamed, std::vector<UniqueFd> &fds,
-                           ReplyFrame *reply) {
+                            ReplyFrame *reply) {
     const Dispatcher::RawHandler *handler = dispatcher_.find(command);
     if (handler == nullptr) return error(Code::bad_request, "unknown command " + std::to_string(command));
     if (!handshaken_ && !protocol::command_has(command, protocol::kOpensSession)) {
@@ -155,8 +156,8 @@ Status Session::run_handler(uint16_t command, ByteView payload, TailStream *stre
     try {
         return (*handler)(payload, streamed, fds, reply);
     } catch (const std::bad_alloc &) {
-        return error(Code::out_of_memory, std::string(command_name(static_cast<CommandId>(command))) +
-                                              ": the host ran out of memory");
+        return error(Code::out_of_memory,
+                     std::string(command_name(static_cast<CommandId>(command))) + ": the host ran out of memory");
     } catch (const std::exception &e) {
         return error(Code::error, std::string(command_name(static_cast<CommandId>(command))) + ": " + e.what());
     }

@@ -2,34 +2,34 @@
 // One session runs in one worker process (see worker.h).
 #pragma once
 
-#include "host/worker/session/core_schedule.h"
-#include "host/worker/session/dispatcher.h"
-#include "host/worker/session/frame_recorder.h"
-#include "host/worker/graph/graph_builder.h"
-#include "host/worker/weights/weight_repack.h"
-#include "host/worker/weights/store_fill.h"
-#include "host/worker/session/handle_table.h"
-#include "host/common/refusals.h"
-#include "host/common/session_figures.h"
-#include "host/common/session_limits.h"
-#include "host/worker/session/region_heap.h"
-#include "host/common/status_board.h"
-#include "host/worker/session/watchdog.h"
-#include "protocol/commands.h"
-#include "protocol/tensor_codec.h"
-#include "transport/connection.h"
-#include "transport/shared_memory.h"
-#include "transport/shared_ring.h"
-
 #include <ggml-backend.h>
 
 #include <array>
 #include <atomic>
 #include <functional>
-#include <utility>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "host/common/refusals.h"
+#include "host/common/session_figures.h"
+#include "host/common/session_limits.h"
+#include "host/common/status_board.h"
+#include "host/worker/graph/graph_builder.h"
+#include "host/worker/session/core_schedule.h"
+#include "host/worker/session/dispatcher.h"
+#include "host/worker/session/frame_recorder.h"
+#include "host/worker/session/handle_table.h"
+#include "host/worker/session/region_heap.h"
+#include "host/worker/session/watchdog.h"
+#include "host/worker/weights/store_fill.h"
+#include "host/worker/weights/weight_repack.h"
+#include "protocol/commands.h"
+#include "protocol/tensor_codec.h"
+#include "transport/connection.h"
+#include "transport/shared_memory.h"
+#include "transport/shared_ring.h"
 
 namespace ggml_remote::host {
 
@@ -127,7 +127,7 @@ class Session {
         uint64_t charged = 0;  // bytes counted against the session's memory quota
         uint64_t mapped = 0;   // bytes of a guest's file, counted against the mapped-file quota
         bool writable = true;
-        bool weights = false;  // the guest said it holds weights (BufferSetUsage)
+        bool weights = false;            // the guest said it holds weights (BufferSetUsage)
         bool shared_with_guest = false;  // a memory file the guest maps too
         bool private_memory = false;     // `mapping` is the worker's own memory (allocate_private)
         bool in_region = false;          // at region_offset in the ivshmem region's heap
@@ -184,11 +184,11 @@ class Session {
     void register_handlers();
     // handle() as serve() calls it: `streamed` is the tail when it is still in
     // the ring, and a reply tail's `fill` is left for the sender.
-    Status handle_frame(uint16_t command, protocol::ByteView payload, TailStream *streamed,
-                        std::vector<UniqueFd> &fds, ReplyFrame *reply);
+    Status handle_frame(uint16_t command, protocol::ByteView payload, TailStream *streamed, std::vector<UniqueFd> &fds,
+                        ReplyFrame *reply);
     // handle_frame() without the refusal count: finds the command's handler and runs it.
-    Status run_handler(uint16_t command, protocol::ByteView payload, TailStream *streamed,
-                       std::vector<UniqueFd> &fds, ReplyFrame *reply);
+    Status run_handler(uint16_t command, protocol::ByteView payload, TailStream *streamed, std::vector<UniqueFd> &fds,
+                       ReplyFrame *reply);
     // "this session already has 16 backends (--max-backends)": the refusal of a capped object.
     static Status over_cap(size_t count, const char *what, const char *flag);
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
@@ -305,7 +305,7 @@ class Session {
     Watchdog *watchdog_ = nullptr;  // serve()'s, while it runs
     bool handshaken_ = false;
     bool shared_memory_allowed_ = false;
-    bool shared_memory_ = false;  // granted in the handshake
+    bool shared_memory_ = false;                 // granted in the handshake
     std::unique_ptr<RingChannel> pending_ring_;  // granted in the handshake, used after its reply
     const StatusBoard *status_board_ = nullptr;
     SessionSlot *status_slot_ = nullptr;

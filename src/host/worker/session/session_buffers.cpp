@@ -1,12 +1,12 @@
 // Session: the handlers of buffers (allocation, freeing, usage) and of the weight store.
-#include "host/worker/session/session.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "host/worker/session/session.h"
 
 namespace ggml_remote::host {
 
@@ -41,8 +41,8 @@ Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &c
     }
     ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(device);
     if (request.size > ggml_backend_buft_get_max_size(buft)) {
-        return error(Code::bad_request, "buffer of " + std::to_string(request.size) +
-                                            " bytes is larger than the device's maximum");
+        return error(Code::bad_request,
+                     "buffer of " + std::to_string(request.size) + " bytes is larger than the device's maximum");
     }
     SessionBuffer record;
     if (shared_memory_ && device_shares_memory(device)) {
@@ -60,8 +60,8 @@ Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &c
     } else {
         ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
         if (buffer == nullptr) {
-            return error(Code::out_of_memory, "the host device could not allocate " +
-                                                  std::to_string(request.size) + " bytes");
+            return error(Code::out_of_memory,
+                         "the host device could not allocate " + std::to_string(request.size) + " bytes");
         }
         record.buffer.reset(buffer);
     }
@@ -85,10 +85,12 @@ Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFi
     }
     if (buffers_.size() >= limits_.max_buffers) return over_cap(buffers_.size(), "buffers", "--max-buffers");
     if (request.size > limits_.mapped_file_quota - mapped_file_bytes_) {
-        return error(Code::limit_exceeded,
-                     "mapping " + std::to_string(request.size) + " bytes of the guest's file would exceed the "
-                     "session's mapped-file quota of " + std::to_string(limits_.mapped_file_quota) +
-                     " bytes (--mapped-file-quota; " + std::to_string(mapped_file_bytes_) + " mapped)");
+        return error(Code::limit_exceeded, "mapping " + std::to_string(request.size) +
+                                               " bytes of the guest's file would exceed the "
+                                               "session's mapped-file quota of " +
+                                               std::to_string(limits_.mapped_file_quota) +
+                                               " bytes (--mapped-file-quota; " + std::to_string(mapped_file_bytes_) +
+                                               " mapped)");
     }
     UniqueFd file = std::move(call.fds.front());
     call.fds.clear();
@@ -100,8 +102,7 @@ Status Session::handle(const BufferFromFile::Request &request, Call<BufferFromFi
     const size_t alignment = ggml_backend_buft_get_alignment(ggml_backend_dev_buffer_type(device));
     if (reinterpret_cast<uintptr_t>(record.mapping.data()) % alignment != 0) {
         return error(Code::bad_request, "file offset " + std::to_string(request.file_offset) +
-                                            " is not aligned to the device's " + std::to_string(alignment) +
-                                            " bytes");
+                                            " is not aligned to the device's " + std::to_string(alignment) + " bytes");
     }
     ggml_backend_buffer_t buffer = ggml_backend_dev_buffer_from_host_ptr(
         device, record.mapping.data(), record.mapping.size(),
@@ -124,12 +125,13 @@ namespace {
 // the host's accesses fault, nor grow, and exactly the size asked for.
 Status check_sealed_memory_file(int fd, uint64_t size) {
     const int seals = ::fcntl(fd, F_GET_SEALS);
-    if (seals < 0) return error(Code::bad_request, std::string("buffer_adopt: not a memory file: ") + std::strerror(errno));
+    if (seals < 0)
+        return error(Code::bad_request, std::string("buffer_adopt: not a memory file: ") + std::strerror(errno));
     constexpr int kNeeded = F_SEAL_SHRINK | F_SEAL_GROW;
     if ((seals & kNeeded) != kNeeded) {
         return error(Code::bad_request, "buffer_adopt: the memory file is not sealed against shrinking and growing");
     }
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != size) {
         return error(Code::bad_request, "buffer_adopt: the memory file is not " + std::to_string(size) + " bytes long");
     }
@@ -156,8 +158,8 @@ Status Session::handle(const BufferAdopt::Request &request, Call<BufferAdopt> &c
     if (Status s = check_sealed_memory_file(file.get(), request.size); !s) return s;
     SessionBuffer record;
     if (Status s = Mapping::map(file.get(), 0, request.size, true, &record.mapping); !s) return s;
-    ggml_backend_buffer_t buffer = ggml_backend_dev_buffer_from_host_ptr(device, record.mapping.data(),
-                                                                         record.mapping.size(), request.size);
+    ggml_backend_buffer_t buffer =
+        ggml_backend_dev_buffer_from_host_ptr(device, record.mapping.data(), record.mapping.size(), request.size);
     if (buffer == nullptr) return error(Code::error, "the host device cannot use shared memory");
     record.buffer.reset(buffer);
     record.shared_with_guest = true;
@@ -226,7 +228,8 @@ Status Session::handle(const WeightLookup::Request &request, Call<WeightLookup> 
     // A hit fills the range from the store.
     return write_range(request.range, [&](ggml_tensor *bytes) {
         bool found = false;
-        Status status = store_fill_.lookup({bytes, memory, request.range.buffer, request.range.offset}, digest_of(request.digest), &found);
+        Status status = store_fill_.lookup({bytes, memory, request.range.buffer, request.range.offset},
+                                           digest_of(request.digest), &found);
         call.reply.found = found ? 1 : 0;
         return status;
     });
@@ -237,7 +240,8 @@ Status Session::handle(const WeightOffer::Request &request, Call<WeightOffer> &)
     if (Status s = check_store_request(request.range, "weight_offer", &memory); !s) return s;
     // The guest's bytes for the range come next (SetTensor).
     return write_range(request.range, [&](ggml_tensor *bytes) {
-        return store_fill_.offer({bytes, memory, request.range.buffer, request.range.offset}, digest_of(request.digest));
+        return store_fill_.offer({bytes, memory, request.range.buffer, request.range.offset},
+                                 digest_of(request.digest));
     });
 }
 

@@ -1,12 +1,11 @@
 // Session: the handlers of backends and graph computes, and the threads they compute with.
-#include "host/worker/session/session.h"
+#include <algorithm>
+#include <unordered_map>
 
 #include "abi/ggml_backend_abi_v3.h"
 #include "host/worker/graph/op_validation.h"
+#include "host/worker/session/session.h"
 #include "protocol/printable.h"
-
-#include <algorithm>
-#include <unordered_map>
 
 namespace ggml_remote::host {
 
@@ -36,8 +35,8 @@ void record_alloc_dep(void *user_data, ggml_tensor *tensor, ggml_tensor *until) 
 // new order, then the alloc deps as list indexes. False when the backend did more
 // than reorder (a node dropped, added or repeated) or named a tensor not in the list.
 bool describe_new_order(const std::vector<ggml_tensor *> &original, ggml_cgraph *graph,
-                        const std::vector<ggml_tensor *> &list, const AllocDeps &deps,
-                        std::vector<uint8_t> *tail, GraphOptimize::Reply *reply) {
+                        const std::vector<ggml_tensor *> &list, const AllocDeps &deps, std::vector<uint8_t> *tail,
+                        GraphOptimize::Reply *reply) {
     const int n_nodes = ggml_graph_n_nodes(graph);
     if (n_nodes != static_cast<int>(original.size())) return false;
     std::unordered_map<const ggml_tensor *, int32_t> position, list_index;
@@ -72,8 +71,8 @@ Status Session::handle(const BackendInit::Request &request, Call<BackendInit> &c
     }
     ggml_backend_t backend = ggml_backend_dev_init(device, nullptr);
     if (backend == nullptr) {
-        return error(Code::error, std::string("cannot initialise a backend on host device ") +
-                                      ggml_backend_dev_name(device));
+        return error(Code::error,
+                     std::string("cannot initialise a backend on host device ") + ggml_backend_dev_name(device));
     }
     SessionBackend record;
     record.backend.reset(backend);

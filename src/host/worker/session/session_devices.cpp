@@ -1,14 +1,13 @@
 // Session: the handlers of the handshake and of the questions about devices.
-#include "host/worker/session/session.h"
-
-#include "abi/ggml_backend_abi_v3.h"
-
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
+
+#include "abi/ggml_backend_abi_v3.h"
+#include "host/worker/session/session.h"
 
 namespace ggml_remote::host {
 
@@ -93,10 +92,10 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
         return error(Code::bad_request, "the handshake was already done in this session");
     }
     if (request.protocol_version != kProtocolVersion) {
-        return error(Code::version_mismatch,
-                     "protocol version mismatch: the guest speaks version " +
-                         std::to_string(request.protocol_version) + ", this server speaks version " +
-                         std::to_string(kProtocolVersion) + "; use the same ggml-remote release on both sides");
+        return error(Code::version_mismatch, "protocol version mismatch: the guest speaks version " +
+                                                 std::to_string(request.protocol_version) +
+                                                 ", this server speaks version " + std::to_string(kProtocolVersion) +
+                                                 "; use the same ggml-remote release on both sides");
     }
     handshaken_ = true;
     shared_memory_ = shared_memory_allowed_ && (request.capabilities & kSessionSharedMemory) != 0;

@@ -1,12 +1,11 @@
 // Session: serve(), the frames of one guest's connection: reading them under the
 // watchdog, handing them to their handlers, and the replies.
-#include "host/worker/session/session.h"
-
-#include "host/worker/session/watchdog.h"
-
 #include <exception>
 #include <string>
 #include <utility>
+
+#include "host/worker/session/session.h"
+#include "host/worker/session/watchdog.h"
 
 namespace ggml_remote::host {
 
@@ -111,8 +110,8 @@ struct Session::ServeLoop {
     const Watchdog::Clock::time_point handshake_deadline;
     FrameBuffer payload;
     uint64_t streamed_tail = 0;  // bytes of this frame's payload left in the stream (tail_left_in_ring)
-    Status lost;  // the connection failed while a handler read the stream: the session ends
-    Status deferred;  // the first failure of a one-way command, told with the next reply
+    Status lost;                 // the connection failed while a handler read the stream: the session ends
+    Status deferred;             // the first failure of a one-way command, told with the next reply
     // Whether the last reply answered a guest that waited on a compute: it now
     // works on its own until its next graph (see SpinPolicy).
     bool guest_busy = false;

@@ -1,10 +1,10 @@
 // Session: the handlers that write, read and initialise tensors' bytes, and the
 // one way every command reaches a buffer's bytes (buffer_range, read_range,
 // write_range).
-#include "host/worker/session/session.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "host/worker/session/session.h"
 
 namespace ggml_remote::host {
 
@@ -99,10 +99,10 @@ Status Session::handle(const SetTensor::Request &request, Call<SetTensor> &call)
                                                 " data bytes for a range of " + std::to_string(request.range.size));
         }
         // Over shm the bytes come piece by piece, straight from the ring.
-        Status status = call.read_tail([&](uint64_t at, const uint8_t *piece, size_t size) {
-            ggml_backend_tensor_set(bytes, piece, at, size);
-        });
-        if (status) store_fill_.received(request.range.buffer, request.range.offset, request.range.size, request.range.size);
+        Status status = call.read_tail(
+            [&](uint64_t at, const uint8_t *piece, size_t size) { ggml_backend_tensor_set(bytes, piece, at, size); });
+        if (status)
+            store_fill_.received(request.range.buffer, request.range.offset, request.range.size, request.range.size);
         return status;
     });
 }

@@ -1,13 +1,13 @@
 #include "host/worker/session/watchdog.h"
 
-#include "host/common/server_log.h"
-#include "host/common/serving_options.h"
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <string>
+
+#include "host/common/server_log.h"
+#include "host/common/serving_options.h"
 
 namespace ggml_remote::host {
 

@@ -10,14 +10,14 @@
 // guest's compute is abandoned instead of holding the worker's memory to its end.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host {
 

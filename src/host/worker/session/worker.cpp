@@ -1,18 +1,5 @@
 #include "host/worker/session/worker.h"
 
-#include "host/common/server_log.h"
-#include "host/common/worker_contract.h"
-#include "host/worker/session/session.h"
-#include "host/worker/session/host_devices.h"
-#include "host/worker/jail/sandbox.h"
-#include "host/common/shader_cache.h"
-#include "host/worker/jail/worker_identity.h"
-#include "transport/connection.h"
-#include "transport/ivshmem_region.h"
-#include "transport/peer_account.h"
-#include "transport/socket.h"
-#include "transport/tls_key.h"
-
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -25,16 +12,33 @@
 #include <cstring>
 #include <ctime>
 
+#include "host/common/server_log.h"
+#include "host/common/shader_cache.h"
+#include "host/common/worker_contract.h"
+#include "host/worker/jail/sandbox.h"
+#include "host/worker/jail/worker_identity.h"
+#include "host/worker/session/host_devices.h"
+#include "host/worker/session/session.h"
+#include "transport/connection.h"
+#include "transport/ivshmem_region.h"
+#include "transport/peer_account.h"
+#include "transport/socket.h"
+#include "transport/tls_key.h"
+
 namespace ggml_remote::host {
 
 namespace {
 
 std::string human_bytes(uint64_t bytes) {
     char text[32];
-    if (bytes >= (1ull << 30)) std::snprintf(text, sizeof(text), "%.2f GiB", bytes / double(1ull << 30));
-    else if (bytes >= (1ull << 20)) std::snprintf(text, sizeof(text), "%.2f MiB", bytes / double(1ull << 20));
-    else if (bytes >= 1024) std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
-    else std::snprintf(text, sizeof(text), "%llu B", static_cast<unsigned long long>(bytes));
+    if (bytes >= (1ull << 30))
+        std::snprintf(text, sizeof(text), "%.2f GiB", bytes / double(1ull << 30));
+    else if (bytes >= (1ull << 20))
+        std::snprintf(text, sizeof(text), "%.2f MiB", bytes / double(1ull << 20));
+    else if (bytes >= 1024)
+        std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
+    else
+        std::snprintf(text, sizeof(text), "%llu B", static_cast<unsigned long long>(bytes));
     return text;
 }
 
@@ -45,8 +49,7 @@ constexpr int kTlsHandshakeTimeoutMs = 5000;
 bool is_tcp(int fd) {
     int domain = 0;
     socklen_t length = sizeof(domain);
-    return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 &&
-           (domain == AF_INET || domain == AF_INET6);
+    return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && (domain == AF_INET || domain == AF_INET6);
 }
 
 // The first byte a guest sends, without taking it: 22 (a TLS handshake record)
@@ -79,7 +82,8 @@ Status accept_tls(std::vector<PreSharedKey> *keys, FramedStream *stream) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTlsHandshakeTimeoutMs);
     constexpr int kTlsHandshakeRecord = 22;
     const int first = peek_first_byte(stream->fd(), kTlsHandshakeTimeoutMs);
-    const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     Status status;
     if (first < 0 || left_ms.count() <= 0) {
         status = error(Code::disconnected, "no TLS handshake within " + std::to_string(kTlsHandshakeTimeoutMs) + " ms");
@@ -120,8 +124,8 @@ char ask_for_session_place(int admission_fd) {
 // The TLS stage of a worker: the handshake (inside the sandbox, with keys read
 // before it) and the session place. False when the guest is not served; a failed
 // handshake is recorded in `slot` (the listener counts the refusals it answers itself).
-bool authenticate(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options, std::vector<PreSharedKey> *keys,
-                  FramedStream *stream, SessionSlot *slot) {
+bool authenticate(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options,
+                  std::vector<PreSharedKey> *keys, FramedStream *stream, SessionSlot *slot) {
     Status status = accept_tls(keys, stream);
     if (!status) {
         log_line(label + ": " + status.message());
@@ -133,7 +137,8 @@ bool authenticate(const std::string &label, const WorkerLaunch &launch, const Se
     if (answer == kAdmissionPeerFull) {
         log_line(label + ": refused after its TLS handshake as '" + tls->peer_identity() +
                  "': its address holds all the sessions one peer may (--max-sessions-per-peer)");
-        refuse(stream, Code::limit_exceeded, "this address holds the most sessions one peer may (--max-sessions-per-peer)");
+        refuse(stream, Code::limit_exceeded,
+               "this address holds the most sessions one peer may (--max-sessions-per-peer)");
         return false;
     }
     if (answer != kAdmissionGranted) {
@@ -186,8 +191,8 @@ Status sandbox_worker(const std::string &label, int client_fd, const ServingOpti
 
 // Everything before the guest's first byte: undumpable, only the descriptors the
 // worker needs, the keys read, the worker's own user, the sandbox. 0, or the exit code.
-int confine_worker(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options,
-                   bool needs_tls, std::vector<PreSharedKey> *keys) {
+int confine_worker(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options, bool needs_tls,
+                   std::vector<PreSharedKey> *keys) {
     // First of all: exec made this process dumpable again.
     Status status = make_undumpable();
     if (!status) log_line(label + ": " + status.message());
@@ -204,7 +209,7 @@ int confine_worker(const std::string &label, const WorkerLaunch &launch, const S
     if (needs_tls) {
         // The listener's copy: the file as it was at start-up or the last good SIGHUP.
         status = launch.keys_fd >= 0 ? read_psk_fd(launch.keys_fd, options.tls_psk_file, keys)
-                                         : read_psk_file(options.tls_psk_file, keys);
+                                     : read_psk_file(options.tls_psk_file, keys);
         if (launch.keys_fd >= 0) ::close(launch.keys_fd);  // the keys are in memory now
         if (!status) {
             log_line(label + ": cannot start TLS: " + status.message());
@@ -288,8 +293,8 @@ SessionSlot *attach_status_slot(const WorkerLaunch &launch, StatusBoard *board) 
 // A guest whose handshake fails is recorded in `slot` as turned away.
 Status serve_guest(const std::string &label, FramedStream *stream, const WorkerLaunch &launch, uid_t server_uid,
                    const std::vector<ggml_backend_dev_t> &devices, const ServingOptions &options,
-                   const RegionShare &region, const StatusBoard &board, SessionSlot *slot,
-                   SessionCounters *counters, CoreStats *cores) {
+                   const RegionShare &region, const StatusBoard &board, SessionSlot *slot, SessionCounters *counters,
+                   CoreStats *cores) {
     Session session(devices, options.limits);
     if (region.mapping != nullptr) {
         session.use_region_heap(region.mapping, region.layout.heap_offset, region.layout.heap_size);
@@ -347,7 +352,8 @@ int log_session_end(const std::string &label, const Status &outcome, const Sessi
                   static_cast<unsigned long long>(counters.graph_computes),
                   human_bytes(counters.bytes_received).c_str(), human_bytes(counters.bytes_sent).c_str());
     std::string summary = totals;
-    if (counters.weights_repacked != 0) summary += ", " + std::to_string(counters.weights_repacked) + " weights repacked";
+    if (counters.weights_repacked != 0)
+        summary += ", " + std::to_string(counters.weights_repacked) + " weights repacked";
     if (counters.store_hits + counters.store_misses != 0) {
         summary += ", weight store: " + std::to_string(counters.store_hits) + " found (" +
                    human_bytes(counters.store_bytes_saved) + " not sent), " + std::to_string(counters.store_misses) +

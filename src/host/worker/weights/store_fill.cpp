@@ -1,7 +1,6 @@
 #include "host/worker/weights/store_fill.h"
 
 #include <ggml-backend.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,8 +72,7 @@ bool StoreFill::pages_of_entry_fit(const Mapping *memory, size_t offset, const S
     return *first != *end && entry.content_offset % page_size() == start % page_size();
 }
 
-bool StoreFill::map_pages_of_entry(Mapping *memory, size_t offset, const StoreEntry &entry, size_t first,
-                                   size_t end) {
+bool StoreFill::map_pages_of_entry(Mapping *memory, size_t offset, const StoreEntry &entry, size_t first, size_t end) {
     return memory->overlay_file(first, end - first, entry.file.get(), entry.content_offset + (first - offset), false)
         .ok();
 }
@@ -134,16 +132,16 @@ Status StoreFill::finish_pending() {
     const Target &target = pending.target;
     if (target.memory != nullptr) {
         // The store's thread streams them from the worker's memory, later, on idle cores.
-        awaiting_.push_back({pending.digest, target.memory, target.buffer, offset_in_memory(target), pending.size, false});
+        awaiting_.push_back(
+            {pending.digest, target.memory, target.buffer, offset_in_memory(target), pending.size, false});
         store_.commit_copy(pending.digest, pending.size, pending.phase, start_of(target));
         return Status::success();
     }
     // Device memory: read through the backend, a piece at a time, now. No room in
     // the store (its limit, a full disk) only means the bytes are not kept.
-    (void)store_.commit_now(pending.digest, pending.size, pending.phase,
-                            [&](uint64_t at, uint8_t *into, size_t size) {
-                                ggml_backend_tensor_get(target.range, into, at, size);
-                            });
+    (void)store_.commit_now(pending.digest, pending.size, pending.phase, [&](uint64_t at, uint8_t *into, size_t size) {
+        ggml_backend_tensor_get(target.range, into, at, size);
+    });
     return Status::success();
 }
 
@@ -178,9 +176,9 @@ void StoreFill::map_named() {
         for (const Awaiting &awaiting : awaiting_) {
             if (awaiting.digest == digest && !awaiting.written) swap_in(awaiting);
         }
-        awaiting_.erase(std::remove_if(awaiting_.begin(), awaiting_.end(),
-                                       [&](const Awaiting &a) { return a.digest == digest; }),
-                        awaiting_.end());
+        awaiting_.erase(
+            std::remove_if(awaiting_.begin(), awaiting_.end(), [&](const Awaiting &a) { return a.digest == digest; }),
+            awaiting_.end());
     }
     // Entries the store refused are never named.
     if (all_done) awaiting_.clear();

@@ -17,14 +17,14 @@
 // since. From device memory the bytes are read and streamed at once.
 #pragma once
 
-#include "host/worker/weights/weight_store.h"
-#include "transport/shared_memory.h"
-
 #include <ggml.h>
 
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "host/worker/weights/weight_store.h"
+#include "transport/shared_memory.h"
 
 namespace ggml_remote::host {
 
@@ -101,8 +101,7 @@ class StoreFill {
     static bool pages_of_entry_fit(const Mapping *memory, size_t offset, const StoreEntry &entry, size_t *first,
                                    size_t *end);
     // Maps them there, copy-on-write.
-    static bool map_pages_of_entry(Mapping *memory, size_t offset, const StoreEntry &entry, size_t first,
-                                   size_t end);
+    static bool map_pages_of_entry(Mapping *memory, size_t offset, const StoreEntry &entry, size_t first, size_t end);
     bool fill_in_place(const Target &target, const StoreEntry &entry);
     Status fill_by_copy(const Target &target, const StoreEntry &entry);
     Status start_entry(const Target &target, const protocol::ContentDigest &digest);

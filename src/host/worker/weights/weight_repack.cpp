@@ -1,9 +1,9 @@
 #include "host/worker/weights/weight_repack.h"
 
-#include "ggml.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "ggml.h"
 
 namespace ggml_remote::host {
 
@@ -33,7 +33,8 @@ std::vector<ggml_backend_buffer_type_t> extra_types_of(ggml_backend_dev_t device
 // Whether the device computes `op` with its weight in a buffer of `type`: asked
 // the way llama.cpp asks, with the weight in an empty buffer of that type.
 bool supports_with_weight_in(ggml_backend_dev_t device, ggml_tensor *op, ggml_backend_buffer_type_t type) {
-    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> empty(ggml_backend_buft_alloc_buffer(type, 0), ggml_backend_buffer_free);
+    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> empty(ggml_backend_buft_alloc_buffer(type, 0),
+                                                                                ggml_backend_buffer_free);
     if (!empty) return false;
     ggml_tensor probe = *op->src[0];
     probe.buffer = empty.get();
@@ -79,8 +80,9 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device,
                                     const std::vector<ggml_backend_buffer_type_t> &extra_types, ggml_tensor *op,
                                     uint64_t buffer, uint64_t buffer_size, const Charge &charge) {
     const ggml_tensor *weight = op->src[0];
-    const auto offset = static_cast<uint64_t>(static_cast<const uint8_t *>(weight->data) -
-                                              static_cast<const uint8_t *>(ggml_backend_buffer_get_base(weight->buffer)));
+    const auto offset =
+        static_cast<uint64_t>(static_cast<const uint8_t *>(weight->data) -
+                              static_cast<const uint8_t *>(ggml_backend_buffer_get_base(weight->buffer)));
     Key key{buffer, offset, weight->type, std::vector<int64_t>(weight->ne, weight->ne + GGML_MAX_DIMS),
             std::vector<size_t>(weight->nb, weight->nb + GGML_MAX_DIMS)};
     auto found = copies_.find(key);
@@ -102,8 +104,8 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device,
     // weight in many shapes gets no more than that.
     const auto made_so_far = bytes_by_buffer_.find(buffer);
     const uint64_t made = made_so_far != bytes_by_buffer_.end() ? made_so_far->second : 0;
-    if (chosen == nullptr || copies_.size() >= max_copies_ || size > 2 * buffer_size ||
-        made > 2 * buffer_size - size || !charge(static_cast<int64_t>(size))) {
+    if (chosen == nullptr || copies_.size() >= max_copies_ || size > 2 * buffer_size || made > 2 * buffer_size - size ||
+        !charge(static_cast<int64_t>(size))) {
         refused_.insert(std::move(key));
         return nullptr;
     }

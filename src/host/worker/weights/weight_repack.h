@@ -17,8 +17,6 @@
 // the copy be repacked again before the next compute.
 #pragma once
 
-#include "ggml-backend.h"
-
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +24,8 @@
 #include <set>
 #include <tuple>
 #include <vector>
+
+#include "ggml-backend.h"
 
 namespace ggml_remote::host {
 

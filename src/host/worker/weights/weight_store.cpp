@@ -1,7 +1,5 @@
 #include "host/worker/weights/weight_store.h"
 
-#include "transport/socket.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -14,6 +12,8 @@
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#include "transport/socket.h"
 
 namespace ggml_remote::host {
 
@@ -98,7 +98,7 @@ bool WeightStore::find(const ContentDigest &digest, uint64_t size, StoreEntry *e
     if (!this->request(request, &reply, &file) || reply.code != 0 || reply.found == 0 || !file.valid()) return false;
     // The owner's word, checked where a wrong one would fault: a regular file that
     // holds the whole range.
-    struct stat st {};
+    struct stat st{};
     if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode) || reply.content_offset > UINT64_MAX - size ||
         static_cast<uint64_t>(st.st_size) < reply.content_offset + size) {
         return false;

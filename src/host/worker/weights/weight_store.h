@@ -13,12 +13,6 @@
 // entry, or to take the bytes of a new one. See docs/SECURITY.md, "Weight store".
 #pragma once
 
-#include "host/common/store_channel.h"
-#include "host/common/store_layout.h"
-#include "protocol/content_digest.h"
-#include "protocol/status.h"
-#include "transport/unique_fd.h"
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -29,6 +23,12 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "host/common/store_channel.h"
+#include "host/common/store_layout.h"
+#include "protocol/content_digest.h"
+#include "protocol/status.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 
@@ -105,9 +105,9 @@ class WeightStore {
 
     UniqueFd channel_;
     std::mutex channel_mutex_;
-    std::atomic<bool> usable_{false};  // the channel works (the owner answered so far)
+    std::atomic<bool> usable_{false};           // the channel works (the owner answered so far)
     std::atomic<int64_t> last_activity_ns_{0};  // steady clock
-    std::atomic<bool> hurry_{false};             // someone waits for the commits
+    std::atomic<bool> hurry_{false};            // someone waits for the commits
     std::atomic<bool> cancelled_{false};
 
     mutable std::mutex mutex_;

@@ -1,8 +1,8 @@
 #include "host/worker/graph/ops/checks.h"
 
-#include "protocol/printable.h"
-
 #include <cstring>
+
+#include "protocol/printable.h"
 
 namespace ggml_remote::host::ops {
 

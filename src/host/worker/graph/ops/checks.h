@@ -2,10 +2,10 @@
 // with the reason worded once, and the op_params range check of the replayed ops.
 #pragma once
 
-#include "host/worker/graph/ops/op_entry.h"
-
 #include <initializer_list>
 #include <string>
+
+#include "host/worker/graph/ops/op_entry.h"
 
 namespace ggml_remote::host::ops {
 

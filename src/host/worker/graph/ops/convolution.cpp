@@ -17,8 +17,8 @@ ggml_tensor *make_conv_transpose_2d(ggml_context *ctx, const ggml_tensor *node) 
 Why conv_transpose_2d_geometry(const ggml_tensor *node) { return params_in_range(node, {0}, {}); }
 
 ggml_tensor *make_im2col(ggml_context *ctx, const ggml_tensor *node) {
-    return ggml_im2col(ctx, src(node, 0), src(node, 1), param(node, 0), param(node, 1), param(node, 2),
-                       param(node, 3), param(node, 4), param(node, 5), param(node, 6) != 0, node->type);
+    return ggml_im2col(ctx, src(node, 0), src(node, 1), param(node, 0), param(node, 1), param(node, 2), param(node, 3),
+                       param(node, 4), param(node, 5), param(node, 6) != 0, node->type);
 }
 Why im2col_geometry(const ggml_tensor *node) {
     const int32_t is_2d = param(node, 6);

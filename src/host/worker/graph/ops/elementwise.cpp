@@ -18,8 +18,8 @@ Why check_binary_kernel(const ggml_tensor *node) {
     if (!rows_are_dense(b) && !ggml_are_same_shape(a, b)) return "src[1] rows are not dense and it is broadcast";
     const ggml_type ta = a->type, tb = b->type, td = node->type;
     const bool same_float = is_float(ta) && ta == tb && tb == td;
-    const bool half_and_f32 = (ta == GGML_TYPE_F16 || ta == GGML_TYPE_BF16) && tb == GGML_TYPE_F32 &&
-                              (td == ta || td == GGML_TYPE_F32);
+    const bool half_and_f32 =
+        (ta == GGML_TYPE_F16 || ta == GGML_TYPE_BF16) && tb == GGML_TYPE_F32 && (td == ta || td == GGML_TYPE_F32);
     if (same_float || half_and_f32) return {};
     if (node->op == GGML_OP_ADD && ggml_is_quantized(ta) && tb == GGML_TYPE_F32 && is_float(td)) {
         if (!rows_are_dense(b) || !ggml_are_same_shape(a, b)) {

@@ -23,10 +23,8 @@ Why check_norm(const ggml_tensor *node) {
 
 constexpr OpEntry kEntries[] = {
     // NORM and L2_NORM walk src[0] through its strides.
-    ruled(GGML_OP_NORM, 1, "rsr", check_norm),
-    ruled(GGML_OP_RMS_NORM, 1, "r", check_norm),
-    ruled(GGML_OP_GROUP_NORM, 1, "r", check_norm),
-    ruled(GGML_OP_L2_NORM, 1, "rsr", check_norm),
+    ruled(GGML_OP_NORM, 1, "rsr", check_norm),        ruled(GGML_OP_RMS_NORM, 1, "r", check_norm),
+    ruled(GGML_OP_GROUP_NORM, 1, "r", check_norm),    ruled(GGML_OP_L2_NORM, 1, "rsr", check_norm),
     ruled(GGML_OP_RMS_NORM_BACK, 2, "r", check_norm),
 };
 

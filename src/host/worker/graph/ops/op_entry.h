@@ -5,13 +5,13 @@
 // row up by op; an op without a row is refused.
 #pragma once
 
-#include "protocol/status.h"
-
 #include <ggml.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "protocol/status.h"
 
 namespace ggml_remote::host::ops {
 
@@ -20,7 +20,7 @@ using Why = std::string;
 using Check = Why (*)(const ggml_tensor *node);
 // ggml's own constructor for the op, called with the node's sources and the
 // arguments its op_params encode (op_replay.h compares what it makes).
-using Constructor = ggml_tensor *(*)(ggml_context *ctx, const ggml_tensor *node);
+using Constructor = ggml_tensor *(*)(ggml_context * ctx, const ggml_tensor *node);
 // Op-specific refusals of the source whose indexes a kernel follows.
 using IndexRefusal = Status (*)(const ggml_tensor *node, const ggml_tensor *indexes);
 
@@ -58,7 +58,7 @@ struct OpEntry {
     //   'c' as one block: dense rows as 'r', then the whole tensor contiguous,
     //       checked after `geometry` and before the replay.
     const char *layout = "r";
-    Check geometry = nullptr;     // op_params that the constructor takes on trust
+    Check geometry = nullptr;      // op_params that the constructor takes on trust
     Constructor replay = nullptr;  // the node must be what ggml's constructor makes
     Check check = nullptr;         // the op's own rule, after the replay if any
     uint32_t written_sources = 0;  // bit i: the kernel also writes src[i] in place

@@ -1,17 +1,17 @@
 #include "host/worker/graph/ops/op_table.h"
 
-#include "host/worker/graph/ops/families.h"
-
 #include <array>
 #include <cstring>
+
+#include "host/worker/graph/ops/families.h"
 
 namespace ggml_remote::host::ops {
 namespace {
 
 constexpr const OpFamily *kFamilies[] = {
-    &kViewOps,   &kElementwiseOps, &kNormOps,        &kReduceOps,    &kShapeOps,
-    &kRowOps,    &kMatrixOps,      &kAttentionOps,   &kRopeOps,      &kTrainingOps,
-    &kConvolutionOps, &kRecurrentOps, &kGenerateOps, &kHyperConnectionOps,
+    &kViewOps,     &kElementwiseOps,     &kNormOps, &kReduceOps,   &kShapeOps,       &kRowOps,
+    &kMatrixOps,   &kAttentionOps,       &kRopeOps, &kTrainingOps, &kConvolutionOps, &kRecurrentOps,
+    &kGenerateOps, &kHyperConnectionOps,
 };
 
 struct RefusedOp {

@@ -4,9 +4,9 @@
 // ggml op is refused until someone writes its row.
 #pragma once
 
-#include "host/worker/graph/ops/op_entry.h"
-
 #include <string>
+
+#include "host/worker/graph/ops/op_entry.h"
 
 namespace ggml_remote::host::ops {
 

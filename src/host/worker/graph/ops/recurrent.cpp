@@ -1,10 +1,10 @@
 // The recurrent state ops: Mamba's SSM_CONV and SSM_SCAN, RWKV's WKV6 and WKV7,
 // gated linear attention and the gated delta net, all checked by replaying ggml's
 // constructor, plus what ggml-cpu needs beyond it.
+#include <ggml-backend.h>
+
 #include "host/worker/graph/ops/checks.h"
 #include "host/worker/graph/ops/families.h"
-
-#include <ggml-backend.h>
 
 namespace ggml_remote::host::ops {
 namespace {
@@ -58,8 +58,8 @@ Why check_recurrent_heads(const ggml_tensor *node) {
 }
 
 ggml_tensor *make_gated_delta_net(ggml_context *ctx, const ggml_tensor *node) {
-    return ggml_gated_delta_net(ctx, src(node, 0), src(node, 1), src(node, 2), src(node, 3), src(node, 4),
-                                src(node, 5), param(node, 0));
+    return ggml_gated_delta_net(ctx, src(node, 0), src(node, 1), src(node, 2), src(node, 3), src(node, 4), src(node, 5),
+                                param(node, 0));
 }
 
 // GATED_DELTA_NET: ggml-cpu divides v's sequences and heads among q's and k's.

@@ -1,8 +1,8 @@
 // Rotary position embeddings: ROPE and ROPE_BACK, in every mode ggml has.
+#include <ggml-backend.h>
+
 #include "host/worker/graph/ops/checks.h"
 #include "host/worker/graph/ops/families.h"
-
-#include <ggml-backend.h>
 
 namespace ggml_remote::host::ops {
 namespace {
@@ -60,7 +60,8 @@ bool dense_read_fits_buffer(const ggml_tensor *t, int64_t count) {
     const auto *base = static_cast<const char *>(ggml_backend_buffer_get_base(t->buffer));
     const uint64_t offset = static_cast<uint64_t>(static_cast<const char *>(t->data) - base);
     const uint64_t bytes = static_cast<uint64_t>(count) * ggml_type_size(t->type);
-    return offset <= ggml_backend_buffer_get_size(t->buffer) && bytes <= ggml_backend_buffer_get_size(t->buffer) - offset;
+    return offset <= ggml_backend_buffer_get_size(t->buffer) &&
+           bytes <= ggml_backend_buffer_get_size(t->buffer) - offset;
 }
 
 Why check_rope(const ggml_tensor *node) {

@@ -43,7 +43,8 @@ Why check_diag(const ggml_tensor *node) {
 
 ggml_tensor *make_pad(ggml_context *ctx, const ggml_tensor *node) {
     const int32_t *p = node->op_params;
-    if (param(node, 8) == 1) return ggml_pad_ext_circular(ctx, src(node, 0), p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    if (param(node, 8) == 1)
+        return ggml_pad_ext_circular(ctx, src(node, 0), p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
     return ggml_pad_ext(ctx, src(node, 0), p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
