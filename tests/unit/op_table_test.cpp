@@ -39,8 +39,9 @@ TEST(OpTable, ARefusedOpIsRefusedByValidation) {
 }
 
 TEST(OpTable, IdsOutsideTheEnumHaveNoRow) {
-    EXPECT_EQ(op_entry(static_cast<ggml_op>(GGML_OP_COUNT)), nullptr);
-    EXPECT_EQ(op_entry(static_cast<ggml_op>(-1)), nullptr);
+    // (An id that is no value of the enum at all cannot reach op_entry: the graph
+    // decoder refuses it, and making one is undefined behaviour, which UBSan reports.)
+    EXPECT_EQ(op_entry(GGML_OP_COUNT), nullptr);
 }
 
 // op_params ranges (geometry) guard a constructor's arithmetic, so only replayed
