@@ -94,13 +94,19 @@ enum class CommandId : uint16_t {
 };
 #undef GGML_REMOTE_COMMAND_ID
 
-// The command's policy bits (kPlain for an id that names no command).
-constexpr uint32_t command_policy(CommandId id) {
-#define GGML_REMOTE_COMMAND_POLICY(number, name, Cmd, policy) \
-    if (id == CommandId::name) return policy;
-    GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_POLICY)
+// Each command's policy bits, indexed by its wire id (ids run 1, 2, 3... with no
+// gap, checked below); index 0 names no command.
+#define GGML_REMOTE_COMMAND_POLICY(number, name, Cmd, policy) , uint32_t(policy)
+constexpr uint32_t kCommandPolicies[] = {kPlain GGML_REMOTE_COMMANDS(GGML_REMOTE_COMMAND_POLICY)};
 #undef GGML_REMOTE_COMMAND_POLICY
-    return kPlain;
+static_assert(sizeof(kCommandPolicies) / sizeof(kCommandPolicies[0]) == static_cast<size_t>(CommandId::count_),
+              "one policy per command id, and the ids run from 1 with no gap");
+
+// The command's policy bits (kPlain for an id that names no command): one load,
+// as the dispatcher asks for every frame.
+constexpr uint32_t command_policy(CommandId id) {
+    const auto index = static_cast<size_t>(id);
+    return index < sizeof(kCommandPolicies) / sizeof(kCommandPolicies[0]) ? kCommandPolicies[index] : kPlain;
 }
 
 // Whether the command with wire id `command` has every bit of `policy`.

@@ -147,9 +147,9 @@ std::string worker_program() {
 }
 
 // The host's devices, from the device probe (device_probe.h).
-std::vector<host::ProbedDevice> probed_devices(const host::ServingOptions &options) {
+std::vector<host::ProbedDevice> probed_devices(const std::string &worker, const host::ServingOptions &options) {
     std::vector<host::ProbedDevice> devices;
-    if (Status status = host::probe_devices(worker_program(), options, &devices); !status) {
+    if (Status status = host::probe_devices(worker, options, &devices); !status) {
         std::fprintf(stderr, "ggml-remote-server: %s\n", status.message().c_str());
         std::exit(1);
     }
@@ -213,7 +213,7 @@ void check_metrics_endpoint(const std::string &text, bool insecure) {
 
 int list_devices() {
     std::printf("host devices:\n");
-    for (const host::ProbedDevice &device : probed_devices(host::ServingOptions())) {
+    for (const host::ProbedDevice &device : probed_devices(worker_program(), host::ServingOptions())) {
         std::printf("  %s: %s (%llu MiB, %llu MiB free)\n", device.name.c_str(), device.description.c_str(),
                     static_cast<unsigned long long>(device.total_bytes >> 20),
                     static_cast<unsigned long long>(device.free_bytes >> 20));
@@ -344,8 +344,8 @@ std::string resolve_worker_user(const host::ListenerOptions &options, host::Work
 }
 
 // Fails early on a --device that does not exist, and says what is served.
-void announce_devices(const host::ListenerOptions &options) {
-    for (const host::ProbedDevice &device : probed_devices(options)) {
+void announce_devices(const std::string &worker, const host::ListenerOptions &options) {
+    for (const host::ProbedDevice &device : probed_devices(worker, options)) {
         host::log_line("serving " + device.name + ": " + device.description);
     }
 }
@@ -379,7 +379,7 @@ int serve(CommandLine *line) {
     const std::string worker_identity = resolve_worker_user(options, &identity);
     line->worker_command.insert(line->worker_command.begin(), worker_program());
     prepare_weight_store(options);
-    announce_devices(options);
+    announce_devices(line->worker_command.front(), options);
     prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
     host::log_line(describe_core_scheduling(options.limits));
     return host::run_listener(options, line->worker_command, line->listener_command);
