@@ -112,14 +112,14 @@ TEST_F(WeightStoreTest, FindsWhatWasPutAndNothingElse) {
     const std::vector<uint8_t> bytes = pattern_bytes(300000, 1);
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     StoreEntry entry;
-    EXPECT_FALSE(store.find(digest, bytes.size(), &entry));
+    EXPECT_FALSE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
     put(store, bytes);
-    ASSERT_TRUE(store.find(digest, bytes.size(), &entry));
+    ASSERT_TRUE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
     EXPECT_EQ(read_entry(entry), bytes);
     EXPECT_EQ(entry.content_offset % kEntryHeaderSpan, 4096u + 100u);  // the tensor's place in a huge page
-    EXPECT_FALSE(store.find(digest, bytes.size() - 1, &entry));        // another size is another tensor
+    EXPECT_FALSE(store.find(digest, bytes.size() - 1, &entry) == StoreLookup::found);  // another size is another tensor
     const std::vector<uint8_t> other = pattern_bytes(300000, 2);
-    EXPECT_FALSE(store.find(content_digest(other.data(), other.size()), other.size(), &entry));
+    EXPECT_FALSE(store.find(content_digest(other.data(), other.size()), other.size(), &entry) == StoreLookup::found);
     EXPECT_EQ(store.counters().entries_written, 1u);
 }
 
@@ -129,7 +129,7 @@ TEST_F(WeightStoreTest, BytesThatDoNotMatchTheirDigestAreNotKept) {
     const ContentDigest digest = content_digest(wanted.data(), wanted.size());
     put(store, sent, &digest);  // a guest that names one content and sends another
     StoreEntry entry;
-    EXPECT_FALSE(store.find(digest, wanted.size(), &entry));
+    EXPECT_FALSE(store.find(digest, wanted.size(), &entry) == StoreLookup::found);
     EXPECT_EQ(store.counters().entries_refused, 1u);
     EXPECT_EQ(store.counters().entries_written, 0u);
     EXPECT_EQ(the_owner().bytes_held(), 0u) << "nothing kept, nothing reserved";
@@ -142,8 +142,8 @@ TEST_F(WeightStoreTest, ATenantSeesOnlyItsOwnEntriesUnlessTheStoreIsShared) {
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(alice, bytes);
     StoreEntry entry;
-    EXPECT_FALSE(bob.find(digest, bytes.size(), &entry));
-    EXPECT_TRUE(alice.find(digest, bytes.size(), &entry));
+    EXPECT_FALSE(bob.find(digest, bytes.size(), &entry) == StoreLookup::found);
+    EXPECT_TRUE(alice.find(digest, bytes.size(), &entry) == StoreLookup::found);
 }
 
 TEST_F(WeightStoreTest, OneStoreForAllWhenShared) {
@@ -153,7 +153,7 @@ TEST_F(WeightStoreTest, OneStoreForAllWhenShared) {
     const std::vector<uint8_t> bytes = pattern_bytes(100000, 5);
     put(carol, bytes);
     StoreEntry entry;
-    EXPECT_TRUE(dave.find(content_digest(bytes.data(), bytes.size()), bytes.size(), &entry));
+    EXPECT_TRUE(dave.find(content_digest(bytes.data(), bytes.size()), bytes.size(), &entry) == StoreLookup::found);
 }
 
 TEST_F(WeightStoreTest, ADamagedEntryIsRemovedAndNotUsed) {
@@ -169,13 +169,13 @@ TEST_F(WeightStoreTest, ADamagedEntryIsRemovedAndNotUsed) {
         ASSERT_EQ(::pwrite(fd, "X", 1, 40), 1);
         ::close(fd);
     }
-    EXPECT_FALSE(store.find(digest, bytes.size(), &entry));
+    EXPECT_FALSE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
     EXPECT_NE(::access(entry_path("uid 1000", digest).c_str(), F_OK), 0) << "the damaged entry is removed";
     // A truncated one (a crash).
     put(store, bytes);
     (void)::chmod(entry_path("uid 1000", digest).c_str(), 0600);
     ASSERT_EQ(::truncate(entry_path("uid 1000", digest).c_str(), kEntryHeaderSpan + 4096 + 100 + 10), 0);
-    EXPECT_FALSE(store.find(digest, bytes.size(), &entry));
+    EXPECT_FALSE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
     EXPECT_EQ(the_owner().counters().entries_damaged, 2u);
 }
 
@@ -186,12 +186,12 @@ TEST_F(WeightStoreTest, DamagedBytesAreFoundWhenEveryUseIsVerified) {
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(store, bytes);
     StoreEntry entry;
-    ASSERT_TRUE(store.find(digest, bytes.size(), &entry));
+    ASSERT_TRUE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
     const int fd = open_for_damage(entry_path("uid 1000", digest));
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::pwrite(fd, "X", 1, static_cast<off_t>(entry.content_offset + 5000)), 1);
     ::close(fd);
-    EXPECT_FALSE(store.find(digest, bytes.size(), &entry));
+    EXPECT_FALSE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
 }
 
 TEST_F(WeightStoreTest, TheLeastRecentlyUsedEntriesGoFirst) {
@@ -206,11 +206,12 @@ TEST_F(WeightStoreTest, TheLeastRecentlyUsedEntriesGoFirst) {
     StoreEntry entry;
     put(store, tensors[0]);
     put(store, tensors[1]);
-    ASSERT_TRUE(store.find(digests[0], tensors[0].size(), &entry));  // now the most recently used
+    ASSERT_TRUE(store.find(digests[0], tensors[0].size(), &entry) == StoreLookup::found);  // now the most recently used
     put(store, tensors[2]);
-    EXPECT_TRUE(store.find(digests[0], tensors[0].size(), &entry));
-    EXPECT_FALSE(store.find(digests[1], tensors[1].size(), &entry)) << "the least recently used one went";
-    EXPECT_TRUE(store.find(digests[2], tensors[2].size(), &entry));
+    EXPECT_TRUE(store.find(digests[0], tensors[0].size(), &entry) == StoreLookup::found);
+    EXPECT_FALSE(store.find(digests[1], tensors[1].size(), &entry) == StoreLookup::found)
+        << "the least recently used one went";
+    EXPECT_TRUE(store.find(digests[2], tensors[2].size(), &entry) == StoreLookup::found);
     EXPECT_GE(the_owner().counters().entries_evicted, 1u);
     EXPECT_LE(the_owner().bytes_held(), options.max_bytes);
 }
@@ -289,7 +290,7 @@ TEST_F(WeightStoreTest, AHostileWorkerCannotPlantBytesUnderAnotherDigest) {
     ASSERT_EQ(::read(result.get(), &answer, 1), 1);
     EXPECT_EQ(answer, store_channel::kNotNamed);
     StoreEntry entry;
-    EXPECT_FALSE(open_store("uid 666").find(digest, real.size(), &entry));
+    EXPECT_FALSE(open_store("uid 666").find(digest, real.size(), &entry) == StoreLookup::found);
     EXPECT_EQ(the_owner().bytes_held(), 0u);
 }
 
@@ -302,8 +303,8 @@ TEST_F(WeightStoreTest, ALookupWithAnotherSizeRemovesNothing) {
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(store, bytes);
     StoreEntry entry;
-    EXPECT_FALSE(store.find(digest, bytes.size() + 4096, &entry));
-    EXPECT_TRUE(store.find(digest, bytes.size(), &entry));
+    EXPECT_FALSE(store.find(digest, bytes.size() + 4096, &entry) == StoreLookup::found);
+    EXPECT_TRUE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
     EXPECT_EQ(the_owner().counters().entries_damaged, 0u);
 }
 
@@ -317,7 +318,7 @@ TEST_F(WeightStoreTest, AnEntryAWorkerHoldsIsReadOnlyAndKeepsItsSize) {
     const ContentDigest digest = content_digest(bytes.data(), bytes.size());
     put(store, bytes);
     StoreEntry entry;
-    ASSERT_TRUE(store.find(digest, bytes.size(), &entry));
+    ASSERT_TRUE(store.find(digest, bytes.size(), &entry) == StoreLookup::found);
     EXPECT_EQ(::fcntl(entry.file.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
     EXPECT_NE(::ftruncate(entry.file.get(), 4096), 0) << "a worker cannot truncate an entry";
     EXPECT_NE(::pwrite(entry.file.get(), "X", 1, static_cast<off_t>(entry.content_offset)), 1);
@@ -408,6 +409,106 @@ TEST_F(WeightStoreTest, AWorkerThatLeavesEndsItsCommitAtOnce) {
     }
     EXPECT_EQ(the_owner().bytes_held(), 0u);
     EXPECT_LT(std::chrono::steady_clock::now() - left, std::chrono::seconds(1));
+}
+
+// Entries in flight: a lookup that misses claims the entry; another worker of the
+// tenant hears "in flight" until the claimant's commit names it. Another tenant
+// never hears it, even in a shared store: it never waits on another's worker.
+TEST_F(WeightStoreTest, AClaimedEntryIsInFlightForTheTenantsOtherWorkersOnly) {
+    options.shared_across_tenants = true;
+    WeightStore &first = open_store("uid 1000");
+    WeightStore &second = open_store("uid 1000");
+    WeightStore &other = open_store("uid 1001");
+    const std::vector<uint8_t> bytes = pattern_bytes(100000, 31);
+    const ContentDigest digest = content_digest(bytes.data(), bytes.size());
+    StoreEntry entry;
+    EXPECT_EQ(first.find(digest, bytes.size(), &entry, store_channel::kClaim), StoreLookup::missing);
+    EXPECT_EQ(first.find(digest, bytes.size(), &entry, store_channel::kClaim), StoreLookup::missing) << "its own";
+    EXPECT_EQ(second.find(digest, bytes.size(), &entry, store_channel::kClaim), StoreLookup::in_flight);
+    EXPECT_EQ(other.find(digest, bytes.size(), &entry, store_channel::kClaim), StoreLookup::missing);
+    put(first, bytes);
+    EXPECT_EQ(second.find(digest, bytes.size(), &entry, store_channel::kClaim), StoreLookup::found);
+    EXPECT_EQ(other.find(digest, bytes.size(), &entry), StoreLookup::found);
+}
+
+TEST_F(WeightStoreTest, AClaimEndsWithItsWorker) {
+    WeightStore &second = open_store("uid 1000");
+    open_store("uid 1000");
+    const ContentDigest digest = content_digest("claimed", 7);
+    StoreEntry entry;
+    EXPECT_EQ(stores.back()->find(digest, 4096, &entry, store_channel::kClaim), StoreLookup::missing);
+    EXPECT_EQ(second.find(digest, 4096, &entry), StoreLookup::in_flight);
+    stores.pop_back();  // its channel closes
+    const auto left = std::chrono::steady_clock::now();
+    while (second.find(digest, 4096, &entry) == StoreLookup::in_flight &&
+           std::chrono::steady_clock::now() - left < std::chrono::seconds(5)) {
+        ::usleep(10000);
+    }
+    EXPECT_EQ(second.find(digest, 4096, &entry), StoreLookup::missing);
+}
+
+// A worker whose commit finds the entry being written by another waits for it to
+// be named, and counts it as its own (its bytes are swapped for the entry's).
+TEST_F(WeightStoreTest, ACommitOfAnEntryInFlightWaitsForItsName) {
+    const std::vector<uint8_t> bytes = pattern_bytes(300000, 32);
+    const ContentDigest digest = content_digest(bytes.data(), bytes.size());
+    HostileWorker writer(the_owner());
+    UniqueFd data, result;
+    ASSERT_TRUE(writer.start_commit(digest, bytes.size(), &data, &result));
+    WeightStore &second = open_store("uid 1000");
+    second.commit_copy(digest, bytes.size(), 0, bytes.data());
+    const auto started = std::chrono::steady_clock::now();
+    while (the_owner().counters().commits_refused == 0 &&
+           std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+        ::usleep(10000);
+    }
+    ASSERT_EQ(the_owner().counters().commits_refused, 1u) << "the second commit heard: in flight";
+    ASSERT_EQ(::write(data.get(), bytes.data(), 65536), 65536);
+    for (size_t at = 65536; at < bytes.size(); at += 65536) {
+        const size_t n = std::min<size_t>(65536, bytes.size() - at);
+        ASSERT_EQ(::write(data.get(), bytes.data() + at, n), static_cast<ssize_t>(n));
+    }
+    uint8_t answer = 0;
+    ASSERT_EQ(::read(result.get(), &answer, 1), 1);
+    ASSERT_EQ(answer, store_channel::kNamed);
+    std::vector<ContentDigest> named;
+    while (named.empty() && std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+        named = second.take_named();
+        ::usleep(10000);
+    }
+    ASSERT_EQ(named.size(), 1u);
+    EXPECT_EQ(named[0], digest);
+    EXPECT_EQ(the_owner().counters().entries_written, 1u) << "one entry, written once";
+}
+
+// A derived entry (a repacked image) is named by the worker's key, which the owner
+// cannot check: it is the tenant's own even in a shared store, and is no plain
+// entry; its header records its bytes' digest, which verify_on_use checks.
+TEST_F(WeightStoreTest, ADerivedEntryIsTheTenantsOwnEvenInASharedStore) {
+    options.shared_across_tenants = true;
+    options.verify_on_use = true;
+    WeightStore &alice = open_store("uid 1000");
+    WeightStore &bob = open_store("uid 1001");
+    const std::vector<uint8_t> image = pattern_bytes(50000, 33);
+    const ContentDigest key = content_digest("a repacked image's key", 22);
+    alice.commit_copy(key, image.size(), 0, image.data(), store_channel::kDerived);
+    alice.wait_for_commits();
+    StoreEntry entry;
+    ASSERT_EQ(alice.find(key, image.size(), &entry, store_channel::kDerived), StoreLookup::found);
+    EXPECT_EQ(read_entry(entry), image);
+    EXPECT_EQ(entry.content_offset % 4096, 0u) << "an image starts on a page";
+    EXPECT_EQ(bob.find(key, image.size(), &entry, store_channel::kDerived), StoreLookup::missing);
+    EXPECT_EQ(alice.find(key, image.size(), &entry), StoreLookup::missing) << "not a plain entry";
+    EXPECT_EQ(the_owner().counters().entries_damaged, 0u);
+
+    const std::string path =
+        options.directory + "/" + StoreOwner::tenant_directory_name("uid 1000") + "/r-" + key.hex();
+    const int fd = open_for_damage(path);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, "X", 1, static_cast<off_t>(kEntryHeaderSpan + 100)), 1);
+    ::close(fd);
+    EXPECT_EQ(alice.find(key, image.size(), &entry, store_channel::kDerived), StoreLookup::missing);
+    EXPECT_EQ(the_owner().counters().entries_damaged, 1u);
 }
 
 // Class 4: a full file system is a refusal, never a signal. The store lies on a

@@ -4,10 +4,13 @@
 // request, descriptors passed with SCM_RIGHTS.
 //
 //   identify  (TLS workers only, once, first): the identity the guest authenticated as
-//   find      digest, size          -> found, content offset, a read-only entry descriptor
-//   commit    digest, size, phase,  -> accepted (space reserved) or refused; then the
-//             a pipe's read end and    worker writes exactly `size` bytes into the pipe,
-//             another's write end      and reads one byte from the other: 1 named, 0 not
+//   find      digest, size, flags   -> found (or being written by another worker: in
+//                                      flight), content offset, a read-only descriptor
+//   commit    digest, size, phase,  -> accepted (space reserved) or refused (in flight:
+//             flags, a pipe's read     another worker writes it); then the worker writes
+//             end and another's        exactly `size` bytes into the pipe, and reads one
+//             write end                byte from the other: 1 named, 0 not
+//   waiters   -                     -> how many of this worker's claims others wait for
 #pragma once
 
 #include <signal.h>
@@ -21,7 +24,21 @@
 
 namespace ggml_remote::host::store_channel {
 
-enum class Kind : uint32_t { identify = 1, find = 2, commit = 3 };
+enum class Kind : uint32_t { identify = 1, find = 2, commit = 3, waiters = 4 };
+
+// Request flags.
+// A derived entry (a repacked image): named by a key the worker makes from its
+// source's digest and layout, so the owner cannot check the bytes against the name;
+// it is kept for the worker's own tenant only, whatever the store's sharing.
+constexpr uint32_t kDerived = 1;
+// find: on a miss, this worker will send the bytes (it claims the entry), and other
+// workers that look it up meanwhile hear "in flight" and may wait for it.
+constexpr uint32_t kClaim = 2;
+
+// Reply::found.
+constexpr uint32_t kNotFound = 0;
+constexpr uint32_t kFound = 1;
+constexpr uint32_t kInFlight = 2;
 
 constexpr size_t kMaxIdentity = 512;
 
@@ -31,12 +48,14 @@ struct Request {
     uint8_t digest[16] = {};
     uint64_t size = 0;
     uint64_t phase = 0;
+    uint32_t flags = 0;
+    uint32_t unused = 0;
     char identity[kMaxIdentity] = {};
 };
 
 struct Reply {
-    int32_t code = 0;  // protocol Code: 0 success
-    uint32_t found = 0;
+    int32_t code = 0;    // protocol Code: 0 success
+    uint32_t found = 0;  // kNotFound, kFound, kInFlight; waiters: their count
     uint64_t content_offset = 0;
     char message[200] = {};
 };

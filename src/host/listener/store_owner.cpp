@@ -40,6 +40,11 @@ constexpr uint64_t kPage = 4096;
 constexpr int kStallMs = 10000;
 constexpr int kPollMs = 200;
 constexpr size_t kSpliceChunk = size_t(1) << 20;
+// A claim lapses unless its worker commits or claims it again within this.
+constexpr int64_t kClaimNs = int64_t(60) * 1000000000;
+// A worker's claims at most: beyond them, lookups claim nothing (others do not wait).
+constexpr size_t kMaxClaimsPerChannel = 4096;
+constexpr const char *kDerivedPrefix = "r-";
 
 struct EntryHeader {
     char magic[8];
@@ -86,10 +91,11 @@ bool is_orphaned_temporary(const char *name) {
 
 // Whether the entry is whole: its header, and a length that matches it. (Whether
 // it holds the size a worker asks for is another question: a wrong size is not
-// damage, and must not let a worker remove an entry by asking for it.)
-bool header_is_sound(const EntryHeader &header, const ContentDigest &digest, uint64_t file_size) {
+// damage, and must not let a worker remove an entry by asking for it.) A derived
+// entry's header holds its bytes' digest, not its name: `named` is null for one.
+bool header_is_sound(const EntryHeader &header, const ContentDigest *named, uint64_t file_size) {
     return std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0 &&
-           std::memcmp(header.digest, digest.bytes, sizeof(digest.bytes)) == 0 &&
+           (named == nullptr || std::memcmp(header.digest, named->bytes, sizeof(named->bytes)) == 0) &&
            header.content_offset >= kEntryHeaderSpan && header.content_offset < 2 * kEntryHeaderSpan &&
            header.check == header_check(header) && header.size <= UINT64_MAX - header.content_offset &&
            file_size == header.content_offset + header.size;
@@ -131,7 +137,8 @@ ContentDigest digest_of(const uint8_t (&bytes)[16]) {
 
 struct StoreOwner::Channel {
     UniqueFd fd;
-    std::string tenant;  // its directory's name; empty until a TLS worker names itself
+    std::string tenant;      // its directory's name; empty until a TLS worker names itself
+    std::string own_tenant;  // the same, were the store not shared: derived entries, claims
     bool awaiting_identity = false;
     std::thread thread;
     std::thread commit;
@@ -142,6 +149,7 @@ struct StoreOwner::Channel {
 struct StoreOwner::Commit {
     Channel *channel = nullptr;
     std::string tenant, name, temporary;
+    bool derived = false;
     UniqueFd directory, file, data, result;
     ContentDigest digest;
     uint64_t size = 0, content_offset = 0, reserved = 0;
@@ -264,7 +272,10 @@ void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant, bool tena
     auto channel = std::make_unique<Channel>();
     channel->fd = std::move(channel_fd);
     channel->awaiting_identity = tenant_from_worker;
-    if (!tenant_from_worker) channel->tenant = tenant_of(tenant);
+    if (!tenant_from_worker) {
+        channel->tenant = tenant_of(tenant);
+        channel->own_tenant = tenant_directory_name(tenant);
+    }
     Channel *served = channel.get();
     std::lock_guard<std::mutex> lock(mutex_);
     channels_.push_back(std::move(channel));
@@ -283,6 +294,7 @@ void StoreOwner::serve_channel(Channel *channel) {
     }
     // A commit under way ends when its worker's pipe closes, it stalls, or we stop.
     if (channel->commit.joinable()) channel->commit.join();
+    drop_claims_of(*channel);
     channel->ended.store(true);
 }
 
@@ -300,6 +312,9 @@ void StoreOwner::answer(Channel *channel, const Request &request, std::vector<Un
         case Kind::commit:
             status = start_commit(channel, request, fds, &reply);
             break;
+        case Kind::waiters:
+            reply.found = waiters_of(*channel);
+            break;
         default:
             status = error(Code::bad_request, "unknown weight store request " + std::to_string(request.kind));
     }
@@ -315,7 +330,9 @@ Status StoreOwner::identify(Channel *channel, const Request &request) {
     if (request.identity_size == 0 || request.identity_size > store_channel::kMaxIdentity) {
         return error(Code::bad_request, "weight store: no identity");
     }
-    channel->tenant = tenant_of("tls " + std::string(request.identity, request.identity_size));
+    const std::string tenant = "tls " + std::string(request.identity, request.identity_size);
+    channel->tenant = tenant_of(tenant);
+    channel->own_tenant = tenant_directory_name(tenant);
     channel->awaiting_identity = false;
     return Status::success();
 }
@@ -335,24 +352,35 @@ void StoreOwner::remove_entry(const std::string &key) {
     stored_.erase(it);
 }
 
+StoreOwner::EntryName StoreOwner::entry_name(const Channel &channel, const Request &request) const {
+    const bool derived = (request.flags & store_channel::kDerived) != 0;
+    const std::string hex = digest_of(request.digest).hex();
+    return derived ? EntryName{channel.own_tenant, kDerivedPrefix + hex, true} : EntryName{channel.tenant, hex, false};
+}
+
 Status StoreOwner::find(const Channel &channel, const Request &request, Reply *reply, UniqueFd *file) {
     if (channel.awaiting_identity) return error(Code::bad_request, "weight store: the worker has not named its guest");
+    const EntryName name = entry_name(channel, request);
     UniqueFd directory;
-    if (Status s = open_tenant(channel.tenant, &directory); !s) return s;
+    if (Status s = open_tenant(name.tenant, &directory); !s) return s;
     const ContentDigest digest = digest_of(request.digest);
-    const std::string name = digest.hex(), key = channel.tenant + "/" + name;
-    UniqueFd entry(::openat(directory.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-    if (!entry.valid()) return Status::success();  // not found
+    UniqueFd entry(::openat(directory.get(), name.name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!entry.valid()) {
+        answer_miss(channel, name, request, reply);
+        return Status::success();
+    }
     EntryHeader header{};
     struct stat st{};
     bool sound = ::fstat(entry.get(), &st) == 0 && S_ISREG(st.st_mode) &&
                  ::pread(entry.get(), &header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header)) &&
-                 header_is_sound(header, digest, static_cast<uint64_t>(st.st_size));
+                 header_is_sound(header, name.derived ? nullptr : &digest, static_cast<uint64_t>(st.st_size));
     if (sound && header.size != request.size) return Status::success();  // another tensor: not found
     if (sound && options_.verify_on_use) {
         ContentDigest found;
-        sound = digest_of_file(entry.get(), header.content_offset, request.size, &found) && found == digest;
+        sound = digest_of_file(entry.get(), header.content_offset, request.size, &found) &&
+                found == digest_of(header.digest);
     }
+    const std::string key = name.key();
     std::lock_guard<std::mutex> lock(mutex_);
     if (!sound) {
         // Damaged (a crash, bit rot): the guest sends the bytes again.
@@ -370,10 +398,69 @@ Status StoreOwner::find(const Channel &channel, const Request &request, Reply *r
     stored.used_ns = now_ns();
     if (stored.used_ns / 1000000000 - st.st_mtim.tv_sec >= options_.lru_resolution_s)
         (void)::futimens(entry.get(), nullptr);
-    reply->found = 1;
+    reply->found = store_channel::kFound;
     reply->content_offset = header.content_offset;
     *file = std::move(entry);
     return Status::success();
+}
+
+void StoreOwner::answer_miss(const Channel &channel, const EntryName &entry, const Request &request, Reply *reply) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto claim = live_claim_locked(entry.key());
+    if (claim != claims_.end() && claim->second.by != &channel) {
+        // Only the tenant's own workers are worth waiting for (see the header).
+        if (claim->second.tenant != channel.own_tenant) return;
+        reply->found = store_channel::kInFlight;
+        claim->second.waited = true;
+        return;
+    }
+    if ((request.flags & store_channel::kClaim) != 0) claim_locked(channel, entry.key());
+}
+
+std::map<std::string, StoreOwner::Claim>::iterator StoreOwner::live_claim_locked(const std::string &key) {
+    auto claim = claims_.find(key);
+    if (claim == claims_.end() || claim->second.until_ns > now_ns()) return claim;
+    erase_claim_locked(claim);
+    return claims_.end();
+}
+
+void StoreOwner::claim_locked(const Channel &channel, const std::string &key) {
+    auto claim = live_claim_locked(key);
+    if (claim != claims_.end()) {
+        if (claim->second.by == &channel) claim->second.until_ns = now_ns() + kClaimNs;  // renewed
+        return;
+    }
+    uint32_t &held = claims_held_[&channel];
+    if (held >= kMaxClaimsPerChannel) return;
+    ++held;
+    claims_[key] = Claim{&channel, channel.own_tenant, now_ns() + kClaimNs, false};
+}
+
+void StoreOwner::erase_claim_locked(std::map<std::string, Claim>::iterator claim) {
+    auto held = claims_held_.find(claim->second.by);
+    if (held != claims_held_.end() && --held->second == 0) claims_held_.erase(held);
+    claims_.erase(claim);
+}
+
+void StoreOwner::release_claim(const Channel &channel, const std::string &key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto claim = claims_.find(key);
+    if (claim != claims_.end() && claim->second.by == &channel) erase_claim_locked(claim);
+}
+
+uint32_t StoreOwner::waiters_of(const Channel &channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint32_t waited = 0;
+    for (const auto &[key, claim] : claims_) waited += claim.by == &channel && claim.waited ? 1 : 0;
+    return waited;
+}
+
+void StoreOwner::drop_claims_of(const Channel &channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = claims_.begin(); it != claims_.end();) {
+        it = it->second.by == &channel ? claims_.erase(it) : std::next(it);
+    }
+    claims_held_.erase(&channel);
 }
 
 void StoreOwner::evict_locked(uint64_t room_for) {
@@ -388,11 +475,11 @@ void StoreOwner::evict_locked(uint64_t room_for) {
     }
 }
 
-Status StoreOwner::reserve(const std::string &tenant, const std::string &name, uint64_t bytes) {
-    const std::string key = tenant + "/" + name;
+Status StoreOwner::reserve(const std::string &key, uint64_t bytes, bool *in_flight) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (in_flight_.count(key) != 0) {
         ++counters_.commits_refused;
+        *in_flight = true;
         return error(Code::limit_exceeded, "weight store: this entry is being written already");
     }
     if (bytes > options_.max_bytes) {
@@ -410,6 +497,17 @@ Status StoreOwner::reserve(const std::string &tenant, const std::string &name, u
     return Status::success();
 }
 
+Status StoreOwner::reserve_for(const Channel &channel, const std::string &key, uint64_t bytes, bool *in_flight) {
+    if (Status s = reserve(key, bytes, in_flight); !s) return s;
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Others of the tenant may wait for this commit now; another's claim had not
+    // come to a commit yet: this one was faster.
+    const auto claim = live_claim_locked(key);
+    if (claim != claims_.end() && claim->second.by != &channel) erase_claim_locked(claim);
+    claim_locked(channel, key);
+    return Status::success();
+}
+
 Status StoreOwner::start_commit(Channel *channel, const Request &request, std::vector<UniqueFd> &fds, Reply *reply) {
     if (channel->awaiting_identity) return error(Code::bad_request, "weight store: the worker has not named its guest");
     if (channel->committing.load()) {
@@ -422,15 +520,22 @@ Status StoreOwner::start_commit(Channel *channel, const Request &request, std::v
     }
     if (request.size == 0) return error(Code::bad_request, "weight store: an empty entry");
     auto commit = std::make_unique<Commit>();
+    const EntryName name = entry_name(*channel, request);
     commit->channel = channel;
-    commit->tenant = channel->tenant;
+    commit->tenant = name.tenant;
+    commit->name = name.name;
+    commit->derived = name.derived;
     commit->digest = digest_of(request.digest);
-    commit->name = commit->digest.hex();
     commit->size = request.size;
     commit->content_offset = kEntryHeaderSpan + request.phase % kEntryHeaderSpan;
     if (request.size > options_.max_bytes) return error(Code::limit_exceeded, "weight store: larger than the store");
     commit->reserved = entry_bytes(commit->content_offset, commit->size);
-    if (Status s = reserve(commit->tenant, commit->name, commit->reserved); !s) return s;
+    bool in_flight = false;
+    if (Status s = reserve_for(*channel, commit->key(), commit->reserved, &in_flight); !s) {
+        if (in_flight) reply->found = store_channel::kInFlight;
+        if (!in_flight) release_claim(*channel, commit->key());  // nobody waits for bytes that never come
+        return s;
+    }
     if (Status s = create_entry(commit.get()); !s) {
         finish_commit(*commit, CommitEnd::refused);  // no room on the disk: a refusal, like the limit's
         return s;
@@ -510,12 +615,7 @@ void StoreOwner::run_commit(std::unique_ptr<Commit> commit) {
     (void)::sched_setscheduler(0, SCHED_IDLE, &idle);
     bool named = take_bytes(*commit);
     commit->data.reset();
-    if (named) {
-        // Our own copy, which no worker can change, is what gets hashed and named.
-        ContentDigest found;
-        named =
-            digest_of_file(commit->file.get(), commit->content_offset, commit->size, &found) && found == commit->digest;
-    }
+    if (named) named = check_or_record_digest(*commit);
     if (named) {
         named = ::renameat(commit->directory.get(), commit->temporary.c_str(), commit->directory.get(),
                            commit->name.c_str()) == 0;
@@ -526,12 +626,28 @@ void StoreOwner::run_commit(std::unique_ptr<Commit> commit) {
     (void)!::write(commit->result.get(), &answer, 1);
 }
 
+bool StoreOwner::check_or_record_digest(Commit &commit) {
+    // Our own copy, which no worker can change, is what gets hashed.
+    ContentDigest found;
+    if (!digest_of_file(commit.file.get(), commit.content_offset, commit.size, &found)) return false;
+    if (!commit.derived) return found == commit.digest;
+    // A derived entry's name says nothing of its bytes: its header records their
+    // digest, which verify_on_use checks.
+    EntryHeader header{};
+    if (::pread(commit.file.get(), &header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) return false;
+    std::memcpy(header.digest, found.bytes, sizeof(found.bytes));
+    header.check = header_check(header);
+    return ::pwrite(commit.file.get(), &header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header));
+}
+
 void StoreOwner::finish_commit(Commit &commit, CommitEnd end) {
     const bool named = end == CommitEnd::named;
     if (!named && commit.directory.valid() && !commit.temporary.empty()) {
         (void)::unlinkat(commit.directory.get(), commit.temporary.c_str(), 0);
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    const auto claim = claims_.find(commit.key());
+    if (claim != claims_.end()) erase_claim_locked(claim);
     const auto it = in_flight_.find(commit.key());
     if (it != in_flight_.end()) {
         reserved_bytes_ -= it->second;

@@ -9,6 +9,8 @@
 // tenant, and its worker names the identity once.
 //
 //   DIR/<tenant>/<digest hex>     entries (mode 0400; never written once named)
+//   DIR/<tenant>/r-<key hex>      derived entries: repacked images (store_channel.h),
+//                                 always in the worker's own tenant's directory
 //   DIR/<tenant>/.new-<pid>-<n>   entries being written by the owner
 //
 // A worker gets read-only descriptors of entries. The owner never changes an
@@ -21,6 +23,13 @@
 // pipe the worker passed, hashes its own copy and names it only if the digest
 // matches. One commit at a time per worker; a worker that goes away or stalls ends
 // its commit.
+//
+// Entries in flight: a worker that finds nothing may claim the entry (it will send
+// the bytes). Until its commit ends, or the claim lapses, another worker of the
+// same tenant that looks the entry up hears "in flight" and may wait for it rather
+// than receive a copy of its own; the claimant's worker asks whether anyone waits,
+// and commits at once if so. Claims never cross tenants, even in a shared store: a
+// tenant never waits on another's worker.
 #pragma once
 
 #include <atomic>
@@ -81,19 +90,46 @@ class StoreOwner {
         uint64_t bytes = 0;
         int64_t used_ns = 0;
     };
+    struct Claim {
+        const Channel *by = nullptr;
+        std::string tenant;  // the claimant's own tenant (its private directory's name)
+        int64_t until_ns = 0;
+        bool waited = false;  // another worker heard "in flight"
+    };
+    // Where an entry is: its tenant's directory and its name.
+    struct EntryName {
+        std::string tenant, name;
+        bool derived = false;
+        std::string key() const { return tenant + "/" + name; }
+    };
 
     void serve_channel(Channel *channel);
     void answer(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds);
     Status identify(Channel *channel, const store_channel::Request &request);
+    EntryName entry_name(const Channel &channel, const store_channel::Request &request) const;
     Status find(const Channel &channel, const store_channel::Request &request, store_channel::Reply *reply,
                 UniqueFd *file);
+    // Nothing named: whether another worker of the tenant writes it (in flight), or
+    // this one claims it.
+    void answer_miss(const Channel &channel, const EntryName &entry, const store_channel::Request &request,
+                     store_channel::Reply *reply);
+    std::map<std::string, Claim>::iterator live_claim_locked(const std::string &key);
+    void claim_locked(const Channel &channel, const std::string &key);
+    void erase_claim_locked(std::map<std::string, Claim>::iterator claim);
+    void release_claim(const Channel &channel, const std::string &key);
+    uint32_t waiters_of(const Channel &channel);
+    void drop_claims_of(const Channel &channel);
     Status start_commit(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds,
                         store_channel::Reply *reply);
     Status create_entry(Commit *commit);
     void run_commit(std::unique_ptr<Commit> commit);
     bool take_bytes(Commit &commit);
+    // The bytes taken match the digest named; for a derived entry, records theirs.
+    bool check_or_record_digest(Commit &commit);
     void finish_commit(Commit &commit, CommitEnd end);
-    Status reserve(const std::string &tenant, const std::string &name, uint64_t bytes);
+    Status reserve(const std::string &key, uint64_t bytes, bool *in_flight);
+    // The same for `channel`'s commit, which claims the entry meanwhile.
+    Status reserve_for(const Channel &channel, const std::string &key, uint64_t bytes, bool *in_flight);
     void evict_locked(uint64_t room_for);
     Status open_tenant(const std::string &tenant, UniqueFd *directory);
     void scan();
@@ -109,6 +145,8 @@ class StoreOwner {
     mutable std::mutex mutex_;
     std::map<std::string, Stored> stored_;       // "<tenant dir>/<name>"
     std::map<std::string, uint64_t> in_flight_;  // the same keys: reserved bytes
+    std::map<std::string, Claim> claims_;        // the same keys
+    std::map<const Channel *, uint32_t> claims_held_;
     uint64_t stored_bytes_ = 0;
     uint64_t reserved_bytes_ = 0;
     StoreOwnerCounters counters_;

@@ -32,6 +32,9 @@ constexpr int kReplyTimeoutMs = 30000;
 constexpr int kResultTimeoutMs = 120000;
 constexpr int kPollMs = 100;
 constexpr size_t kChunk = size_t(1) << 20;
+// How long a commit waits for another worker that writes the same entry.
+constexpr auto kOthersWait = std::chrono::seconds(60);
+constexpr auto kOthersPoll = std::chrono::milliseconds(50);
 
 // A pipe whose write end is ours: [0] read, [1] write.
 bool make_pipe(UniqueFd *read_end, UniqueFd *write_end) {
@@ -46,7 +49,7 @@ bool make_pipe(UniqueFd *read_end, UniqueFd *write_end) {
 
 WeightStore::~WeightStore() {
     cancelled_.store(true);
-    hurry_.store(true);
+    draining_.store(true);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stopping_ = true;
@@ -87,57 +90,70 @@ bool WeightStore::request(const Request &request, Reply *reply, UniqueFd *file, 
     return true;
 }
 
-bool WeightStore::find(const ContentDigest &digest, uint64_t size, StoreEntry *entry) {
-    if (!enabled()) return false;
+StoreLookup WeightStore::find(const ContentDigest &digest, uint64_t size, StoreEntry *entry, uint32_t flags) {
+    if (!enabled()) return StoreLookup::missing;
     Request request;
     request.kind = static_cast<uint32_t>(Kind::find);
     std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
     request.size = size;
+    request.flags = flags;
     Reply reply;
     UniqueFd file;
-    if (!this->request(request, &reply, &file) || reply.code != 0 || reply.found == 0 || !file.valid()) return false;
+    if (!this->request(request, &reply, &file) || reply.code != 0) return StoreLookup::missing;
+    if (reply.found == store_channel::kInFlight) return StoreLookup::in_flight;
+    if (reply.found != store_channel::kFound || !file.valid()) return StoreLookup::missing;
     // The owner's word, checked where a wrong one would fault: a regular file that
     // holds the whole range.
     struct stat st{};
     if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode) || reply.content_offset > UINT64_MAX - size ||
         static_cast<uint64_t>(st.st_size) < reply.content_offset + size) {
-        return false;
+        return StoreLookup::missing;
     }
     entry->file = std::move(file);
     entry->content_offset = reply.content_offset;
     entry->size = size;
-    return true;
+    return StoreLookup::found;
 }
 
-bool WeightStore::transfer(const ContentDigest &digest, uint64_t size, uint64_t phase,
-                           const std::function<bool(int)> &send) {
+bool WeightStore::others_wait() {
+    Request request;
+    request.kind = static_cast<uint32_t>(Kind::waiters);
+    Reply reply;
+    return this->request(request, &reply, nullptr) && reply.code == 0 && reply.found > 0;
+}
+
+WeightStore::Transfer WeightStore::transfer(const ContentDigest &digest, uint64_t size, uint64_t phase, uint32_t flags,
+                                            const std::function<bool(int)> &send) {
     store_channel::NoSigpipe no_sigpipe;
     UniqueFd data_read, data_write, result_read, result_write;
-    if (!make_pipe(&data_read, &data_write) || !make_pipe(&result_read, &result_write)) return false;
+    if (!make_pipe(&data_read, &data_write) || !make_pipe(&result_read, &result_write)) return Transfer::not_named;
     (void)::fcntl(data_write.get(), F_SETPIPE_SZ, static_cast<int>(kChunk));
     Request request;
     request.kind = static_cast<uint32_t>(Kind::commit);
     std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
     request.size = size;
     request.phase = phase;
+    request.flags = flags;
     const int fds[2] = {data_read.get(), result_write.get()};
     Reply reply;
-    if (!this->request(request, &reply, nullptr, fds, 2) || reply.code != 0) return false;  // refused: no room
+    if (!this->request(request, &reply, nullptr, fds, 2)) return Transfer::not_named;
+    if (reply.code != 0) return reply.found == store_channel::kInFlight ? Transfer::in_flight : Transfer::not_named;
     data_read.reset();
     result_write.reset();
     const bool sent = send(data_write.get());
     data_write.reset();  // the owner sees the end; short of `size`, it drops the entry
-    if (!sent) return false;
+    if (!sent) return Transfer::not_named;
     // The owner hashes the bytes now; a session that ends does not wait for it.
     for (int waited = 0; waited < kResultTimeoutMs; waited += kPollMs) {
-        if (cancelled_.load(std::memory_order_relaxed)) return false;
+        if (cancelled_.load(std::memory_order_relaxed)) return Transfer::not_named;
         const int ready = poll_one(result_read.get(), POLLIN, kPollMs);
-        if (ready < 0) return false;
+        if (ready < 0) return Transfer::not_named;
         if (ready == 0) continue;
         uint8_t answer = store_channel::kNotNamed;
-        return ::read(result_read.get(), &answer, 1) == 1 && answer == store_channel::kNamed;
+        const bool named = ::read(result_read.get(), &answer, 1) == 1 && answer == store_channel::kNamed;
+        return named ? Transfer::named : Transfer::not_named;
     }
-    return false;
+    return Transfer::not_named;
 }
 
 bool WeightStore::send_from_memory(int pipe, const uint8_t *source, uint64_t size) {
@@ -179,10 +195,11 @@ void WeightStore::counted(const ContentDigest &digest, bool named) {
     }
 }
 
-void WeightStore::commit_copy(const ContentDigest &digest, uint64_t size, uint64_t phase, const uint8_t *source) {
+void WeightStore::commit_copy(const ContentDigest &digest, uint64_t size, uint64_t phase, const uint8_t *source,
+                              uint32_t flags) {
     if (!enabled()) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({digest, size, phase, source});
+    queue_.push_back({digest, size, phase, source, flags, {}});
     if (!committer_.joinable()) committer_ = std::thread(&WeightStore::run_commits, this);
     changed_.notify_all();
 }
@@ -190,7 +207,8 @@ void WeightStore::commit_copy(const ContentDigest &digest, uint64_t size, uint64
 bool WeightStore::commit_now(const ContentDigest &digest, uint64_t size, uint64_t phase, const EntryFill &fill) {
     if (!enabled()) return false;
     wait_for_commits();  // the owner takes one commit at a time from a worker
-    const bool named = transfer(digest, size, phase, [&](int pipe) { return send_filled(pipe, size, fill); });
+    const bool named =
+        transfer(digest, size, phase, 0, [&](int pipe) { return send_filled(pipe, size, fill); }) == Transfer::named;
     counted(digest, named);
     return named;
 }
@@ -202,21 +220,17 @@ void WeightStore::note_activity() {
 void WeightStore::wait_for_quiet() {
     // Copying a model's weights while the guest still uploads them would take the
     // cores and memory bandwidth the upload needs: the store waits for a pause.
+    // Unless other workers wait for these bytes rather than receive their own.
     const auto quiet = std::chrono::milliseconds(kQuietMs);
     for (;;) {
         const std::chrono::steady_clock::duration last(last_activity_ns_.load(std::memory_order_relaxed));
         const auto since = std::chrono::steady_clock::now().time_since_epoch() - last;
-        if (since >= quiet || hurry_.load(std::memory_order_relaxed)) return;
-        std::this_thread::sleep_for(quiet - since);
+        if (since >= quiet || draining_.load(std::memory_order_relaxed) || others_wait()) return;
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(quiet - since, quiet));
     }
 }
 
-void WeightStore::wait_for_commits() {
-    hurry_.store(true, std::memory_order_relaxed);
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [this] { return queue_.empty() && !busy_; });
-    hurry_.store(false, std::memory_order_relaxed);
-}
+void WeightStore::wait_for_commits() { drain(std::chrono::steady_clock::time_point::max(), false); }
 
 void WeightStore::cancel_commits() {
     cancelled_.store(true);
@@ -224,21 +238,46 @@ void WeightStore::cancel_commits() {
         std::lock_guard<std::mutex> lock(mutex_);
         queue_.clear();
     }
-    wait_for_commits();  // the one under way stops at its next chunk
+    drain(std::chrono::steady_clock::time_point::max(), false);  // the one under way stops at its next chunk
     cancelled_.store(false);
 }
 
 void WeightStore::finish_commits(std::chrono::milliseconds limit) {
-    hurry_.store(true, std::memory_order_relaxed);
-    bool done = false;
-    {
-        std::unique_lock<std::mutex> lock(mutex_);
-        done = changed_.wait_for(lock, limit, [this] { return queue_.empty() && !busy_; });
-    }
-    hurry_.store(false, std::memory_order_relaxed);
-    if (!done) cancel_commits();
+    drain(std::chrono::steady_clock::now() + limit, false);
 }
 
+void WeightStore::serve_waiters() {
+    if (!enabled() || !commits_pending() || !others_wait()) return;
+    drain(std::chrono::steady_clock::now() + kOthersWait, true);
+}
+
+void WeightStore::drain(std::chrono::steady_clock::time_point until, bool keep_polls) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    draining_.store(true);
+    changed_.wait(lock, [this] { return !busy_; });  // the store's thread takes no more
+    std::deque<Queued> polls;
+    while (!queue_.empty()) {
+        Queued entry = queue_.front();
+        queue_.pop_front();
+        const bool poll = entry.others_until != std::chrono::steady_clock::time_point{};
+        if (poll && keep_polls) {
+            polls.push_back(entry);
+            continue;
+        }
+        if (poll || std::chrono::steady_clock::now() >= until) {  // swapped in later, or never: dropped
+            lock.unlock();
+            counted(entry.digest, false);
+            lock.lock();
+            continue;
+        }
+        lock.unlock();
+        commit_one(entry, false);
+        lock.lock();
+    }
+    queue_.insert(queue_.end(), polls.begin(), polls.end());
+    draining_.store(false);
+    changed_.notify_all();
+}
 bool WeightStore::commits_pending() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return !queue_.empty() || busy_;
@@ -262,13 +301,13 @@ void WeightStore::run_commits() {
     (void)::sched_setscheduler(0, SCHED_IDLE, &idle);
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-        changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        changed_.wait(lock, [this] { return stopping_ || (!queue_.empty() && !draining_.load()); });
         if (stopping_ || queue_.empty()) return;
         busy_ = true;
         lock.unlock();
         wait_for_quiet();
         lock.lock();
-        if (queue_.empty()) {  // cancelled meanwhile
+        if (queue_.empty() || draining_.load()) {  // cancelled, or a session's thread drains it
             busy_ = false;
             changed_.notify_all();
             continue;
@@ -276,13 +315,44 @@ void WeightStore::run_commits() {
         const Queued entry = queue_.front();
         queue_.pop_front();
         lock.unlock();
-        const bool named = transfer(entry.digest, entry.size, entry.phase,
-                                    [&](int pipe) { return send_from_memory(pipe, entry.source, entry.size); });
-        counted(entry.digest, named);
+        commit_one(entry, true);
         lock.lock();
         busy_ = false;
         changed_.notify_all();
     }
+}
+
+WeightStore::Transfer WeightStore::send_queued(const Queued &entry) {
+    return transfer(entry.digest, entry.size, entry.phase, entry.flags,
+                    [&](int pipe) { return send_from_memory(pipe, entry.source, entry.size); });
+}
+
+void WeightStore::commit_one(Queued entry, bool may_wait) {
+    const auto now = std::chrono::steady_clock::now();
+    if (entry.others_until != std::chrono::steady_clock::time_point{}) {
+        // Another worker writes it: found once named, then this worker's bytes are
+        // swapped for it as if it had written it; given up when it is not.
+        StoreEntry found;
+        const StoreLookup lookup = find(entry.digest, entry.size, &found, entry.flags);
+        if (lookup == StoreLookup::found) return counted(entry.digest, true);
+        if (lookup == StoreLookup::missing) {  // the other worker's commit failed: this one's bytes go
+            entry.others_until = {};
+            return counted(entry.digest, send_queued(entry) == Transfer::named);
+        }
+        if (now >= entry.others_until) return counted(entry.digest, false);
+        std::this_thread::sleep_for(kOthersPoll);
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.push_back(entry);
+        return;
+    }
+    const Transfer result = send_queued(entry);
+    if (result == Transfer::in_flight && may_wait) {
+        entry.others_until = now + kOthersWait;
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.push_back(entry);
+        return;
+    }
+    counted(entry.digest, result == Transfer::named);
 }
 
 }  // namespace ggml_remote::host

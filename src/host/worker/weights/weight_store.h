@@ -38,6 +38,10 @@ struct StoreEntry {
     uint64_t size = 0;
 };
 
+// What a lookup found: the entry, nothing, or an entry another worker of the
+// tenant is writing (it may be found soon).
+enum class StoreLookup { missing, found, in_flight };
+
 struct WeightStoreCounters {
     uint64_t entries_written = 0;  // named by the owner
     uint64_t entries_refused = 0;  // not named: the bytes did not match, no room, ...
@@ -59,23 +63,32 @@ class WeightStore {
     bool enabled() const { return usable_.load(std::memory_order_relaxed); }
 
     // The entry for `digest`, when there is an undamaged one of `size` bytes: a
-    // read-only descriptor of a file whose size never changes.
-    bool find(const protocol::ContentDigest &digest, uint64_t size, StoreEntry *entry);
+    // read-only descriptor of a file whose size never changes. `flags`:
+    // store_channel's kDerived (a repacked image's key) and kClaim.
+    StoreLookup find(const protocol::ContentDigest &digest, uint64_t size, StoreEntry *entry, uint32_t flags = 0);
     // Queues a new entry of `size` bytes at `source` in this process's memory, which
     // must stay mapped until the commit is done (forget_buffer, wait_for_commits).
     // The store's thread streams them to the owner, which checks and names them.
-    void commit_copy(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, const uint8_t *source);
+    // When another worker is writing the same entry, the thread waits for it to be
+    // named instead (and names it here as if this one had).
+    void commit_copy(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, const uint8_t *source,
+                     uint32_t flags = 0);
     // The same at once, on this thread, for bytes `fill` reads (device memory); waits
     // for the queued commits first. Whether the owner named the entry.
     bool commit_now(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, const EntryFill &fill);
-    // Waits until every commit so far is done (tests, a buffer freed).
+    // Does every commit so far on this thread (tests, a buffer freed); waits for
+    // none of other workers' entries.
     void wait_for_commits();
     // Drops the queued commits and stops the one under way.
     void cancel_commits();
     // The session ends: the commits so far (of bytes the guest sent) are done at once,
-    // without waiting for a pause; what is left after `limit` is dropped.
+    // on this thread, without waiting for a pause; what is left after `limit` is dropped.
     void finish_commits(std::chrono::milliseconds limit);
-    // The guest is uploading: commits wait until it has paused (see wait_for_quiet).
+    // When other workers wait for entries this one has queued: commits them now,
+    // on this thread (the store's own runs only on idle cores).
+    void serve_waiters();
+    // The guest is uploading: commits wait until it has paused (see wait_for_quiet),
+    // unless another worker waits for one of them.
     void note_activity();
     // Whether commits are queued or running.
     bool commits_pending() const;
@@ -90,13 +103,26 @@ class WeightStore {
         uint64_t size = 0;
         uint64_t phase = 0;
         const uint8_t *source = nullptr;
+        uint32_t flags = 0;
+        // Another worker writes the entry: until when this one waits for it.
+        std::chrono::steady_clock::time_point others_until{};
     };
+    enum class Transfer { named, not_named, in_flight };
     // One request and its reply on the channel (the owner answers at once).
     bool request(const store_channel::Request &request, store_channel::Reply *reply, UniqueFd *file,
                  const int *fds = nullptr, size_t count = 0);
     // Hands the owner a new entry whose bytes `send(write_end)` writes into a pipe.
-    bool transfer(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase,
-                  const std::function<bool(int)> &send);
+    Transfer transfer(const protocol::ContentDigest &digest, uint64_t size, uint64_t phase, uint32_t flags,
+                      const std::function<bool(int)> &send);
+    Transfer send_queued(const Queued &entry);
+    // One queued entry: sent, or (another worker writes it) looked for; `may_wait`:
+    // queued again to look for later.
+    void commit_one(Queued entry, bool may_wait);
+    // Does the queued commits on this thread, after the one under way, until
+    // `until`; looks for others' entries only with `keep_polls` (else drops them).
+    void drain(std::chrono::steady_clock::time_point until, bool keep_polls);
+    // Whether other workers wait for one of this worker's entries.
+    bool others_wait();
     bool send_from_memory(int pipe, const uint8_t *source, uint64_t size);
     bool send_filled(int pipe, uint64_t size, const EntryFill &fill);
     void counted(const protocol::ContentDigest &digest, bool named);
@@ -107,7 +133,7 @@ class WeightStore {
     std::mutex channel_mutex_;
     std::atomic<bool> usable_{false};           // the channel works (the owner answered so far)
     std::atomic<int64_t> last_activity_ns_{0};  // steady clock
-    std::atomic<bool> hurry_{false};            // someone waits for the commits
+    std::atomic<bool> draining_{false};         // a session's thread does the commits
     std::atomic<bool> cancelled_{false};
 
     mutable std::mutex mutex_;
