@@ -33,7 +33,9 @@ std::string cache_dir_from(const Environment &environment) {
 
 size_t store_min_bytes_from(const Environment &environment) {
     if (!switch_setting(environment("GGML_REMOTE_WEIGHT_STORE"), true)) return 0;
-    uint64_t bytes = size_t(1) << 20;
+    // Every weight the protocol lets a guest name: a layer's small matrices are a
+    // quarter of a mid-sized quantized model, and each tenant's own copy otherwise.
+    uint64_t bytes = protocol::kMinWeightLookupBytes;
     report(number_setting("GGML_REMOTE_STORE_MIN_BYTES", environment("GGML_REMOTE_STORE_MIN_BYTES"), 0, UINT64_MAX,
                           &bytes));
     return static_cast<size_t>(std::max<uint64_t>(bytes, protocol::kMinWeightLookupBytes));

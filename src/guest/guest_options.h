@@ -33,7 +33,7 @@ struct GuestOptions {
     bool mapped_weights = true;
     // GGML_REMOTE_WEIGHT_STORE=0 (0 here) or GGML_REMOTE_STORE_MIN_BYTES: the
     // smallest weight tensor named by digest (never below the protocol's minimum).
-    size_t store_min_bytes = size_t(1) << 20;
+    size_t store_min_bytes = size_t(64) << 10;
     // GGML_REMOTE_CACHE_DIR, else $XDG_CACHE_HOME/ggml-remote, else ~/.cache/ggml-remote:
     // where digests of model files are kept (empty: nowhere).
     std::string cache_dir;

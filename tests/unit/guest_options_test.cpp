@@ -45,7 +45,7 @@ TEST_F(GuestOptionsTest, AnEmptyEnvironmentGivesTheDocumentedDefaults) {
     EXPECT_FALSE(options.print_stats);
     EXPECT_TRUE(options.shared_ring);
     EXPECT_TRUE(options.mapped_weights);
-    EXPECT_EQ(options.store_min_bytes, size_t(1) << 20);
+    EXPECT_EQ(options.store_min_bytes, size_t(64) << 10);
     EXPECT_EQ(options.cache_dir, "") << "no HOME, no XDG_CACHE_HOME: digests are not kept";
     EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
     EXPECT_TRUE(options.waiting.spin_on_spare_cores);
@@ -108,7 +108,7 @@ TEST_F(GuestOptionsTest, ReplyTimeoutIsMinutesByDefaultAndZeroTurnsItOff) {
 TEST_F(GuestOptionsTest, WeightStoreZeroTurnsDigestsOffWhateverTheMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "0"}, {"GGML_REMOTE_STORE_MIN_BYTES", "4194304"}}).store_min_bytes,
               0u);
-    EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "1"}}).store_min_bytes, size_t(1) << 20);
+    EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "1"}}).store_min_bytes, size_t(64) << 10);
 }
 
 TEST_F(GuestOptionsTest, StoreMinimumNeverGoesBelowTheProtocolsMinimum) {
@@ -128,7 +128,7 @@ TEST_F(GuestOptionsTest, MalformedNumberIsLoggedByNameAndKeepsItsDefault) {
                                        {"GGML_REMOTE_STORE_MIN_BYTES", "-1"}});
     EXPECT_EQ(options.connect_timeout_ms, 5000);
     EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
-    EXPECT_EQ(options.store_min_bytes, size_t(1) << 20);
+    EXPECT_EQ(options.store_min_bytes, size_t(64) << 10);
     ASSERT_EQ(log_lines.size(), 3u);
     EXPECT_THAT(log_lines[0], HasSubstr("GGML_REMOTE_CONNECT_TIMEOUT_MS=5s is not a number from 1 to"));
     EXPECT_THAT(log_lines[1], HasSubstr("GGML_REMOTE_STORE_MIN_BYTES=-1"));

@@ -83,10 +83,12 @@ class CpuSession : public ::testing::Test {
     // What the session serves: the CPU here, another device in a fixture below.
     virtual std::vector<ggml_backend_dev_t> served_devices() const { return {cpu}; }
 
-    Outcome handle_raw(uint16_t command, const std::vector<uint8_t> &payload, std::vector<UniqueFd> *fds = nullptr) {
+    // On the fixture's session, or on `on` (from another thread).
+    Outcome handle_raw(uint16_t command, const std::vector<uint8_t> &payload, std::vector<UniqueFd> *fds = nullptr,
+                       Session *on = nullptr) {
         ReplyFrame reply;
         Outcome outcome;
-        outcome.status = session->handle(command, ByteView(payload), &reply, fds);
+        outcome.status = (on != nullptr ? on : session.get())->handle(command, ByteView(payload), &reply, fds);
         outcome.fixed = reply.fixed;
         const ByteView tail = reply.tail.bytes();
         outcome.tail.assign(tail.data, tail.data + tail.size);
@@ -95,12 +97,12 @@ class CpuSession : public ::testing::Test {
     }
 
     template <class Cmd>
-    Outcome call(const typename Cmd::Request &request, ByteView tail = ByteView(),
-                 std::vector<UniqueFd> *fds = nullptr) {
+    Outcome call(const typename Cmd::Request &request, ByteView tail = ByteView(), std::vector<UniqueFd> *fds = nullptr,
+                 Session *on = nullptr) {
         std::vector<uint8_t> payload;
         append_pod(payload, request);
         payload.insert(payload.end(), tail.data, tail.data + tail.size);
-        return handle_raw(static_cast<uint16_t>(Cmd::id), payload, fds);
+        return handle_raw(static_cast<uint16_t>(Cmd::id), payload, fds, on);
     }
 
     void hello(uint64_t capabilities = 0) {
@@ -1194,7 +1196,7 @@ TEST_F(SharedMemorySession, FileBufferNeedsExactlyOneDescriptor) {
 // CPU's extra buffer type and gives what the plain layout gives.
 class RepackedWeights : public SharedMemorySession {
   protected:
-    static constexpr int64_t kInputs = 256, kOutputs = 16, kTokens = 4;
+    static constexpr int64_t kInputs = 256, kOutputs = 256, kTokens = 4;      // weights of 9 pages
     static constexpr uint64_t kOutputAt = kInputs * kTokens * sizeof(float);  // after x
 
     void SetUp() override {
@@ -1789,12 +1791,13 @@ class CpuSessionWithStore : public CpuSession {
         ASSERT_TRUE(outcome.status.ok());
         ASSERT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionWeightStore);
     }
-    Outcome lookup(uint64_t buffer, const std::vector<uint8_t> &bytes, uint64_t offset = kOffset) {
+    Outcome lookup(uint64_t buffer, const std::vector<uint8_t> &bytes, uint64_t offset = kOffset,
+                   Session *on = nullptr) {
         WeightLookup::Request request{};
         request.range = {buffer, offset, bytes.size()};
         const ContentDigest digest = content_digest(bytes.data(), bytes.size());
         std::memcpy(request.digest, digest.bytes, sizeof(request.digest));
-        return call<WeightLookup>(request);
+        return call<WeightLookup>(request, ByteView(), nullptr, on);
     }
     bool found(const Outcome &outcome) {
         EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
@@ -1897,6 +1900,128 @@ TEST_F(CpuSessionWithStore, AnotherTenantDoesNotFindThem) {
     load(weights);
     open_session("uid 1001");
     EXPECT_FALSE(found(lookup(alloc(kBufferSize), weights)));
+}
+
+// Two guests load the same weights at once: the second's lookup waits while the
+// first sends them, and both sessions map the one entry.
+TEST_F(CpuSessionWithStore, ConcurrentFirstLoadsShareOneEntry) {
+    open_session("uid 1000");
+    Session *first_session = session.get();
+    const uint64_t first = alloc(kBufferSize);
+    ASSERT_FALSE(found(lookup(first, weights)));  // it claims the entry
+    open_session("uid 1000");
+    const uint64_t second = alloc(kBufferSize);
+    Session *second_session = session.get();
+    std::swap(session, kept.back());  // the first guest goes on while the second looks up
+    ASSERT_EQ(session.get(), first_session);
+    bool second_found = false;
+    std::thread second_guest([&] { second_found = found(lookup(second, weights, kOffset, second_session)); });
+    ASSERT_TRUE(set(first, kOffset, weights).ok());
+    (void)get(first, 0, 1);
+    session->wait_for_store_for_testing();
+    second_guest.join();
+    EXPECT_TRUE(second_found) << "the second lookup waited for the first guest's entry";
+    const std::string entry_file = file_mapped_at(address_of(first, 1u << 20));
+    EXPECT_NE(entry_file, "");
+    std::swap(session, kept.back());
+    EXPECT_EQ(get(second, kOffset, weights.size()), weights);
+    EXPECT_EQ(file_mapped_at(address_of(second, 1u << 20)), entry_file);
+}
+
+// Repacked images in the store: sessions of one tenant that compute with the same
+// weights map one image (the later ones repack nothing); another tenant's sessions
+// make their own, even in a shared store.
+class RepackedWeightsWithStore : public RepackedWeights {
+  protected:
+    void SetUp() override {
+        RepackedWeights::SetUp();
+        if (IsSkipped() || HasFatalFailure()) return;
+        session.reset();  // each test opens the sessions it needs
+        char name[] = "/tmp/ggml-remote-store-repack.XXXXXX";
+        ASSERT_NE(::mkdtemp(name), nullptr);
+        store.directory = name;
+        store.shared_across_tenants = true;
+        owner = std::make_unique<StoreOwner>();
+        ASSERT_TRUE(owner->open(store).ok());
+    }
+    void TearDown() override {
+        session.reset();
+        kept.clear();
+        owner.reset();
+        if (!store.directory.empty()) (void)!std::system(("rm -rf '" + store.directory + "'").c_str());
+    }
+    // A new session of `tenant` with the store (the previous one stays alive in `kept`).
+    void open_session(const std::string &tenant) {
+        if (session) kept.push_back(std::move(session));
+        restart(SessionLimits{});
+        UniqueFd channel;
+        ASSERT_TRUE(owner->connect(tenant, false, &channel).ok());
+        ASSERT_TRUE(session->use_weight_store(std::move(channel)).ok());
+    }
+    // y = W x, then once more when the image the first made is in the store: its
+    // pages are swapped for the store's before the second.
+    std::vector<float> product_twice() {
+        const std::vector<float> first = product();
+        session->wait_for_store_for_testing();
+        expect_close(product(weight_file), first);
+        return first;
+    }
+    // The store's repacked images this process maps: "device:inode" of each mapping.
+    std::vector<std::string> mapped_images() const {
+        std::vector<std::string> images;
+        FILE *maps = std::fopen("/proc/self/maps", "r");
+        if (maps == nullptr) return images;
+        char line[4096];
+        while (std::fgets(line, sizeof(line), maps) != nullptr) {
+            char device[32] = {}, path[2048] = {};
+            unsigned long long inode = 0;
+            if (std::sscanf(line, "%*s %*s %*s %31s %llu %2047s", device, &inode, path) != 3) continue;
+            const std::string file(path);
+            if (file.rfind(store.directory + "/", 0) == 0 && file.find("/r-") != std::string::npos) {
+                images.push_back(std::string(device) + ":" + std::to_string(inode));
+            }
+        }
+        std::fclose(maps);
+        return images;
+    }
+
+    WeightStoreOptions store;
+    std::unique_ptr<StoreOwner> owner;
+    std::vector<std::unique_ptr<Session>> kept;
+};
+
+TEST_F(RepackedWeightsWithStore, TwoSessionsOfATenantMapOneRepackedImage) {
+    open_session("uid 1000");
+    const std::vector<float> first = product_twice();
+    ASSERT_EQ(session->counters().weights_repacked, 1u);
+    ASSERT_EQ(mapped_images().size(), 1u) << "the first session's copy is now the store's image";
+    open_session("uid 1000");
+    const std::vector<float> second = product();
+    EXPECT_EQ(session->counters().weights_repacked, 1u);
+    const std::vector<std::string> images = mapped_images();
+    ASSERT_EQ(images.size(), 2u);
+    EXPECT_EQ(images[0], images[1]) << "both sessions map one image";
+    expect_close(second, first);
+    expect_near_reference(second, reference(quantized));
+}
+
+TEST_F(RepackedWeightsWithStore, AnotherTenantMakesItsOwnImage) {
+    open_session("uid 1000");
+    const std::vector<float> first = product_twice();
+    open_session("uid 1001");
+    expect_close(product_twice(), first);
+    const std::vector<std::string> images = mapped_images();
+    ASSERT_EQ(images.size(), 2u);
+    EXPECT_NE(images[0], images[1]);
+}
+
+// An image the store holds is used only for the weights it was made from.
+TEST_F(RepackedWeightsWithStore, OtherWeightsOfTheSameShapeGetTheirOwnImage) {
+    open_session("uid 1000");
+    (void)product_twice();
+    open_session("uid 1000");
+    quantized = negated_weights();
+    expect_near_reference(product(), reference(quantized));
 }
 
 TEST_F(CpuSessionWithStore, AGuestThatNamesOtherBytesKeepsItsOwnAndTheStoreNone) {

@@ -55,7 +55,9 @@ class Session {
     // Offers the guest the weight store, through the channel to its owner
     // (store_owner.h); `identity`: a TLS guest's, its tenant.
     Status use_weight_store(UniqueFd channel, const std::string &identity = "") {
-        return store_fill_.open(std::move(channel), identity);
+        Status status = store_fill_.open(std::move(channel), identity);
+        if (status) weight_repack_.share_images(&store_fill_);
+        return status;
     }
     const StoreFillCounters &store_counters() const { return store_fill_.counters(); }
     // Test-only: waits until the store has checked and named every new entry.

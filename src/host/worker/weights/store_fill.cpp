@@ -1,14 +1,25 @@
 #include "host/worker/weights/store_fill.h"
 
 #include <ggml-backend.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace ggml_remote::host {
 
 namespace {
+
+// A write this large is part of an upload (a token's inputs are far smaller).
+constexpr uint64_t kUploadWrite = uint64_t(64) << 10;
+// How long a lookup waits for another worker of the tenant that writes the same
+// entry, and how long a session's lookups wait in all: past that, the guest sends.
+constexpr auto kWaitForOthers = std::chrono::seconds(30);
+constexpr auto kWaitForOthersInAll = std::chrono::seconds(120);
+// How often a session asks whether entries others write are named yet.
+constexpr auto kOthersPoll = std::chrono::milliseconds(20);
 
 size_t page_size() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
 
@@ -36,11 +47,26 @@ void StoreFill::whole_pages(const Mapping *memory, size_t offset, uint64_t size,
     }
 }
 
+StoreLookup StoreFill::find_or_wait(const protocol::ContentDigest &digest, uint64_t size, StoreEntry *entry,
+                                    uint32_t flags) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point until = Clock::now() + std::min<Clock::duration>(kWaitForOthers, wait_left_);
+    auto pause = std::chrono::milliseconds(5);
+    for (;;) {
+        const Clock::time_point asked = Clock::now();
+        const StoreLookup lookup = store_.find(digest, size, entry, flags | store_channel::kClaim);
+        if (lookup != StoreLookup::in_flight || asked >= until) return lookup;
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(20));
+        wait_left_ -= std::min<Clock::duration>(wait_left_, Clock::now() - asked);
+    }
+}
+
 Status StoreFill::lookup(const Target &target, const protocol::ContentDigest &digest, bool *found) {
     *found = false;
     const uint64_t size = ggml_nbytes(target.range);
     StoreEntry entry;
-    if (!store_.find(digest, size, &entry)) {
+    if (find_or_wait(digest, size, &entry, 0) != StoreLookup::found) {
         ++counters_.misses;
         return start_entry(target, digest);
     }
@@ -59,8 +85,12 @@ Status StoreFill::lookup(const Target &target, const protocol::ContentDigest &di
 
 Status StoreFill::offer(const Target &target, const protocol::ContentDigest &digest) {
     ++counters_.misses;
+    // The bytes come whatever the store holds. Asked first, so that this worker
+    // claims the entry, or the worker of the tenant that claimed it hears that
+    // this one waits for it (it commits at once); once the bytes are here, they
+    // are swapped for the entry's pages if it is named by then.
     StoreEntry entry;
-    if (store_.find(digest, ggml_nbytes(target.range), &entry)) return Status::success();
+    (void)store_.find(digest, ggml_nbytes(target.range), &entry, store_channel::kClaim);
     return start_entry(target, digest);
 }
 
@@ -131,10 +161,13 @@ Status StoreFill::finish_pending() {
     if (pending.received < pending.size) return Status::success();
     const Target &target = pending.target;
     if (target.memory != nullptr) {
-        // The store's thread streams them from the worker's memory, later, on idle cores.
-        awaiting_.push_back(
-            {pending.digest, target.memory, target.buffer, offset_in_memory(target), pending.size, false});
-        store_.commit_copy(pending.digest, pending.size, pending.phase, start_of(target));
+        Awaiting awaiting;
+        awaiting.digest = pending.digest;
+        awaiting.memory = target.memory;
+        awaiting.buffer = target.buffer;
+        awaiting.offset = offset_in_memory(target);
+        awaiting.size = awaiting.source_size = pending.size;
+        keep_in_memory(std::move(awaiting), pending.phase);
         return Status::success();
     }
     // Device memory: read through the backend, a piece at a time, now. No room in
@@ -145,6 +178,45 @@ Status StoreFill::finish_pending() {
     return Status::success();
 }
 
+void StoreFill::keep_in_memory(Awaiting awaiting, uint64_t phase) {
+    // Another worker of the tenant may have written the entry meanwhile (guests
+    // that load a model at once), or be writing it: its pages, not a second copy.
+    StoreEntry entry;
+    const StoreLookup lookup = store_.find(awaiting.digest, awaiting.size, &entry);
+    if (lookup == StoreLookup::found) return swap_in(awaiting, entry);
+    if (lookup == StoreLookup::in_flight) {
+        awaiting.others_until = std::chrono::steady_clock::now() + kWaitForOthers;
+        awaiting_.push_back(std::move(awaiting));
+        return;
+    }
+    // The store's thread streams them from the worker's memory, later, on idle
+    // cores; at once, here, when others wait for them.
+    store_.commit_copy(awaiting.digest, awaiting.size, phase,
+                       static_cast<uint8_t *>(awaiting.memory->data()) + awaiting.offset);
+    awaiting_.push_back(std::move(awaiting));
+    store_.serve_waiters();
+}
+
+void StoreFill::poll_others() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_poll_ < kOthersPoll) return;
+    last_poll_ = now;
+    for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+        if (it->others_until == std::chrono::steady_clock::time_point{} || it->written) {
+            ++it;
+            continue;
+        }
+        StoreEntry entry;
+        const StoreLookup lookup = store_.find(it->digest, it->size, &entry, it->flags);
+        if (lookup == StoreLookup::in_flight && now < it->others_until) {
+            ++it;
+            continue;
+        }
+        if (lookup == StoreLookup::found) swap_in(*it, entry);
+        it = awaiting_.erase(it);  // the other's commit failed, or takes too long: the session keeps its bytes
+    }
+}
+
 void StoreFill::stop(std::chrono::milliseconds limit) {
     (void)finish_pending();
     store_.finish_commits(limit);
@@ -152,10 +224,10 @@ void StoreFill::stop(std::chrono::milliseconds limit) {
 }
 
 void StoreFill::written(uint64_t buffer, uint64_t offset, uint64_t size) {
-    if (store_.enabled()) store_.note_activity();
+    if (store_.enabled() && size >= kUploadWrite) store_.note_activity();
     for (Awaiting &awaiting : awaiting_) {
         if (awaiting.buffer != buffer) continue;
-        const uint64_t start = awaiting.offset, end = awaiting.offset + awaiting.size;
+        const uint64_t start = awaiting.offset, end = awaiting.offset + awaiting.source_size;
         // `offset` is relative to the buffer, `awaiting.offset` to its mapping: the same
         // for the worker's own buffers, whose mapping starts where the buffer does.
         if (offset < end && (size > UINT64_MAX - offset || offset + size > start)) awaiting.written = true;
@@ -171,6 +243,7 @@ void StoreFill::forget_buffer(uint64_t buffer) {
 
 void StoreFill::map_named() {
     if (awaiting_.empty()) return;
+    poll_others();
     const bool all_done = !store_.commits_pending();
     for (const protocol::ContentDigest &digest : store_.take_named()) {
         for (const Awaiting &awaiting : awaiting_) {
@@ -181,17 +254,73 @@ void StoreFill::map_named() {
             awaiting_.end());
     }
     // Entries the store refused are never named.
-    if (all_done) awaiting_.clear();
+    if (all_done) {
+        awaiting_.erase(
+            std::remove_if(awaiting_.begin(), awaiting_.end(),
+                           [](const Awaiting &a) { return a.others_until == std::chrono::steady_clock::time_point{}; }),
+            awaiting_.end());
+    }
 }
 
 void StoreFill::swap_in(const Awaiting &awaiting) {
     StoreEntry entry;
-    if (!store_.find(awaiting.digest, awaiting.size, &entry)) return;
+    if (store_.find(awaiting.digest, awaiting.size, &entry, awaiting.flags) == StoreLookup::found) {
+        swap_in(awaiting, entry);
+    }
+}
+
+void StoreFill::swap_in(const Awaiting &awaiting, const StoreEntry &entry) {
+    if (awaiting.image != nullptr) {
+        if (!map_image_pages(awaiting.image, awaiting.size, entry)) awaiting.lost();
+        return;
+    }
     size_t first = 0, end = 0;
     if (!pages_of_entry_fit(awaiting.memory, awaiting.offset, entry, &first, &end)) return;
     // The same bytes (the range was not written since they were copied): the buffer
     // keeps them, in pages every session of this content shares.
     (void)map_pages_of_entry(awaiting.memory, awaiting.offset, entry, first, end);
+}
+
+}  // namespace ggml_remote::host
+
+namespace ggml_remote::host {
+
+bool StoreFill::map_image_pages(uint8_t *image, uint64_t size, const StoreEntry &entry) {
+    const size_t page = page_size();
+    const size_t whole = static_cast<size_t>(size / page * page);
+    if (whole == 0) return true;
+    if (reinterpret_cast<uintptr_t>(image) % page != 0 || entry.content_offset % page != 0) return false;
+    void *placed = ::mmap(image, whole, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, entry.file.get(),
+                          static_cast<off_t>(entry.content_offset));
+    if (placed != MAP_FAILED) return true;
+    // A failed MAP_FIXED may have unmapped the range: never leave a hole in a copy.
+    (void)::mmap(image, whole, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    return false;
+}
+
+bool StoreFill::fill(const protocol::ContentDigest &key, uint8_t *image, uint64_t size) {
+    if (!store_.enabled() || size < page_size()) return false;  // share() keeps no such image: nothing to claim
+    StoreEntry entry;
+    if (find_or_wait(key, size, &entry, store_channel::kDerived) != StoreLookup::found) return false;
+    const size_t whole = static_cast<size_t>(size / page_size() * page_size());
+    return read_exactly(entry.file.get(), image + whole, size - whole, entry.content_offset + whole) &&
+           map_image_pages(image, size, entry);
+}
+
+void StoreFill::share(const protocol::ContentDigest &key, uint8_t *image, uint64_t size, const ImageSource &source,
+                      std::function<void()> lost) {
+    if (!store_.enabled() || size < page_size()) return;  // nothing to share but a partial page
+    Awaiting awaiting;
+    awaiting.digest = key;
+    awaiting.image = image;
+    awaiting.buffer = source.buffer;
+    awaiting.offset = source.offset;
+    awaiting.size = size;
+    awaiting.source_size = source.size;
+    awaiting.flags = store_channel::kDerived;
+    awaiting.lost = std::move(lost);
+    awaiting_.push_back(std::move(awaiting));
+    store_.commit_copy(key, size, 0, image, store_channel::kDerived);
 }
 
 }  // namespace ggml_remote::host

@@ -15,14 +15,25 @@
 // entry (or drops it); once named, the buffer's whole pages are swapped for the
 // entry's (same bytes, one copy for all sessions), unless the range was written
 // since. From device memory the bytes are read and streamed at once.
+//
+// Lookups claim what they do not find (store_owner.h): a lookup that hears another
+// worker of the tenant is writing the entry waits for it, so that guests that load
+// a model at once hold one copy (bounded: kWaitForOthers, and a budget per session).
+//
+// Repacked images (weight_repack.h) go the same way as derived entries: one that
+// is found is mapped in place of the copy's pages; one that is not is made, then
+// handed to the store and swapped for the entry's pages once named.
 #pragma once
 
 #include <ggml.h>
 
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "host/worker/weights/weight_repack.h"
 #include "host/worker/weights/weight_store.h"
 #include "transport/shared_memory.h"
 
@@ -34,7 +45,7 @@ struct StoreFillCounters {
     uint64_t bytes_saved = 0;  // bytes the guest did not send
 };
 
-class StoreFill {
+class StoreFill : public RepackedImages {
   public:
     // Where a lookup's bytes go: `range` is a byte tensor over them (the session's
     // write_range); `memory` the buffer's own mapping when the store's pages may be
@@ -70,6 +81,13 @@ class StoreFill {
     void forget_buffer(uint64_t buffer);
     // Swaps in the pages of entries named since the last call (cheap when none are due).
     void map_named();
+    // Commits at once what other workers of the tenant wait for (see WeightStore).
+    void serve_waiters() { store_.serve_waiters(); }
+
+    // RepackedImages
+    bool fill(const protocol::ContentDigest &key, uint8_t *image, uint64_t size) override;
+    void share(const protocol::ContentDigest &key, uint8_t *image, uint64_t size, const ImageSource &source,
+               std::function<void()> lost) override;
 
     const StoreFillCounters &counters() const { return counters_; }
     WeightStore &store() { return store_; }
@@ -83,16 +101,33 @@ class StoreFill {
         ggml_tensor range;      // what target.range points at
         Target target;
     };
-    // A new entry copied from a buffer's memory, to be swapped in once named.
+    // A new entry copied from a buffer's memory, or a repacked image made from
+    // it, to be swapped in once named.
     struct Awaiting {
         protocol::ContentDigest digest;
-        Mapping *memory = nullptr;
+        Mapping *memory = nullptr;  // a range of the buffer's mapping, or
+        uint8_t *image = nullptr;   // a repacked image (page-aligned) of a range of the buffer
         uint64_t buffer = 0;
-        size_t offset = 0;  // in the mapping
-        uint64_t size = 0;
-        bool written = false;  // since the copy was queued: keep the buffer's own bytes
+        size_t offset = 0;           // in the mapping (the buffer's own: the same)
+        uint64_t size = 0;           // of the entry
+        uint64_t source_size = 0;    // of the range [offset, +source_size) the image was made from
+        uint32_t flags = 0;          // the store's (kDerived for an image)
+        bool written = false;        // since the copy was queued: keep the buffer's own bytes
+        std::function<void()> lost;  // an image whose pages could not be swapped: make it again
+        // Another worker writes the entry: until when this session asks for it.
+        std::chrono::steady_clock::time_point others_until{};
     };
+    // Keeps the guest's bytes, just arrived in the worker's memory, in the store.
+    void keep_in_memory(Awaiting awaiting, uint64_t phase);
+    // Swaps in the entries other workers wrote since the last call (at most every kOthersPoll).
+    void poll_others();
     void swap_in(const Awaiting &awaiting);
+    void swap_in(const Awaiting &awaiting, const StoreEntry &entry);
+    // Maps the entry's whole pages over `image`'s, copy-on-write; false when it
+    // could not (the image's bytes are then gone).
+    static bool map_image_pages(uint8_t *image, uint64_t size, const StoreEntry &entry);
+    // A lookup that waits while another worker of the tenant writes the entry.
+    StoreLookup find_or_wait(const protocol::ContentDigest &digest, uint64_t size, StoreEntry *entry, uint32_t flags);
     // [first whole page, end of the last whole page) of `size` bytes at `offset` of
     // `memory`; empty when they hold no whole page.
     static void whole_pages(const Mapping *memory, size_t offset, uint64_t size, size_t *first, size_t *end);
@@ -110,6 +145,8 @@ class StoreFill {
     std::optional<Pending> pending_;
     std::vector<Awaiting> awaiting_;
     StoreFillCounters counters_;
+    std::chrono::steady_clock::time_point last_poll_{};
+    std::chrono::steady_clock::duration wait_left_ = std::chrono::seconds(120);  // kWaitForOthersInAll
 };
 
 }  // namespace ggml_remote::host

@@ -1,7 +1,11 @@
 #include "host/worker/weights/weight_repack.h"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "ggml.h"
 
@@ -45,6 +49,35 @@ bool supports_with_weight_in(ggml_backend_dev_t device, ggml_tensor *op, ggml_ba
     op->src[0] = weight;
     return supported;
 }
+
+// What names a repacked image in the store: the digest of the bytes it was made
+// from and everything its layout depends on: the weight's type and shape, the
+// buffer type, the layout ggml-cpu's init_tensor chose (`extra`, named by its place
+// in the library that holds it: another build of ggml-cpu, another name) and
+// ggml's version. False when the layout has no such name.
+bool image_key(const ggml_tensor *weight, const ggml_tensor *copy, ggml_backend_buffer_type_t type,
+               protocol::ContentDigest *key) {
+    Dl_info library{};
+    if (copy->extra == nullptr || ::dladdr(copy->extra, &library) == 0 || library.dli_fname == nullptr) return false;
+    const protocol::ContentDigest source = protocol::content_digest(weight->data, ggml_nbytes(weight));
+    std::string named = "ggml-remote repacked image 1";
+    for (const char *part : {ggml_version(), ggml_commit(), library.dli_fname, ggml_backend_buft_name(type)}) {
+        named.append(1, '\0').append(part != nullptr ? part : "");
+    }
+    const auto append = [&named](const void *bytes, size_t size) {
+        named.append(static_cast<const char *>(bytes), size);
+    };
+    const uintptr_t layout = reinterpret_cast<uintptr_t>(copy->extra) - reinterpret_cast<uintptr_t>(library.dli_fbase);
+    append(&layout, sizeof(layout));
+    append(&weight->type, sizeof(weight->type));
+    append(weight->ne, sizeof(weight->ne));
+    append(weight->nb, sizeof(weight->nb));
+    append(source.bytes, sizeof(source.bytes));
+    *key = protocol::content_digest(named.data(), named.size());
+    return true;
+}
+
+size_t page_size() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
 
 }  // namespace
 
@@ -112,7 +145,8 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device,
     auto copy = std::make_unique<Copy>();
     ggml_init_params params{ggml_tensor_overhead(), nullptr, true};
     copy->context.reset(ggml_init(params));
-    copy->buffer.reset(ggml_backend_buft_alloc_buffer(chosen, size));
+    // A page more: the copy starts on a page, so that a shared image's pages fit it.
+    copy->buffer.reset(ggml_backend_buft_alloc_buffer(chosen, size + page_size()));
     if (!copy->context || !copy->buffer) {
         charge(-static_cast<int64_t>(size));
         refused_.insert(std::move(key));
@@ -122,22 +156,37 @@ ggml_tensor *WeightRepack::copy_for(ggml_backend_dev_t device,
     copy->tensor = ggml_dup_tensor(copy->context.get(), weight);
     ggml_set_name(copy->tensor, weight->name);
     // The type's init_tensor records how its kernels read the tensor; its set_tensor repacks.
-    if (ggml_backend_tensor_alloc(copy->buffer.get(), copy->tensor, ggml_backend_buffer_get_base(copy->buffer.get())) !=
-        GGML_STATUS_SUCCESS) {
+    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(copy->buffer.get()));
+    void *page_start = reinterpret_cast<void *>((base + page_size() - 1) / page_size() * page_size());
+    if (ggml_backend_tensor_alloc(copy->buffer.get(), copy->tensor, page_start) != GGML_STATUS_SUCCESS) {
         charge(-static_cast<int64_t>(size));
         refused_.insert(std::move(key));
         return nullptr;
     }
-    ggml_backend_tensor_set(copy->tensor, weight->data, 0, ggml_nbytes(weight));
     copy->source = buffer;
     copy->source_offset = offset;
     copy->source_data = weight->data;
     copy->source_bytes = ggml_nbytes(weight);
     copy->bytes = size;
+    fill_copy(copy.get(), weight, chosen);
     bytes_by_buffer_[buffer] += size;
     ggml_tensor *tensor = copy->tensor;
     copies_.emplace(std::move(key), std::move(copy));
     return tensor;
+}
+
+void WeightRepack::fill_copy(Copy *copy, const ggml_tensor *weight, ggml_backend_buffer_type_t type) {
+    auto *image = static_cast<uint8_t *>(copy->tensor->data);
+    protocol::ContentDigest key;
+    const bool named = images_ != nullptr && image_key(weight, copy->tensor, type, &key);
+    const uint64_t image_size = ggml_nbytes(copy->tensor);  // not the buffer's padding: never written
+    if (named && images_->fill(key, image, image_size)) return;
+    ggml_backend_tensor_set(copy->tensor, weight->data, 0, ggml_nbytes(weight));
+    if (!named) return;
+    images_->share(key, image, image_size, {copy->source, copy->source_offset, copy->source_bytes}, [this, copy] {
+        copy->stale = true;
+        any_stale_ = true;
+    });
 }
 
 uint64_t WeightRepack::forget(uint64_t buffer) {

@@ -26,8 +26,30 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "protocol/content_digest.h"
 
 namespace ggml_remote::host {
+
+// What a repacked image was made from: a range of a session's buffer.
+struct ImageSource {
+    uint64_t buffer = 0;  // the session's handle
+    uint64_t offset = 0;
+    uint64_t size = 0;
+};
+
+// Where repacked images are shared with other sessions (the weight store: sessions
+// of one tenant that compute with the same weights map one image).
+class RepackedImages {
+  public:
+    virtual ~RepackedImages() = default;
+    // Fills `size` bytes at `image` (page-aligned) from the image named `key`; false
+    // when there is none.
+    virtual bool fill(const protocol::ContentDigest &key, uint8_t *image, uint64_t size) = 0;
+    // Offers the image just made at `image` to other sessions; its pages may be
+    // swapped for the shared ones later, and `lost()` is called if that fails.
+    virtual void share(const protocol::ContentDigest &key, uint8_t *image, uint64_t size, const ImageSource &source,
+                       std::function<void()> lost) = 0;
+};
 
 class WeightRepack {
   public:
@@ -57,6 +79,8 @@ class WeightRepack {
     size_t copies() const { return copies_.size(); }
     // At most this many copies; a weight beyond them is computed from as it is.
     void set_max_copies(size_t max_copies) { max_copies_ = max_copies; }
+    // Copies are looked for in `images`, and those made are shared there (null: none).
+    void share_images(RepackedImages *images) { images_ = images; }
 
   private:
     struct BufferDeleter {
@@ -81,12 +105,15 @@ class WeightRepack {
 
     ggml_tensor *copy_for(ggml_backend_dev_t device, const std::vector<ggml_backend_buffer_type_t> &extra_types,
                           ggml_tensor *op, uint64_t buffer, uint64_t buffer_size, const Charge &charge);
+    // Makes the copy's bytes: from a shared image, or by repacking (then shared).
+    void fill_copy(Copy *copy, const ggml_tensor *weight, ggml_backend_buffer_type_t type);
 
     std::map<Key, std::unique_ptr<Copy>> copies_;
     std::set<Key> refused_;  // weights with no faster layout (or no room for one)
     std::map<uint64_t, uint64_t> bytes_by_buffer_;
     bool any_stale_ = false;
     size_t max_copies_ = SIZE_MAX;
+    RepackedImages *images_ = nullptr;
 };
 
 }  // namespace ggml_remote::host
