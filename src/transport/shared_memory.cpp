@@ -156,6 +156,31 @@ Status Mapping::overlay_file(size_t offset, size_t length, int fd, uint64_t file
     return Status::success();
 }
 
+Status Mapping::zero(size_t offset, size_t length) {
+    uint64_t end = 0;
+    if (__builtin_add_overflow(offset, length, &end) || end > size_) {
+        return error(Code::bad_request, "zero: outside the mapping");
+    }
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto start = reinterpret_cast<uintptr_t>(data_) + offset, stop = start + length;
+    const uintptr_t first = (start + page - 1) / page * page, last = stop / page * page;
+    if (last <= first) {
+        std::memset(reinterpret_cast<void *>(start), 0, length);
+        return Status::success();
+    }
+    std::memset(reinterpret_cast<void *>(start), 0, first - start);
+    std::memset(reinterpret_cast<void *>(last), 0, stop - last);
+    void *placed = ::mmap(reinterpret_cast<void *>(first), last - first, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (placed == MAP_FAILED) {
+        std::memset(reinterpret_cast<void *>(first), 0, last - first);  // the range is as it was: cleared in place
+        return Status::success();
+    }
+    // Small pages: a huge one would be made whole by a write of a few bytes.
+    (void)::madvise(placed, last - first, MADV_NOHUGEPAGE);
+    return Status::success();
+}
+
 Status Mapping::anonymous(size_t size, Mapping *out) {
     if (size == 0) return error(Code::bad_request, "cannot map an empty range");
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));

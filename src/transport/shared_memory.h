@@ -44,6 +44,12 @@ class Mapping {
     // (copy-on-write). `file_offset` must be page-aligned too.
     Status overlay_file(size_t offset, size_t length, int fd, uint64_t file_offset, bool shared);
 
+    // Sets [offset, offset + length) of a private mapping to zero: its whole pages
+    // are replaced by fresh ones, which take no memory until written (a KV cache
+    // cleared when made is mostly never written), the partial ones at the ends are
+    // cleared in place. Never for a mapping shared with another process.
+    Status zero(size_t offset, size_t length);
+
     void *data() const { return data_; }
     size_t size() const { return size_; }
 

@@ -167,6 +167,32 @@ TEST_F(CpuSession, CommandsAreServedAfterTheHandshake) {
     EXPECT_EQ(session->counters().commands, 2u);
 }
 
+// llama.cpp clears its KV cache when it makes it: in the worker's own memory the
+// cleared pages take no memory until written.
+TEST_F(CpuSession, AClearToZeroLeavesTheWorkersOwnPagesUnbacked) {
+    hello();
+    constexpr uint64_t kSize = 8u << 20;
+    const uint64_t buffer = alloc(kSize);
+    ASSERT_TRUE(set(buffer, 0, std::vector<uint8_t>(kSize, 0x5A)).ok());
+    std::vector<uint8_t> payload;
+    append_pod(payload, GetTensor::Request{{buffer, 0, 1}});
+    ReplyFrame reply;
+    ASSERT_TRUE(session->handle(static_cast<uint16_t>(CommandId::get_tensor), ByteView(payload), &reply).ok());
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    auto *start = const_cast<uint8_t *>(reply.tail.bytes().data);
+    auto resident_pages = [&] {
+        std::vector<unsigned char> pages(kSize / page);
+        EXPECT_EQ(::mincore(start, kSize, pages.data()), 0);
+        return std::count_if(pages.begin(), pages.end(), [](unsigned char p) { return (p & 1) != 0; });
+    };
+    ASSERT_EQ(resident_pages(), static_cast<long>(kSize / page));
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 0}).status.ok());
+    EXPECT_EQ(resident_pages(), 0);
+    EXPECT_EQ(get(buffer, kSize / 2, 4096), std::vector<uint8_t>(4096, 0));
+    ASSERT_TRUE(call<BufferClear>(BufferClear::Request{buffer, 7}).status.ok());
+    EXPECT_EQ(get(buffer, kSize - 4096, 4096), std::vector<uint8_t>(4096, 7)) << "another value is written";
+}
+
 TEST_F(CpuSession, HelloWithTheWrongMagicIsABadRequestAndOpensNothing) {
     Hello::Request request;
     request.magic = 0x50545448;  // "HTTP"

@@ -7,7 +7,8 @@
 //   find      digest, size, flags   -> found (or being written by another worker: in
 //                                      flight), content offset, a read-only descriptor
 //   commit    digest, size, phase,  -> accepted (space reserved) or refused (in flight:
-//             flags, a pipe's read     another worker writes it); then the worker writes
+//             flags, a pipe's read     another worker writes it; found: it is named
+//                                      already); then the worker writes
 //             end and another's        exactly `size` bytes into the pipe, and reads one
 //             write end                byte from the other: 1 named, 0 not
 //   waiters   -                     -> how many of this worker's claims others wait for

@@ -442,6 +442,11 @@ void StoreOwner::erase_claim_locked(std::map<std::string, Claim>::iterator claim
     claims_.erase(claim);
 }
 
+bool StoreOwner::named_already(const std::string &key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stored_.count(key) != 0;
+}
+
 void StoreOwner::release_claim(const Channel &channel, const std::string &key) {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto claim = claims_.find(key);
@@ -530,6 +535,12 @@ Status StoreOwner::start_commit(Channel *channel, const Request &request, std::v
     commit->content_offset = kEntryHeaderSpan + request.phase % kEntryHeaderSpan;
     if (request.size > options_.max_bytes) return error(Code::limit_exceeded, "weight store: larger than the store");
     commit->reserved = entry_bytes(commit->content_offset, commit->size);
+    if (named_already(commit->key())) {
+        // Another worker's commit named it since this one looked: one entry, one
+        // copy in memory (a second file would be mapped beside the first).
+        reply->found = store_channel::kFound;
+        return error(Code::limit_exceeded, "weight store: this entry is named already");
+    }
     bool in_flight = false;
     if (Status s = reserve_for(*channel, commit->key(), commit->reserved, &in_flight); !s) {
         if (in_flight) reply->found = store_channel::kInFlight;

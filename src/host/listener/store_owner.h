@@ -117,6 +117,7 @@ class StoreOwner {
     void claim_locked(const Channel &channel, const std::string &key);
     void erase_claim_locked(std::map<std::string, Claim>::iterator claim);
     void release_claim(const Channel &channel, const std::string &key);
+    bool named_already(const std::string &key) const;
     uint32_t waiters_of(const Channel &channel);
     void drop_claims_of(const Channel &channel);
     Status start_commit(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds,

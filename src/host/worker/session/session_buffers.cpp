@@ -190,6 +190,8 @@ Status Session::handle(const BufferClear::Request &request, Call<BufferClear> &)
     SessionBuffer *buffer = nullptr;
     if (Status s = buffer_at(request.buffer, &buffer); !s) return s;
     return write_range({request.buffer, 0, buffer->size}, [&](ggml_tensor *bytes) {
+        // Zero in the worker's own memory: fresh pages, resident once written.
+        if (request.value == 0 && buffer->private_memory) return buffer->mapping.zero(0, buffer->size);
         ggml_backend_buffer_clear(bytes->buffer, request.value);
         return Status::success();
     });

@@ -334,8 +334,6 @@ void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {
     const size_t before = weight_repack_.copies();
     weight_repack_.apply(device, graph->graph, source_of, charge);
     counters_.weights_repacked += weight_repack_.copies() - before;
-    // Other sessions of the tenant may wait for the images just made.
-    if (weight_repack_.copies() != before) store_fill_.serve_waiters();
 }
 
 }  // namespace ggml_remote::host

@@ -194,7 +194,7 @@ void StoreFill::keep_in_memory(Awaiting awaiting, uint64_t phase) {
     store_.commit_copy(awaiting.digest, awaiting.size, phase,
                        static_cast<uint8_t *>(awaiting.memory->data()) + awaiting.offset);
     awaiting_.push_back(std::move(awaiting));
-    store_.serve_waiters();
+    serve_waiters();
 }
 
 void StoreFill::poll_others() {
@@ -321,6 +321,7 @@ void StoreFill::share(const protocol::ContentDigest &key, uint8_t *image, uint64
     awaiting.lost = std::move(lost);
     awaiting_.push_back(std::move(awaiting));
     store_.commit_copy(key, size, 0, image, store_channel::kDerived);
+    serve_waiters();  // one image at a time, when others wait: never a second copy of them all
 }
 
 }  // namespace ggml_remote::host

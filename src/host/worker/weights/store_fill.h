@@ -82,7 +82,9 @@ class StoreFill : public RepackedImages {
     // Swaps in the pages of entries named since the last call (cheap when none are due).
     void map_named();
     // Commits at once what other workers of the tenant wait for (see WeightStore).
-    void serve_waiters() { store_.serve_waiters(); }
+    void serve_waiters() {
+        store_.serve_waiters([this] { map_named(); });
+    }
 
     // RepackedImages
     bool fill(const protocol::ContentDigest &key, uint8_t *image, uint64_t size) override;

@@ -137,7 +137,11 @@ WeightStore::Transfer WeightStore::transfer(const ContentDigest &digest, uint64_
     const int fds[2] = {data_read.get(), result_write.get()};
     Reply reply;
     if (!this->request(request, &reply, nullptr, fds, 2)) return Transfer::not_named;
-    if (reply.code != 0) return reply.found == store_channel::kInFlight ? Transfer::in_flight : Transfer::not_named;
+    if (reply.code != 0) {
+        // Named by another worker since this one looked: as good as named here.
+        if (reply.found == store_channel::kFound) return Transfer::named;
+        return reply.found == store_channel::kInFlight ? Transfer::in_flight : Transfer::not_named;
+    }
     data_read.reset();
     result_write.reset();
     const bool sent = send(data_write.get());
@@ -246,12 +250,13 @@ void WeightStore::finish_commits(std::chrono::milliseconds limit) {
     drain(std::chrono::steady_clock::now() + limit, false);
 }
 
-void WeightStore::serve_waiters() {
+void WeightStore::serve_waiters(const std::function<void()> &after_each) {
     if (!enabled() || !commits_pending() || !others_wait()) return;
-    drain(std::chrono::steady_clock::now() + kOthersWait, true);
+    drain(std::chrono::steady_clock::now() + kOthersWait, true, after_each);
 }
 
-void WeightStore::drain(std::chrono::steady_clock::time_point until, bool keep_polls) {
+void WeightStore::drain(std::chrono::steady_clock::time_point until, bool keep_polls,
+                        const std::function<void()> &after_each) {
     std::unique_lock<std::mutex> lock(mutex_);
     draining_.store(true);
     changed_.wait(lock, [this] { return !busy_; });  // the store's thread takes no more
@@ -272,6 +277,7 @@ void WeightStore::drain(std::chrono::steady_clock::time_point until, bool keep_p
         }
         lock.unlock();
         commit_one(entry, false);
+        if (after_each) after_each();
         lock.lock();
     }
     queue_.insert(queue_.end(), polls.begin(), polls.end());

@@ -86,7 +86,8 @@ class WeightStore {
     void finish_commits(std::chrono::milliseconds limit);
     // When other workers wait for entries this one has queued: commits them now,
     // on this thread (the store's own runs only on idle cores).
-    void serve_waiters();
+    // `after_each` runs after each commit (its pages may be swapped in at once).
+    void serve_waiters(const std::function<void()> &after_each);
     // The guest is uploading: commits wait until it has paused (see wait_for_quiet),
     // unless another worker waits for one of them.
     void note_activity();
@@ -120,7 +121,8 @@ class WeightStore {
     void commit_one(Queued entry, bool may_wait);
     // Does the queued commits on this thread, after the one under way, until
     // `until`; looks for others' entries only with `keep_polls` (else drops them).
-    void drain(std::chrono::steady_clock::time_point until, bool keep_polls);
+    void drain(std::chrono::steady_clock::time_point until, bool keep_polls,
+               const std::function<void()> &after_each = nullptr);
     // Whether other workers wait for one of this worker's entries.
     bool others_wait();
     bool send_from_memory(int pipe, const uint8_t *source, uint64_t size);
