@@ -21,6 +21,10 @@
 // pipe the worker passed, hashes its own copy and names it only if the digest
 // matches. One commit at a time per worker; a worker that goes away or stalls ends
 // its commit.
+//
+// With --models DIR, a find that the tenant's entries do not answer is answered
+// from the model library (model_library.h) where it holds the bytes; with
+// --models alone (no DIR of entries) the owner serves finds and refuses commits.
 #pragma once
 
 #include <atomic>
@@ -32,6 +36,7 @@
 
 #include "host/common/store_channel.h"
 #include "host/common/store_layout.h"
+#include "host/listener/model_library.h"
 
 namespace ggml_remote::host {
 
@@ -56,6 +61,11 @@ class StoreOwner {
     // Opens the store (making its directory if need be) and counts what it holds.
     Status open(const WeightStoreOptions &options);
     bool enabled() const { return root_.valid(); }
+    // Answers finds from `library` too (--models), with or without a store; before
+    // the first serve().
+    void use_library(std::unique_ptr<ModelLibrary> library) { library_ = std::move(library); }
+    // Whether workers get a channel: there is a store, a library, or both.
+    bool serves_workers() const { return enabled() || library_ != nullptr; }
 
     // Serves a worker on `channel` for `tenant`; with `tenant_from_worker` (TLS) the
     // worker names its identity first, and `tenant` is ignored.
@@ -87,6 +97,7 @@ class StoreOwner {
     Status identify(Channel *channel, const store_channel::Request &request);
     Status find(const Channel &channel, const store_channel::Request &request, store_channel::Reply *reply,
                 UniqueFd *file);
+    void find_in_library(const store_channel::Request &request, store_channel::Reply *reply, UniqueFd *file);
     Status start_commit(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds,
                         store_channel::Reply *reply);
     Status create_entry(Commit *commit);
@@ -103,6 +114,7 @@ class StoreOwner {
 
     UniqueFd root_;
     WeightStoreOptions options_;
+    std::unique_ptr<ModelLibrary> library_;  // --models, or none
     std::atomic<bool> stopping_{false};
     std::atomic<uint64_t> next_temporary_{0};
 
