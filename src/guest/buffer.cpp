@@ -65,16 +65,18 @@ bool filled_from_store(SessionCalls &calls, ggml_backend_buffer_t buffer, ggml_t
                        size_t offset, size_t size) {
     RemoteBuffer *remote = context_of(buffer);
     RemoteSession &session = remote->device->session();
-    const size_t min_bytes = session.options().store_min_bytes;
+    const size_t min_bytes =
+        session.model_library() ? session.options().library_min_bytes : session.options().store_min_bytes;
     if (!session.weight_store() || min_bytes == 0 || size < min_bytes || offset != 0 ||
         ggml_backend_buffer_get_usage(buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
         return false;
     }
     bool seen_before = false;
     const ContentDigest digest = weight_digest(data, size, session.options().cache_dir, &seen_before);
-    if (!seen_before) {
+    if (!seen_before && !session.model_library()) {
         // A model this guest never loaded: the bytes go at once, with their digest
         // ahead of them so the server keeps them, and no round trip stalls the upload.
+        // (A server with published models may hold them though: then it is asked.)
         WeightOffer::Request offer{};
         offer.range = remote->range(tensor, 0, size);
         std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));

@@ -59,6 +59,9 @@ GuestOptions read_guest_options(const Environment &environment) {
     options.shared_ring = switch_setting(environment("GGML_REMOTE_SHARED_RING"), true);
     options.mapped_weights = switch_setting(environment("GGML_REMOTE_MAPPED_WEIGHTS"), true);
     options.store_min_bytes = store_min_bytes_from(environment);
+    options.library_min_bytes = options.store_min_bytes == 0 || environment("GGML_REMOTE_STORE_MIN_BYTES") != nullptr
+                                    ? options.store_min_bytes
+                                    : size_t(protocol::kMinWeightLookupBytes);
     options.cache_dir = cache_dir_from(environment);
     options.reconnect = switch_setting(environment("GGML_REMOTE_RECONNECT"), true);
     uint64_t delay_ms = static_cast<uint64_t>(options.reconnect_max_delay_ms);

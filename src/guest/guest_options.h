@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "protocol/commands.h"
 #include "transport/wait_options.h"
 
 namespace ggml_remote::guest {
@@ -34,6 +35,10 @@ struct GuestOptions {
     // GGML_REMOTE_WEIGHT_STORE=0 (0 here) or GGML_REMOTE_STORE_MIN_BYTES: the
     // smallest weight tensor named by digest (never below the protocol's minimum).
     size_t store_min_bytes = size_t(1) << 20;
+    // The same with a server that has published models (kSessionModelLibrary): every
+    // weight it may hold is worth a lookup, so the protocol's minimum unless
+    // GGML_REMOTE_STORE_MIN_BYTES says otherwise (0: the store is off).
+    size_t library_min_bytes = protocol::kMinWeightLookupBytes;
     // GGML_REMOTE_CACHE_DIR, else $XDG_CACHE_HOME/ggml-remote, else ~/.cache/ggml-remote:
     // where digests of model files are kept (empty: nowhere).
     std::string cache_dir;

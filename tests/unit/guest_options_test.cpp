@@ -111,6 +111,13 @@ TEST_F(GuestOptionsTest, WeightStoreZeroTurnsDigestsOffWhateverTheMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "1"}}).store_min_bytes, size_t(1) << 20);
 }
 
+// A server with published models holds weights of any size a guest may name.
+TEST_F(GuestOptionsTest, WithAModelLibraryEveryNameableWeightIsLookedUpUnlessToldOtherwise) {
+    EXPECT_EQ(read({}).library_min_bytes, protocol::kMinWeightLookupBytes);
+    EXPECT_EQ(read({{"GGML_REMOTE_STORE_MIN_BYTES", "4194304"}}).library_min_bytes, 4194304u);
+    EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "0"}}).library_min_bytes, 0u);
+}
+
 TEST_F(GuestOptionsTest, StoreMinimumNeverGoesBelowTheProtocolsMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_STORE_MIN_BYTES", "1"}}).store_min_bytes, 65536u);
 }
