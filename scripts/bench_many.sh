@@ -3,7 +3,9 @@
 # when several guests share it, side by side with llama.cpp alone and ggml-rpc.
 #   load  the model's load time: local; through our server over TCP without a
 #         weight store; with a fresh --weight-store, first and second load; through
-#         ggml-rpc-server -c with a fresh cache, first and second load.
+#         ggml-rpc-server -c with a fresh cache, first and second load; a fresh
+#         server of ours whose --models holds the model, first loads of a guest
+#         that never hashed the file and of one that did, with the bytes that crossed.
 #   pss   the server's memory (PSS of the listener and all its workers), at its
 #         peak while 1 and while 4 TCP guests generate at once (with a store: one
 #         the model is in, and 4 guests on an empty one).
@@ -74,6 +76,8 @@ source "$here/bench_lib.sh"  # free_port, wait_for, tcp_open, ensure_model, cach
 server_help=$("$server" --help 2>&1 || true)
 weight_store=0
 grep -q -- '--weight-store' <<<"$server_help" && weight_store=1
+models=0
+grep -q -- '--models' <<<"$server_help" && models=1
 # The switch that turns core scheduling off: BENCH_MANY_CORE_SCHEDULING_OFF names
 # it (options, split at spaces) where it is spelt otherwise; "" means no such row.
 if [ -n "${BENCH_MANY_CORE_SCHEDULING_OFF+set}" ]; then
@@ -119,8 +123,11 @@ guest_cache=$work/guest-cache
 guest_local() { "$@"; }
 guest_tcp() {
     local port=$1; shift
-    "${plugin[@]}" GGML_REMOTE_CACHE_DIR="$guest_cache" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$port" "$@" -ngl 99
+    "${plugin[@]}" GGML_REMOTE_CACHE_DIR="$guest_cache" GGML_REMOTE_SERVERS="tcp://127.0.0.1:$port" \
+        GGML_REMOTE_STATS=1 "$@" -ngl 99
 }
+# sent_bytes: what the last run_load's guest sent its servers (GGML_REMOTE_STATS's line).
+sent_bytes() { awk '/^ggml-remote: .* bytes sent/ { for (i = 1; i < NF; i++) if ($(i + 1) == "bytes" && $(i + 2) ~ /^sent/) n += $i } END { print n + 0 }' "$work/load.log"; }
 guest_shm() { local sock=$1; shift; "${plugin[@]}" GGML_REMOTE_SERVERS="shm:$sock" "$@" -ngl 99; }
 guest_rpc() { local port=$1; shift; "$@" --rpc "127.0.0.1:$port" -ngl 99; }
 
@@ -188,22 +195,25 @@ load_part() {
         cache_as_read "$model"
         # A first load and its second stay a pair, in that order; the pairs and
         # the single loads take turns at going first.
-        for group in $(rotated "$rep" local tcp tcp-store rpc-cache); do
+        local groups=(local tcp tcp-store rpc-cache)
+        [ "$models" = 1 ] && groups+=(tcp-models)
+        for group in $(rotated "$rep" "${groups[@]}"); do
             echo "bench-many: $load_model load, $group (round $rep of $reps)" >&2
             case $group in
                 local) record_load local "$(run_load "$model" guest_local)" ;;
-                tcp) record_load tcp "$(run_load "$model" guest_tcp "$nostore_port")" ;;
+                tcp) record_load tcp "$(run_load "$model" guest_tcp "$nostore_port")" "$(sent_bytes)" ;;
                 tcp-store)
-                    record_load tcp-store-first "$(run_load "$model" guest_tcp "$store_port")"
+                    record_load tcp-store-first "$(run_load "$model" guest_tcp "$store_port")" "$(sent_bytes)"
                     # The store keeps a model once its first guest's upload pauses (the
                     # session's worker copies it then, and its closing line, which counts
                     # the store's lookups, comes after): the second load is that of a
                     # model the store holds.
                     wait_for grep -q 'disconnected after.*weight store: ' "$work/load-store-$rep.log"
-                    record_load tcp-store-second "$(run_load "$model" guest_tcp "$store_port")" ;;
+                    record_load tcp-store-second "$(run_load "$model" guest_tcp "$store_port")" "$(sent_bytes)" ;;
                 rpc-cache)
                     record_load rpc-cache-first "$(run_load "$model" guest_rpc "$rpc_port")"
                     record_load rpc-cache-second "$(run_load "$model" guest_rpc "$rpc_port")" ;;
+                tcp-models) models_loads "$model" "$rep" ;;
             esac
         done
         stop "$store_pid"
@@ -212,8 +222,26 @@ load_part() {
     done
     stop "$nostore_pid"
 }
-record_load() {  # record_load VARIANT SECONDS (uses model, rep)
-    "${report[@]}" record-many-load "$load_model" "$1" "$rep" "${2:-nan}" "$weight_store" >>"$raw"
+record_load() {  # record_load VARIANT SECONDS [BYTES SENT] (uses model, rep)
+    "${report[@]}" record-many-load "$load_model" "$1" "$rep" "${2:-nan}" "$weight_store" "${3:-}" \
+        "$(stat -L -c %s "$model")" >>"$raw"
+}
+# models_loads MODEL REP: first loads through a fresh server whose --models holds
+# the model (a link to it), each on a server of its own: by a guest that never
+# hashed the file (it hashes it as it uploads, and keeps the digests), then by
+# that guest again (hashed before).
+models_loads() {
+    local model=$1 rep=$2 kind seconds directory=$work/models-$2
+    mkdir -p "$directory"
+    ln -sf "$model" "$directory/"
+    for kind in unhashed hashed; do
+        start_ours "load-models-$rep-$kind" --models "$directory"
+        wait_for grep -q 'models: .* indexed in' "$work/load-models-$rep-$kind.log"
+        seconds=$(guest_cache=$work/models-cache-$rep run_load "$model" guest_tcp "$started_port")
+        record_load "tcp-models-$kind" "$seconds" "$(sent_bytes)"
+        stop "$started_pid"
+    done
+    rm -rf "$directory" "$work/models-cache-$rep"
 }
 
 # pss: a fresh server (and store) for each measurement, sampled from before the

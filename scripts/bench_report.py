@@ -66,11 +66,15 @@ def record_accounting(model, transport, short_path, long_path):
     print(json.dumps(out))
 
 
-def record_many_load(model, variant, rep, load_s, weight_store):
-    """One load of the many-guests section (bench_many.sh)."""
-    print(json.dumps({"kind": "many-load", "model": model, "variant": variant, "rep": int(rep),
-                      "load_s": float(load_s) if load_s not in ("", "nan") else None,
-                      "weight_store": weight_store == "1"}))
+def record_many_load(model, variant, rep, load_s, weight_store, sent_bytes="", model_bytes=""):
+    """One load of the many-guests section (bench_many.sh); sent_bytes: what the
+    guest sent (where measured), model_bytes: the model file's size."""
+    out = {"kind": "many-load", "model": model, "variant": variant, "rep": int(rep),
+           "load_s": float(load_s) if load_s not in ("", "nan") else None, "weight_store": weight_store == "1"}
+    if sent_bytes:
+        out["sent_bytes"] = int(sent_bytes)
+        out["model_bytes"] = int(model_bytes)
+    print(json.dumps(out))
 
 
 def record_many_pss(model, server, guests, rep, idle_kb, store):
@@ -281,6 +285,27 @@ def table(header, rows):
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
 
 
+def sent_share(runs):
+    """(median, min, max) of the share of the model's bytes the guest sent, in %."""
+    return spread([r["sent_bytes"] / r["model_bytes"] * 100 for r in runs if r.get("sent_bytes") is not None])
+
+
+def fmt_sent(runs):
+    share = sent_share(runs)
+    return "" if share[0] is None else f"{fmt(share, 2)} % of {runs[0]['model_bytes'] / 2**20:.0f} MiB"
+
+
+def models_load_row(name, runs, local, hashed):
+    """A first load through a server whose --models holds the model (issue 27): its
+    time against local, and the share of the model's bytes the guest sent."""
+    x_local = paired_spread(runs, local, "load_s")
+    share, sent = sent_share(runs), fmt_sent(runs) or "-"
+    targets = [f"sent < 1 %: {verdict(share, 1.0, True)}"]
+    if hashed:
+        targets.append(f"<= 1.20x local: {verdict(x_local, 1.2, True)}")
+    return [name, fmt(spread([r["load_s"] for r in runs]), 3), fmt_ratio(x_local), "", sent, "; ".join(targets)]
+
+
 def report_many(records):
     loads = [r for r in records if r["kind"] == "many-load"]
     psses = [r for r in records if r["kind"] == "many-pss"]
@@ -294,11 +319,16 @@ def report_many(records):
         by = {v: [r for r in loads if r["variant"] == v] for v in dict.fromkeys(r["variant"] for r in loads)}
         names = {"local": "local", "tcp": "ours tcp, no store", "tcp-store-first": "ours tcp, first load",
                  "tcp-store-second": "ours tcp, second load", "rpc-cache-first": "rpc -c, first load (fresh cache)",
-                 "rpc-cache-second": "rpc -c, second load"}
+                 "rpc-cache-second": "rpc -c, second load",
+                 "tcp-models-unhashed": "ours tcp --models, first load, file never hashed",
+                 "tcp-models-hashed": "ours tcp --models, first load, hashed before"}
         targets = {"tcp-store-first": ("tcp", 1.1, "<= 1.10x tcp, no store"),
                    "tcp-store-second": ("local", 1.5, "<= 1.50x local")}
         rows = []
         for variant, runs in by.items():
+            if variant.startswith("tcp-models"):
+                rows.append(models_load_row(names[variant], runs, by.get("local", []), variant.endswith("-hashed")))
+                continue
             x_local = paired_spread(runs, by.get("local", []), "load_s")
             x_tcp = paired_spread(runs, by.get("tcp", []), "load_s")
             target = ""
@@ -312,8 +342,8 @@ def report_many(records):
                 else:
                     target = f"{text}: n/a, no store"
             rows.append([names.get(variant, variant), fmt(spread([r["load_s"] for r in runs]), 3),
-                         fmt_ratio(x_local), fmt_ratio(x_tcp), target])
-        table(["load", "s median [min-max]", "x local", "x ours tcp, no store", "issue 15 target"], rows)
+                         fmt_ratio(x_local), fmt_ratio(x_tcp), fmt_sent(runs), target])
+        table(["load", "s median [min-max]", "x local", "x ours tcp, no store", "sent", "target"], rows)
         print("(x: the median [min-max] over rounds of the round's figure over that round's base;"
               " a target is met when the median is)")
     if psses:
@@ -386,7 +416,7 @@ if __name__ == "__main__":
     elif sys.argv[1] == "record-accounting":
         record_accounting(*sys.argv[2:6])
     elif sys.argv[1] == "record-many-load":
-        record_many_load(*sys.argv[2:7])
+        record_many_load(*sys.argv[2:9])
     elif sys.argv[1] == "record-many-pss":
         record_many_pss(*sys.argv[2:8])
     elif sys.argv[1] == "record-many-tg":

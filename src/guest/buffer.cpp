@@ -72,9 +72,10 @@ bool filled_from_store(SessionCalls &calls, ggml_backend_buffer_t buffer, ggml_t
     }
     bool seen_before = false;
     const ContentDigest digest = weight_digest(data, size, session.options().cache_dir, &seen_before);
-    if (!seen_before) {
+    if (!seen_before && !session.model_library()) {
         // A model this guest never loaded: the bytes go at once, with their digest
         // ahead of them so the server keeps them, and no round trip stalls the upload.
+        // (A server with published models may hold them though: then it is asked.)
         WeightOffer::Request offer{};
         offer.range = remote->range(tensor, 0, size);
         std::memcpy(offer.digest, digest.bytes, sizeof(offer.digest));

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "protocol/commands.h"
 #include "transport/wait_options.h"
 
 namespace ggml_remote::guest {

@@ -150,6 +150,10 @@ enum SessionCaps : uint64_t {
     // too (BufferAlloc says where); model files stay the guest's (no descriptors
     // reach a VM's host).
     kSessionRegionHeap = 1 << 3,
+    // With the weight store: the server also has published models (--models), so a
+    // guest names every weight by its digest before sending it (WeightLookup), even
+    // of a model file it never loaded, of which the server may hold the bytes.
+    kSessionModelLibrary = 1 << 4,
 };
 
 #pragma pack(push, 1)

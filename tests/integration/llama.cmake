@@ -10,6 +10,7 @@ add_integration_test(llama_tokens_tcp llama_tokens.sh tcp)
 add_integration_test(llama_tokens_shm llama_tokens.sh shm)
 add_integration_test(llama_four_guests llama_four_guests.sh)
 add_integration_test(weight_store weight_store.sh)
+add_integration_test(model_library model_library.sh)
 add_integration_test(llama_shared_cores llama_shared_cores.sh)
 add_integration_test(llama_plugin_without_servers llama_plugin_without_servers.sh)
 

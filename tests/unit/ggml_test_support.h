@@ -5,12 +5,14 @@
 
 #include <ggml-backend.h>
 #include <ggml.h>
+#include <gguf.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "protocol/tensor_codec.h"
@@ -110,6 +112,24 @@ inline std::vector<uint8_t> pattern_bytes(size_t size, uint32_t seed) {
         byte = static_cast<uint8_t>(state >> 16);
     }
     return bytes;
+}
+
+// Writes a GGUF file at `path` whose tensors ("t0", "t1", ...: one-dimensional,
+// of bytes) hold `tensors`, as a model file holds its weights; false on failure.
+inline bool write_gguf(const std::string &path, const std::vector<std::vector<uint8_t>> &tensors) {
+    size_t bytes = ggml_tensor_overhead() * (tensors.size() + 1);
+    for (const std::vector<uint8_t> &tensor : tensors) bytes += tensor.size() + 64;
+    ggml_init_params params{bytes, nullptr, false};
+    std::unique_ptr<ggml_context, void (*)(ggml_context *)> context(ggml_init(params), &ggml_free);
+    std::unique_ptr<gguf_context, void (*)(gguf_context *)> gguf(gguf_init_empty(), &gguf_free);
+    gguf_set_val_str(gguf.get(), "general.name", "a test model");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        ggml_tensor *tensor = ggml_new_tensor_1d(context.get(), GGML_TYPE_I8, static_cast<int64_t>(tensors[i].size()));
+        ggml_set_name(tensor, ("t" + std::to_string(i)).c_str());
+        std::memcpy(tensor->data, tensors[i].data(), tensors[i].size());
+        gguf_add_tensor(gguf.get(), tensor);
+    }
+    return gguf_write_to_file(gguf.get(), path.c_str(), false);
 }
 
 }  // namespace ggml_remote::test_support

@@ -111,6 +111,14 @@ TEST_F(GuestOptionsTest, WeightStoreZeroTurnsDigestsOffWhateverTheMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "1"}}).store_min_bytes, size_t(64) << 10);
 }
 
+// Every weight a guest may name is worth a lookup (a layer's small matrices are a
+// quarter of a mid-sized quantized model), unless the guest says otherwise.
+TEST_F(GuestOptionsTest, EveryNameableWeightIsLookedUpUnlessToldOtherwise) {
+    EXPECT_EQ(read({}).store_min_bytes, protocol::kMinWeightLookupBytes);
+    EXPECT_EQ(read({{"GGML_REMOTE_STORE_MIN_BYTES", "4194304"}}).store_min_bytes, 4194304u);
+    EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "0"}}).store_min_bytes, 0u);
+}
+
 TEST_F(GuestOptionsTest, StoreMinimumNeverGoesBelowTheProtocolsMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_STORE_MIN_BYTES", "1"}}).store_min_bytes, 65536u);
 }

@@ -2070,6 +2070,38 @@ TEST_F(CpuSessionWithStore, AnEvictedEntryMeansTheBytesAreSentAgain) {
     EXPECT_EQ(get(buffer, kOffset, weights.size()), weights);
 }
 
+// --models alone: a published model's weights fill a lookup of every tenant, and
+// the guest is told to ask even for weights of files it never loaded.
+TEST_F(CpuSessionWithStore, ALibrarysWeightsFillALookupOfEveryTenant) {
+    ASSERT_TRUE(test_support::write_gguf(store.directory + "/model.gguf", {weights}));
+    auto library = std::make_unique<ModelLibrary>();
+    ASSERT_TRUE(library->open(store.directory).ok());
+    library->index_now();
+    owner = std::make_unique<StoreOwner>();
+    owner->use_library(std::move(library));
+    for (const char *tenant : {"uid 1000", "address 10.0.0.7"}) {
+        if (session) kept.push_back(std::move(session));
+        start(SessionLimits{});
+        use_store(tenant);
+        session->offer_model_library();
+        Outcome outcome =
+            call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore | kSessionModelLibrary});
+        ASSERT_TRUE(outcome.status.ok());
+        EXPECT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionModelLibrary);
+        const uint64_t buffer = alloc(kBufferSize);
+        EXPECT_TRUE(found(lookup(buffer, weights))) << tenant;
+        EXPECT_EQ(get(buffer, kOffset, weights.size()), weights) << tenant;
+        EXPECT_EQ(session->store_counters().bytes_saved, weights.size());
+    }
+    // A server without a library does not say it has one.
+    start(SessionLimits{});
+    use_store("uid 1000");
+    Outcome outcome =
+        call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore | kSessionModelLibrary});
+    ASSERT_TRUE(outcome.status.ok());
+    EXPECT_FALSE(outcome.reply<Hello::Reply>().capabilities & kSessionModelLibrary);
+}
+
 // The named entries in the store's directory (of every tenant).
 size_t store_entries(const std::string &directory) {
     size_t count = 0;

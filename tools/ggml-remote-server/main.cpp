@@ -81,6 +81,10 @@ options:
          --weight-store-shared  one store for all guests (default: one per user on a
                                 unix socket, TLS identity, or address on plain TCP)
          --weight-store-verify  hash an entry again each time a session uses it
+         --models DIR           published GGUF models (DIR's *.gguf files): a guest
+                                whose model holds a tensor of theirs sends none of
+                                its bytes, whatever its tenant; replace files by
+                                rename only (see docs/SECURITY.md, "Model library")
          --shader-cache DIR     keep what GPU drivers compile in DIR, one directory
                                 per user on a unix socket or address on plain TCP
                                 that only its own sessions may write (needs Landlock;
@@ -367,6 +371,15 @@ bool announce_sandbox(const host::ListenerOptions &options, const std::string &w
     return report.filesystem_confined;
 }
 
+// --models must name a directory the listener can read; it indexes it once serving.
+void check_models_directory(const host::ListenerOptions &options) {
+    if (options.models.empty()) return;
+    struct stat st{};
+    if (::stat(options.models.c_str(), &st) != 0) fail("--models " + options.models + ": " + std::strerror(errno));
+    if (!S_ISDIR(st.st_mode)) fail("--models " + options.models + ": not a directory");
+    host::log_line("models: " + options.models + ", shared by all guests; indexing its *.gguf files");
+}
+
 // The listener: checks its configuration, says what it serves, then serves.
 int serve(CommandLine *line) {
     host::ListenerOptions &options = line->options;
@@ -379,6 +392,7 @@ int serve(CommandLine *line) {
     const std::string worker_identity = resolve_worker_user(options, &identity);
     line->worker_command.insert(line->worker_command.begin(), worker_program());
     prepare_weight_store(options);
+    check_models_directory(options);
     announce_devices(line->worker_command.front(), options);
     prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
     host::log_line(describe_core_scheduling(options.limits));

@@ -16,7 +16,7 @@ namespace {
 
 Hello::Request hello_for(const HandshakeAsk &ask, const GuestOptions &options) {
     Hello::Request hello;
-    if (options.store_min_bytes != 0) hello.capabilities |= kSessionWeightStore;
+    if (options.store_min_bytes != 0) hello.capabilities |= kSessionWeightStore | kSessionModelLibrary;
     if (ask.shared_memory) {
         hello.capabilities |= kSessionSharedMemory;
         if (options.shared_ring) hello.capabilities |= kSessionSharedRing;
@@ -101,6 +101,7 @@ Status handshake(FramedStream &stream, const std::string &name, const GuestOptio
     terms->device_count = reply.device_count;
     terms->shared_memory = (reply.capabilities & kSessionSharedMemory) != 0;
     terms->weight_store = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
+    terms->model_library = terms->weight_store && (hello.capabilities & reply.capabilities & kSessionModelLibrary) != 0;
     terms->region_heap = (hello.capabilities & reply.capabilities & kSessionRegionHeap) != 0;
     if (ask.shared_memory && !terms->shared_memory) {
         log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", name.c_str());

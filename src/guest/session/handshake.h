@@ -20,7 +20,8 @@ struct HandshakeAsk {
 struct SessionTerms {
     uint32_t device_count = 0;
     bool shared_memory = false;
-    bool weight_store = false;  // the server keeps a weight store for this session
+    bool weight_store = false;   // the server keeps a weight store for this session
+    bool model_library = false;  // and published models: worth asking for any weight
     bool region_heap = false;
 };
 

@@ -90,6 +90,7 @@ class RemoteSession : public SessionCalls {
     bool shared_memory() const { return terms_.shared_memory; }
     // The server keeps a weight store for this session (WeightLookup).
     bool weight_store() const { return terms_.weight_store; }
+    bool model_library() const { return terms_.model_library; }
     // Whether buffers in CPU memory live in the ivshmem region's heap.
     bool region_heap() const { return terms_.region_heap; }
     // Where the buffer at `offset` of the region, `size` bytes, is mapped here;

@@ -130,6 +130,8 @@ bool parse_serving_flag(CommandLineCursor &args, ServingOptions *options) {
         options->verbose = true;
     } else if (flag == "--shader-cache") {
         options->shader_cache = absolute_path(flag, args.value());
+    } else if (flag == "--models") {
+        options->models = absolute_path(flag, args.value());
     } else {
         return parse_session_limit(args, &options->limits);
     }

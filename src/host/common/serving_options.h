@@ -35,6 +35,10 @@ struct ServingOptions {
     // --shader-cache DIR: each tenant's GPU shader cache in a directory of its own
     // beneath DIR (shader_cache.h); empty: workers keep no shader cache.
     std::string shader_cache;
+    // --models DIR: published GGUF models that the store's owner, in the listener,
+    // serves weights from (listener/model_library.h); empty: none. Workers never
+    // open it: they only tell guests that the server has one (kSessionModelLibrary).
+    std::string models;
     // From the environment (read_server_environment): how a worker waits for its
     // guest (GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE), where it keeps
     // every frame of its session for the fuzzers' seeds (GGML_REMOTE_RECORD_DIR),

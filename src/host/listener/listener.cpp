@@ -197,16 +197,30 @@ class Listener {
 
     // The weight store's owner: the only writer of --weight-store's directory.
     void open_store() {
+        open_model_library();
         if (options_.weight_store.directory.empty()) return;
         Status status = store_owner_.open(options_.weight_store);
         if (!status) log_line("no weight store: " + status.message());
+    }
+
+    // --models: indexed on a thread of its own, so that the server serves at once
+    // (a guest that comes first finds less in it).
+    void open_model_library() {
+        if (options_.models.empty()) return;
+        auto library = std::make_unique<ModelLibrary>();
+        if (Status status = library->open(options_.models); !status) {
+            log_line("no model library: " + status.message());
+            return;
+        }
+        library->start_indexing();
+        store_owner_.use_library(std::move(library));
     }
 
     // A worker's channel to the store's owner (invalid: no store), for `tenant`, or
     // for the identity a TLS worker names after its handshake.
     UniqueFd store_channel(const std::string &tenant, bool tenant_from_worker) {
         UniqueFd worker_end;
-        if (!store_owner_.enabled()) return worker_end;
+        if (!store_owner_.serves_workers()) return worker_end;
         Status status = store_owner_.connect(tenant, tenant_from_worker, &worker_end);
         if (!status) log_line("no weight store for this session: " + status.message());
         return worker_end;

@@ -130,7 +130,8 @@ Status check_server_paths(const ListenerOptions &options) {
     std::vector<NamedPath> writable = {{"--weight-store", options.weight_store.directory},
                                        {"--shader-cache", options.shader_cache},
                                        {"GGML_REMOTE_RECORD_DIR", options.record_dir}};
-    std::vector<NamedPath> trusted = {{"--tls-psk", options.tls_psk_file}};
+    // --models too: a worker that could plant a file there would serve it to every tenant.
+    std::vector<NamedPath> trusted = {{"--tls-psk", options.tls_psk_file}, {"--models", options.models}};
     std::vector<std::string> endpoints = options.listen;
     if (!options.metrics.empty()) endpoints.push_back(options.metrics);
     for (const std::string &text : endpoints) {

@@ -267,7 +267,7 @@ void StoreOwner::forget_ended_channels() {
 }
 
 void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant, bool tenant_from_worker) {
-    if (!enabled()) return;
+    if (!serves_workers()) return;
     forget_ended_channels();
     auto channel = std::make_unique<Channel>();
     channel->fd = std::move(channel_fd);
@@ -307,10 +307,12 @@ void StoreOwner::answer(Channel *channel, const Request &request, std::vector<Un
             status = identify(channel, request);
             break;
         case Kind::find:
-            status = find(*channel, request, &reply, &file);
+            status = enabled() ? find(*channel, request, &reply, &file) : Status::success();
+            if (status && reply.found != store_channel::kFound) find_in_library(request, &reply, &file);
             break;
         case Kind::commit:
-            status = start_commit(channel, request, fds, &reply);
+            status = enabled() ? start_commit(channel, request, fds, &reply)
+                               : error(Code::unsupported, "weight store: none (--models alone) keeps no entries");
             break;
         case Kind::waiters:
             reply.found = waiters_of(*channel);
@@ -466,6 +468,16 @@ void StoreOwner::drop_claims_of(const Channel &channel) {
         it = it->second.by == &channel ? claims_.erase(it) : std::next(it);
     }
     claims_held_.erase(&channel);
+}
+
+// The library's bytes are the same for every tenant: published models (see
+// model_library.h and docs/SECURITY.md).
+void StoreOwner::find_in_library(const Request &request, Reply *reply, UniqueFd *file) {
+    uint64_t offset = 0;
+    if ((request.flags & store_channel::kDerived) != 0) return;  // a repacked image is never published
+    if (library_ == nullptr || !library_->find(digest_of(request.digest), request.size, file, &offset)) return;
+    reply->found = store_channel::kFound;
+    reply->content_offset = offset;
 }
 
 void StoreOwner::evict_locked(uint64_t room_for) {

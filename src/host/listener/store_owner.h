@@ -30,6 +30,10 @@
 // than receive a copy of its own; the claimant's worker asks whether anyone waits,
 // and commits at once if so. Claims never cross tenants, even in a shared store: a
 // tenant never waits on another's worker.
+//
+// With --models DIR, a find that the tenant's entries do not answer is answered
+// from the model library (model_library.h) where it holds the bytes; with
+// --models alone (no DIR of entries) the owner serves finds and refuses commits.
 #pragma once
 
 #include <atomic>
@@ -41,6 +45,7 @@
 
 #include "host/common/store_channel.h"
 #include "host/common/store_layout.h"
+#include "host/listener/model_library.h"
 
 namespace ggml_remote::host {
 
@@ -65,6 +70,11 @@ class StoreOwner {
     // Opens the store (making its directory if need be) and counts what it holds.
     Status open(const WeightStoreOptions &options);
     bool enabled() const { return root_.valid(); }
+    // Answers finds from `library` too (--models), with or without a store; before
+    // the first serve().
+    void use_library(std::unique_ptr<ModelLibrary> library) { library_ = std::move(library); }
+    // Whether workers get a channel: there is a store, a library, or both.
+    bool serves_workers() const { return enabled() || library_ != nullptr; }
 
     // Serves a worker on `channel` for `tenant`; with `tenant_from_worker` (TLS) the
     // worker names its identity first, and `tenant` is ignored.
@@ -120,6 +130,7 @@ class StoreOwner {
     bool named_already(const std::string &key) const;
     uint32_t waiters_of(const Channel &channel);
     void drop_claims_of(const Channel &channel);
+    void find_in_library(const store_channel::Request &request, store_channel::Reply *reply, UniqueFd *file);
     Status start_commit(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds,
                         store_channel::Reply *reply);
     Status create_entry(Commit *commit);
@@ -140,6 +151,7 @@ class StoreOwner {
 
     UniqueFd root_;
     WeightStoreOptions options_;
+    std::unique_ptr<ModelLibrary> library_;  // --models, or none
     std::atomic<bool> stopping_{false};
     std::atomic<uint64_t> next_temporary_{0};
 

@@ -59,6 +59,9 @@ class Session {
         if (status) weight_repack_.share_images(&store_fill_);
         return status;
     }
+    // The server has a model library (--models): with the store, the guest is told
+    // to look up weights of files it never loaded too (kSessionModelLibrary).
+    void offer_model_library() { model_library_offered_ = true; }
     const StoreFillCounters &store_counters() const { return store_fill_.counters(); }
     // Test-only: waits until the store has checked and named every new entry.
     void wait_for_store_for_testing() { store_fill_.store().wait_for_commits(); }
@@ -324,6 +327,7 @@ class Session {
     ComputeGateForTesting compute_gate_for_testing_;
     ComputeCheckForTesting compute_check_for_testing_;
     bool weight_store_granted_ = false;
+    bool model_library_offered_ = false;
     // Last: its store's thread finishes its commits before anything else goes.
     StoreFill store_fill_;
 };

@@ -104,6 +104,9 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
     call.reply.capabilities = shared_memory_ ? uint64_t(kSessionSharedMemory) : 0;
     weight_store_granted_ = store_fill_.enabled() && (request.capabilities & kSessionWeightStore) != 0;
     if (weight_store_granted_) call.reply.capabilities |= kSessionWeightStore;
+    if (weight_store_granted_ && model_library_offered_ && (request.capabilities & kSessionModelLibrary) != 0) {
+        call.reply.capabilities |= kSessionModelLibrary;
+    }
     region_heap_granted_ = region_ != nullptr && (request.capabilities & kSessionRegionHeap) != 0;
     if (region_heap_granted_) call.reply.capabilities |= kSessionRegionHeap;
     if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {

@@ -301,6 +301,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, const WorkerL
     }
     session.log_compute_failures([&label](const std::string &message) { log_line(label + ": " + message); });
     offer_weight_store(label, *stream, launch, &session);
+    if (!options.models.empty()) session.offer_model_library();
     int domain = 0;
     socklen_t length = sizeof(domain);
     bool trusted_local_peer = false;

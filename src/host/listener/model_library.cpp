@@ -1,0 +1,268 @@
+#include "host/listener/model_library.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gguf.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "host/common/server_log.h"
+#include "protocol/commands.h"
+
+namespace ggml_remote::host {
+
+using protocol::ContentDigest;
+
+namespace {
+
+constexpr const char *kSuffix = ".gguf";
+
+Status failure(const std::string &what) { return error(Code::error, "models: " + what + ": " + std::strerror(errno)); }
+
+bool is_gguf_name(const std::string &name) {
+    const size_t suffix = std::strlen(kSuffix);
+    return name.size() > suffix && name[0] != '.' && name.compare(name.size() - suffix, suffix, kSuffix) == 0;
+}
+
+std::string mebibytes(uint64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f MiB", bytes / double(1 << 20));
+    return text;
+}
+
+// A GGUF file's tensors: their offsets in the file (the data section's and their
+// own) and sizes, from ggml's parser; it reads the header only (no_alloc).
+struct GgufTensors {
+    struct Placed {
+        uint64_t offset = 0;
+        uint64_t size = 0;
+    };
+    std::vector<Placed> tensors;
+
+    Status read(int fd) {
+        std::unique_ptr<FILE, int (*)(FILE *)> stream(::fdopen(::dup(fd), "rb"), &std::fclose);
+        if (!stream) return failure("fdopen");
+        gguf_init_params params{};
+        params.no_alloc = true;
+        params.ctx = nullptr;
+        std::unique_ptr<gguf_context, void (*)(gguf_context *)> gguf(gguf_init_from_file_ptr(stream.get(), params),
+                                                                     &gguf_free);
+        if (!gguf) return error(Code::bad_request, "not a GGUF file ggml can read");
+        const uint64_t data = gguf_get_data_offset(gguf.get());
+        for (int64_t i = 0; i < gguf_get_n_tensors(gguf.get()); ++i) {
+            const uint64_t offset = gguf_get_tensor_offset(gguf.get(), i);
+            if (offset > UINT64_MAX - data) return error(Code::bad_request, "a tensor's offset overflows");
+            tensors.push_back({data + offset, gguf_get_tensor_size(gguf.get(), i)});
+        }
+        return Status::success();
+    }
+};
+
+// The whole file, mapped read-only while it is hashed.
+class FileView {
+  public:
+    ~FileView() {
+        if (data_ != MAP_FAILED) ::munmap(data_, size_);
+    }
+    Status map(int fd, uint64_t size) {
+        size_ = static_cast<size_t>(size);
+        if (size_ == 0) return Status::success();
+        data_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+        if (data_ == MAP_FAILED) return failure("mmap");
+        (void)::madvise(data_, size_, MADV_SEQUENTIAL);
+        return Status::success();
+    }
+    const uint8_t *at(uint64_t offset) const { return static_cast<const uint8_t *>(data_) + offset; }
+    // Whether [offset, +size) lies inside the file.
+    bool holds(uint64_t offset, uint64_t size) const { return offset <= size_ && size <= size_ - offset; }
+
+  private:
+    void *data_ = MAP_FAILED;
+    size_t size_ = 0;
+};
+
+}  // namespace
+
+bool ModelLibrary::Identity::operator==(const Identity &other) const {
+    return device == other.device && inode == other.inode && size == other.size &&
+           modified.tv_sec == other.modified.tv_sec && modified.tv_nsec == other.modified.tv_nsec;
+}
+
+namespace {
+
+bool identity_of(int fd, dev_t *device, ino_t *inode, off_t *size, timespec *modified) {
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    *device = st.st_dev;
+    *inode = st.st_ino;
+    *size = st.st_size;
+    *modified = st.st_mtim;
+    return true;
+}
+
+}  // namespace
+
+ModelLibrary::~ModelLibrary() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    queued_changed_.notify_all();
+    if (indexer_.joinable()) indexer_.join();
+}
+
+Status ModelLibrary::open(const std::string &directory) {
+    directory_ = directory;
+    directory_fd_.reset(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return directory_fd_.valid() ? Status::success() : failure("open " + directory);
+}
+
+void ModelLibrary::start_indexing() { indexer_ = std::thread(&ModelLibrary::run, this); }
+
+void ModelLibrary::index_now() {
+    queue_directory();
+    std::string name;
+    while (take_queued(false, &name)) (void)index_file(name);
+}
+
+void ModelLibrary::run() {
+    const auto started = std::chrono::steady_clock::now();
+    queue_directory();
+    std::string name;
+    while (take_queued(false, &name)) {
+        if (Status s = index_file(name); !s) log_line("models: " + name + ": not served: " + s.message());
+    }
+    const ModelLibraryFigures figures = this->figures();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    char took[32];
+    std::snprintf(took, sizeof(took), "%.2f s", seconds);
+    log_line("models: " + directory_ + ": " + std::to_string(figures.files) +
+             (figures.files == 1 ? " file, " : " files, ") + std::to_string(figures.tensors) + " tensors, " +
+             mebibytes(figures.bytes) + " indexed in " + took);
+    // Then the files found changed, as finds come across them.
+    while (take_queued(true, &name)) {
+        Status s = index_file(name);
+        log_line("models: " + name +
+                 " changed since it was indexed: " + (s ? std::string("indexed again") : "not served: " + s.message()));
+    }
+}
+
+void ModelLibrary::queue_directory() {
+    const int listing = ::openat(directory_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = listing >= 0 ? ::fdopendir(listing) : nullptr;
+    if (dir == nullptr) {
+        if (listing >= 0) ::close(listing);
+        log_line(failure("list " + directory_).message());
+        return;
+    }
+    std::vector<std::string> names;
+    while (const dirent *entry = ::readdir(dir)) {
+        if (is_gguf_name(entry->d_name)) names.emplace_back(entry->d_name);
+    }
+    ::closedir(dir);
+    std::lock_guard<std::mutex> lock(mutex_);
+    queued_.insert(queued_.end(), names.begin(), names.end());
+}
+
+bool ModelLibrary::take_queued(bool wait, std::string *name) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wait) queued_changed_.wait(lock, [this] { return stopping_ || !queued_.empty(); });
+    if (stopping_ || queued_.empty()) return false;
+    *name = std::move(queued_.front());
+    queued_.pop_front();
+    return true;
+}
+
+Status ModelLibrary::index_file(const std::string &name) {
+    UniqueFd fd(::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_CLOEXEC));
+    IndexedFile file;
+    Identity &identity = file.identity;
+    if (!fd.valid()) return failure("open " + name);
+    if (!identity_of(fd.get(), &identity.device, &identity.inode, &identity.size, &identity.modified)) {
+        return error(Code::bad_request, "not a regular file");
+    }
+    GgufTensors layout;
+    if (Status s = layout.read(fd.get()); !s) return s;
+    FileView view;
+    if (Status s = view.map(fd.get(), static_cast<uint64_t>(identity.size)); !s) return s;
+    std::vector<Tensor> tensors;
+    for (const GgufTensors::Placed &placed : layout.tensors) {
+        // Smaller ones a guest never names by digest (session_buffers.cpp refuses them).
+        if (placed.size < protocol::kMinWeightLookupBytes) continue;
+        if (!view.holds(placed.offset, placed.size)) return error(Code::bad_request, "a tensor lies past the end");
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (stopping_) return error(Code::error, "the server stops");
+        }
+        tensors.push_back(
+            {protocol::content_digest(view.at(placed.offset), placed.size), {name, placed.offset, placed.size}});
+        file.bytes += placed.size;
+    }
+    file.tensors = tensors.size();
+    std::lock_guard<std::mutex> lock(mutex_);
+    forget_file_locked(name);
+    files_[name] = file;
+    for (Tensor &tensor : tensors) tensors_.emplace(tensor.digest, std::move(tensor.location));
+    return Status::success();
+}
+
+void ModelLibrary::forget_file_locked(const std::string &name) {
+    if (files_.erase(name) == 0) return;
+    for (auto it = tensors_.begin(); it != tensors_.end();) {
+        it = it->second.file == name ? tensors_.erase(it) : std::next(it);
+    }
+}
+
+bool ModelLibrary::open_unchanged(const Location &location, UniqueFd *file) {
+    const auto indexed = files_.find(location.file);
+    if (indexed == files_.end()) return false;
+    UniqueFd fd(::openat(directory_fd_.get(), location.file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    Identity now;
+    if (!fd.valid() || !identity_of(fd.get(), &now.device, &now.inode, &now.size, &now.modified) ||
+        !(now == indexed->second.identity)) {
+        return false;
+    }
+    *file = std::move(fd);
+    return true;
+}
+
+bool ModelLibrary::find(const ContentDigest &digest, uint64_t size, UniqueFd *file, uint64_t *offset) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (true) {
+        const auto range = tensors_.equal_range(digest);
+        auto it = range.first;
+        while (it != range.second && it->second.size != size) ++it;
+        if (it == range.second) return false;
+        const Location location = it->second;
+        if (open_unchanged(location, file)) {
+            *offset = location.offset;
+            return true;
+        }
+        // Replaced, edited or removed: none of its tensors is served until it is
+        // indexed again (on the indexing thread, or the next index_now).
+        forget_file_locked(location.file);
+        queued_.push_back(location.file);
+        queued_changed_.notify_all();
+    }
+}
+
+ModelLibraryFigures ModelLibrary::figures() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ModelLibraryFigures figures;
+    for (const auto &[name, file] : files_) {
+        ++figures.files;
+        figures.tensors += file.tensors;
+        figures.bytes += file.bytes;
+    }
+    return figures;
+}
+
+}  // namespace ggml_remote::host
