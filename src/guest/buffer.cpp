@@ -25,6 +25,17 @@ void report(const RemoteBuffer *buffer, const char *what, const Status &status) 
     log(GGML_LOG_LEVEL_ERROR, "%s: %s failed: %s", buffer->device->name().c_str(), what, status.message().c_str());
 }
 
+// Tells the host, once, that `remote` holds weights when `buffer`, its ggml buffer,
+// says so (as llama.cpp marks its model's buffers). Called at the first write as
+// well as before a graph, so that the host counts the upload from its start
+// (ggml-remote-server status) and hears of later writes into shared memory.
+void tell_weights_of(RemoteBuffer *remote, ggml_backend_buffer_t buffer) {
+    if (remote->weights_told || ggml_backend_buffer_get_usage(buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return;
+    remote->weights_told = true;
+    Status status = remote->device->session().post<BufferSetUsage>({remote->handle, GGML_BACKEND_BUFFER_USAGE_WEIGHTS});
+    if (!status) report(remote, "set_usage", status);
+}
+
 void buffer_free(ggml_backend_buffer_t buffer) {
     RemoteBuffer *remote = context_of(buffer);
     (void)remote->device->session().free_buffer(remote->handle);
@@ -118,6 +129,7 @@ void upload(SessionCalls &calls, ggml_backend_buffer_t buffer, ggml_tensor *tens
 void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
                        size_t size) {
     RemoteBuffer *remote = context_of(buffer);
+    tell_weights_of(remote, buffer);
     remote->note_write(remote->range(tensor, offset, size).offset, size, data);
     upload(remote->device->session(), buffer, tensor, data, offset, size);
 }
@@ -142,6 +154,7 @@ void buffer_set_tensor_2d(ggml_backend_buffer_t buffer, ggml_tensor *tensor, con
         }
         return;
     }
+    tell_weights_of(remote, buffer);
     remote->note_write(remote->range(tensor, offset, size).offset, size * n_copies, nullptr);
     std::vector<uint8_t> packed;
     for (size_t first = 0; first < n_copies; first += rows_per_message) {
@@ -236,6 +249,7 @@ void shared_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, uin
 void shared_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
                        size_t size) {
     std::memcpy(static_cast<uint8_t *>(tensor->data) + offset, data, size);
+    tell_weights_of(context_of(buffer), buffer);
     report_shared_write(context_of(buffer), static_cast<uint8_t *>(tensor->data) + offset, size);
 }
 
@@ -370,12 +384,9 @@ bool locate_on_host(const RemoteSession *session, const ggml_tensor *tensor, Ten
 
 void tell_weights(const ggml_tensor *tensor) {
     RemoteBuffer *owner = remote_buffer_of(tensor);
-    if (owner == nullptr || owner->weights_told) return;
+    if (owner == nullptr) return;
     const ggml_tensor *bytes_owner = tensor->view_src != nullptr ? tensor->view_src : tensor;
-    if (ggml_backend_buffer_get_usage(bytes_owner->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return;
-    owner->weights_told = true;
-    Status status = owner->device->session().post<BufferSetUsage>({owner->handle, GGML_BACKEND_BUFFER_USAGE_WEIGHTS});
-    if (!status) report(owner, "set_usage", status);
+    tell_weights_of(owner, bytes_owner->buffer);
 }
 
 namespace {

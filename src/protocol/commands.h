@@ -554,12 +554,15 @@ struct Synchronize {
 
 // The server's devices and live sessions (ggml-remote-server status). Answered
 // only to a peer on a unix socket running as the server's user or root.
-// Reply tail: n_devices StatusDevice, then n_sessions StatusSession.
+// Reply tail: n_devices StatusDevice, then n_sessions StatusSession, then, when
+// the request asked for them and the server knows them, one row of each table it
+// asked for (StatusTables) per session, in the same order. A server from before
+// a table ignores the bit and leaves it out: the tail's size tells which came.
 struct ServerStatus {
     static constexpr CommandId id = CommandId::server_status;
     static constexpr bool one_way = command_has(id, kOneWay);
     struct Request {
-        uint32_t reserved;
+        uint32_t tables;  // StatusTables; 0 from guests from before them
     };
     struct Reply {
         uint32_t server_pid;
@@ -600,6 +603,23 @@ struct StatusSession {
     uint64_t cores_shared_computes;
 };
 static_assert(sizeof(StatusSession) == 4 + 4 + 112 + 8 + 12 * 8 + 2 * 8, "status session layout");
+
+// The tables a ServerStatus request may ask for beyond StatusSession's. Each is
+// new since StatusSession's layout was fixed: asking leaves older servers' replies,
+// and not asking older guests' replies, as they were.
+enum StatusTables : uint32_t {
+    kStatusUploads = 1u << 0,  // StatusUpload
+};
+
+// A session's upload of its weights (host/worker/session/weight_upload.h): bytes
+// of the buffers it flagged as weights, those it sent into them, and those the
+// host's weight store filled.
+struct StatusUpload {
+    uint64_t weights_expected;
+    uint64_t weights_received;
+    uint64_t weights_found;
+};
+static_assert(sizeof(StatusUpload) == 3 * 8, "status upload layout");
 
 #pragma pack(pop)
 

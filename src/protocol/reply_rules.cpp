@@ -118,18 +118,35 @@ Status ReplyRule<GraphOptimize>::check(const GraphOptimize::Request &, const Gra
     return Status::success();
 }
 
-uint64_t ReplyRule<ServerStatus>::max_tail(const ServerStatus::Request &, uint64_t) {
-    return uint64_t{kMaxStatusDevices} * sizeof(StatusDevice) + uint64_t{kMaxStatusSessions} * sizeof(StatusSession);
+namespace {
+
+// The tail of a reply with the StatusSession table and none after it: an older
+// server's, or one to a request that asked for no other table.
+uint64_t status_tail_without_uploads(const ServerStatus::Reply &reply) {
+    return uint64_t{reply.n_devices} * sizeof(StatusDevice) + uint64_t{reply.n_sessions} * sizeof(StatusSession);
 }
-Status ReplyRule<ServerStatus>::check(const ServerStatus::Request &, const ServerStatus::Reply &reply,
+
+}  // namespace
+
+uint64_t ReplyRule<ServerStatus>::max_tail(const ServerStatus::Request &, uint64_t) {
+    return uint64_t{kMaxStatusDevices} * sizeof(StatusDevice) +
+           uint64_t{kMaxStatusSessions} * (sizeof(StatusSession) + sizeof(StatusUpload));
+}
+Status ReplyRule<ServerStatus>::check(const ServerStatus::Request &request, const ServerStatus::Reply &reply,
                                       uint64_t tail_size) {
     if (reply.n_devices > kMaxStatusDevices || reply.n_sessions > kMaxStatusSessions) {
         return refused("server_status", "lists too many devices or sessions");
     }
-    const uint64_t expected =
-        uint64_t{reply.n_devices} * sizeof(StatusDevice) + uint64_t{reply.n_sessions} * sizeof(StatusSession);
-    if (tail_size != expected) return refused("server_status", "has a tail of the wrong size");
+    if (tail_size != status_tail_without_uploads(reply) && !status_reply_has_uploads(request, reply, tail_size)) {
+        return refused("server_status", "has a tail of the wrong size");
+    }
     return Status::success();
+}
+
+bool status_reply_has_uploads(const ServerStatus::Request &request, const ServerStatus::Reply &reply,
+                              uint64_t tail_size) {
+    return (request.tables & kStatusUploads) != 0 && reply.n_sessions != 0 &&
+           tail_size == status_tail_without_uploads(reply) + uint64_t{reply.n_sessions} * sizeof(StatusUpload);
 }
 
 }  // namespace ggml_remote::protocol

@@ -61,6 +61,11 @@ GGML_REMOTE_REPLY_RULE(GraphOptimize)
 GGML_REMOTE_REPLY_RULE(ServerStatus)
 #undef GGML_REMOTE_REPLY_RULE
 
+// Whether a ServerStatus reply's tail of `tail_size` bytes holds the StatusUpload
+// table after its sessions: the request asked for it and the server knew it.
+bool status_reply_has_uploads(const ServerStatus::Request &request, const ServerStatus::Reply &reply,
+                              uint64_t tail_size);
+
 // A refusal of `tail_size` bytes after a reply that has none, or success.
 Status reply_without_tail(CommandId id, uint64_t tail_size);
 

@@ -24,6 +24,8 @@ add_integration_test(errors_server_killed_worker errors_server_killed.sh worker)
 add_integration_test(errors_server_killed_server errors_server_killed.sh server)
 add_integration_test(errors_guest_killed errors_guest_killed.sh)
 add_integration_test(llama_server llama_server.sh)
+# `status` and /metrics show each session's weight upload; status --watch.
+add_integration_test(status_upload status_upload.sh)
 
 # The listener replaced (SIGUSR2) or killed while llama-server generates.
 add_integration_test(listener_restart_shm listener_restart.sh shm restart)

@@ -145,6 +145,26 @@ TEST(MetricsText, CounterTotalsIncludeEndedSessionsAndGaugeTotalsOnlyLiveOnes) {
     EXPECT_EQ(value_of(text, R"(ggml_remote_commands_refused_total{reason="unsupported"})"), "0");
 }
 
+TEST(MetricsText, WeightUploadsAreGaugesPerSessionAndSummedOverLiveOnes) {
+    MetricsSnapshot snapshot;
+    snapshot.sessions = {session(1, "p", 0), session(2, "q", 0)};
+    snapshot.sessions[0].weights_expected = 620;
+    snapshot.sessions[0].weights_received = 412;
+    snapshot.sessions[0].weights_found = 200;
+    snapshot.sessions[1].weights_expected = 100;
+    SessionFigures ended = session(0, "", 0);
+    ended.weights_expected = 1000;  // an upload that ended is no longer under way
+    add_counters(ended, &snapshot.ended);
+    const std::string text = render_metrics(snapshot);
+    EXPECT_THAT(text, HasSubstr("# HELP ggml_remote_session_weights_expected_bytes Bytes of weights guests upload"));
+    EXPECT_THAT(text, HasSubstr("# TYPE ggml_remote_session_weights_received_bytes gauge\n"));
+    EXPECT_THAT(text, HasSubstr("# HELP ggml_remote_weights_found_bytes Bytes of weights found in the host's weight "
+                                "store instead of sent, live sessions\n"));
+    EXPECT_EQ(value_of(text, R"(ggml_remote_session_weights_received_bytes{session="1",peer="p"})"), "412");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_session_weights_found_bytes{session="1",peer="p"})"), "200");
+    EXPECT_EQ(value_of(text, "ggml_remote_weights_expected_bytes"), "720");
+}
+
 TEST(MetricsText, ServerFiguresAndEveryRefusalReasonAreListed) {
     MetricsSnapshot snapshot;
     snapshot.sessions_live = 2;

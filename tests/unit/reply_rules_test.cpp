@@ -87,6 +87,18 @@ TEST(ReplyRules, AStatusTableHoldsExactlyItsCounts) {
     EXPECT_FALSE(ReplyRule<ServerStatus>::check({0}, reply, 0).ok());
 }
 
+TEST(ReplyRules, AStatusReplyHoldsTheUploadTableOnlyWhenAskedFor) {
+    const ServerStatus::Reply reply{1, 4, 1, 2};
+    const uint64_t tables = sizeof(StatusDevice) + 2 * sizeof(StatusSession);
+    const uint64_t with_uploads = tables + 2 * sizeof(StatusUpload);
+    EXPECT_TRUE(ReplyRule<ServerStatus>::check({kStatusUploads}, reply, with_uploads).ok());
+    EXPECT_TRUE(status_reply_has_uploads({kStatusUploads}, reply, with_uploads));
+    EXPECT_TRUE(ReplyRule<ServerStatus>::check({kStatusUploads}, reply, tables).ok()) << "an older server";
+    EXPECT_FALSE(status_reply_has_uploads({kStatusUploads}, reply, tables));
+    EXPECT_FALSE(ReplyRule<ServerStatus>::check({0}, reply, with_uploads).ok()) << "not asked for";
+    EXPECT_FALSE(ReplyRule<ServerStatus>::check({kStatusUploads}, reply, with_uploads - 1).ok());
+}
+
 TEST(ReplyRules, RepliesWithoutATailHaveNone) {
     EXPECT_TRUE(ReplyRule<DeviceMemory>::check({0}, {1, 2}, 0).ok());
     EXPECT_FALSE(ReplyRule<DeviceMemory>::check({0}, {1, 2}, 1).ok());

@@ -1472,6 +1472,67 @@ TEST_F(CpuSession, BufferSetUsageNamesAKnownUsageOfAKnownBuffer) {
     EXPECT_EQ(call<BufferSetUsage>(BufferSetUsage::Request{buffer + 1, 1}).status.code(), Code::not_found);
 }
 
+// The weights_* figures (status, /metrics): how far the guest's upload has come.
+TEST_F(CpuSession, AnUploadIsTheSizeOfTheWeightsBuffersAndTheBytesSentIntoThem) {
+    hello();
+    const uint64_t weights = alloc(4096), scratch = alloc(4096);
+    ASSERT_TRUE(set(weights, 0, std::vector<uint8_t>(1000, 1)).ok());
+    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    ASSERT_TRUE(set(weights, 1000, std::vector<uint8_t>(500, 2)).ok());
+    ASSERT_TRUE(call<SetTensor2d>(SetTensor2d::Request{{weights, 2000, 100}, 3, 200}, ByteView(counting_bytes(300)))
+                    .status.ok());
+    ASSERT_TRUE(call<BufferWritten>(BufferWritten::Request{weights, 3000, 96}).status.ok())
+        << "a write into shared memory that the guest reports";
+    ASSERT_TRUE(set(scratch, 0, std::vector<uint8_t>(64, 3)).ok());
+    SessionCounters figures = session->counters();
+    EXPECT_EQ(figures.weights_expected, 4096u);
+    EXPECT_EQ(figures.weights_received, 1000u + 500 + 300 + 96);
+    EXPECT_EQ(figures.weights_found, 0u);
+
+    ASSERT_TRUE(call<BufferFree>(BufferFree::Request{weights}).status.ok());
+    figures = session->counters();
+    EXPECT_EQ(figures.weights_expected, 0u) << "a freed buffer takes its share along";
+    EXPECT_EQ(figures.weights_received, 0u);
+}
+
+// `status` asks for the upload table; an older guest, which asks for none, gets
+// the reply it knows.
+TEST_F(CpuSession, StatusSendsTheUploadTableOnlyWhenAskedFor) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(2, &board).ok());
+    hello();
+    const uint64_t weights = alloc(4096);
+    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{weights, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    ASSERT_TRUE(set(weights, 0, std::vector<uint8_t>(1000, 1)).ok());
+    board.slot(1)->live.store(1);
+    session->attach_status(&board, board.slot(1), false, 2);  // publishes its figures
+    const std::unique_ptr<Session> watched = std::move(session);
+    start(SessionLimits{});
+    hello();
+    session->attach_status(&board, board.slot(0), true, 2);
+
+    const Outcome asked = call<ServerStatus>(ServerStatus::Request{kStatusUploads});
+    ASSERT_TRUE(asked.status.ok()) << asked.status.message();
+    ASSERT_EQ(asked.reply<ServerStatus::Reply>().n_sessions, 1u);
+    const size_t tables = sizeof(StatusDevice) + sizeof(StatusSession);
+    ASSERT_EQ(asked.tail.size(), tables + sizeof(StatusUpload));
+    StatusUpload upload{};
+    ASSERT_TRUE(read_pod(ByteView(asked.tail), tables, &upload));
+    EXPECT_EQ(upload.weights_expected, 4096u);
+    EXPECT_EQ(upload.weights_received, 1000u);
+    EXPECT_EQ(upload.weights_found, 0u);
+
+    const Outcome old = call<ServerStatus>(ServerStatus::Request{0});
+    ASSERT_TRUE(old.status.ok());
+    EXPECT_EQ(old.tail.size(), tables);
+}
+
+TEST_F(SharedMemorySession, AMappedModelFileHasNothingToUpload) {
+    const uint64_t file = file_buffer(counting_bytes(8192), 0, 8192);
+    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{file, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    EXPECT_EQ(session->counters().weights_expected, 0u);
+}
+
 TEST_F(SharedMemorySession, FileRangeOutsideTheFileIsRefused) {
     EXPECT_EQ(buffer_from_file(file_holding(counting_bytes(4096)), 4096, 1).status.code(), Code::bad_request);
     EXPECT_EQ(buffer_from_file(file_holding(counting_bytes(4096)), 0, 4097).status.code(), Code::bad_request);
@@ -1871,6 +1932,20 @@ TEST_F(CpuSessionWithStore, ASecondSessionFindsTheWeightsAndSharesTheirPages) {
     EXPECT_EQ(file_mapped_at(address_of(second, 1u << 20)), first_file) << "both sessions map one copy";
     EXPECT_EQ(session->store_counters().bytes_saved, weights.size());
     EXPECT_EQ(first_session->store_counters().hits, 0u);
+}
+
+TEST_F(CpuSessionWithStore, WeightsTheStoreFilledAreFoundNotReceived) {
+    open_session("uid 1000");
+    (void)load(weights);
+    open_session("uid 1000");
+    const uint64_t second = alloc(kBufferSize);
+    ASSERT_TRUE(call<BufferSetUsage>(BufferSetUsage::Request{second, GGML_BACKEND_BUFFER_USAGE_WEIGHTS}).status.ok());
+    ASSERT_TRUE(found(lookup(second, weights)));
+    const SessionCounters figures = session->counters();
+    EXPECT_EQ(figures.weights_expected, kBufferSize);
+    EXPECT_EQ(figures.weights_found, weights.size());
+    EXPECT_EQ(figures.weights_found, figures.store_bytes_saved);
+    EXPECT_EQ(figures.weights_received, 0u);
 }
 
 TEST_F(CpuSessionWithStore, WritesAfterAFillStayTheSessionsOwn) {

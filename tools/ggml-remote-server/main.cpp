@@ -130,8 +130,8 @@ signals to the listener:
   SIGHUP   re-read the --tls-psk file for new sessions (a bad file keeps the old keys)
   SIGTERM, SIGINT  stop (and end every session, unless --keep-sessions)
 
-status of a running server (its devices and live sessions):
-  %s status --connect unix:/path/to.sock [--json]
+status of a running server (its devices, live sessions and their uploads):
+  %s status --connect unix:/path/to.sock [--json] [--watch [SECONDS]]
 
 example:
   %s --listen unix:/tmp/ggml-remote.sock --listen tcp://127.0.0.1:50053

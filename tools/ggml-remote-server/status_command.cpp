@@ -1,7 +1,13 @@
 #include "status_command.h"
 
+#include <ggml.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -9,49 +15,32 @@
 #include <vector>
 
 #include "guest/session/remote_session.h"
-#include "protocol/printable.h"
+#include "status_view.h"
 #include "transport/endpoint.h"
 
 using namespace ggml_remote;
 using namespace ggml_remote::protocol;
+using ggml_remote::status::ServerReport;
 
 namespace {
 
-std::string json_string(const char *text) {
-    std::string out = "\"";
-    for (const char *c = text; *c != '\0'; ++c) {
-        if (*c == '"' || *c == '\\') {
-            out += '\\';
-            out += *c;
-        } else if (static_cast<unsigned char>(*c) < 0x20) {
-            char escaped[8];
-            std::snprintf(escaped, sizeof(escaped), "\\u%04x", *c);
-            out += escaped;
-        } else {
-            out += *c;
-        }
-    }
-    return out + "\"";
-}
-
-std::string mib(uint64_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.1f", bytes / double(1 << 20));
-    return text;
-}
-
 constexpr const char *kStatusUsage =
-    "usage: ggml-remote-server status --connect unix:/path/to.sock [--json]\n"
+    "usage: ggml-remote-server status --connect unix:/path/to.sock [--json] [--watch [SECONDS]]\n"
     "Prints the server's devices and live sessions (commands, bytes, computes, memory),\n"
     "each session's memory, buffers, backends and mapped files against its limits,\n"
-    "and its share of the host's cores.\n"
+    "its share of the host's cores, and how far the upload of its weights has come.\n"
+    "--watch redraws it every SECONDS (default 1) until interrupted; it holds one\n"
+    "session of the server while it runs.\n"
     "Answered to the server's own user (or root) on its unix socket.\n";
 
-// What a running server answered: its reply and the tables in the reply's tail.
-struct ServerReport {
-    ServerStatus::Reply reply{};
-    std::vector<StatusDevice> devices;
-    std::vector<StatusSession> sessions;
+// The longest --watch interval: a day.
+constexpr double kMaxWatchSeconds = 86400;
+
+struct StatusArguments {
+    std::string endpoint;
+    bool json = false;
+    bool watch = false;
+    double watch_seconds = 1;
 };
 
 int complain(const std::string &message, int exit_status) {
@@ -59,14 +48,30 @@ int complain(const std::string &message, int exit_status) {
     return exit_status;
 }
 
+// --watch's optional SECONDS, when argv[i] is one; false with *seconds untouched when not.
+bool watch_seconds(const char *text, double *seconds) {
+    char *end = nullptr;
+    errno = 0;
+    const double value = std::strtod(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !std::isfinite(value)) return false;
+    *seconds = value;
+    return true;
+}
+
 // Reads the flags; an exit status where they answer at once (--help, a mistake).
-std::optional<int> parse_status_arguments(int argc, char **argv, std::string *endpoint_text, bool *json) {
+std::optional<int> parse_status_arguments(int argc, char **argv, StatusArguments *arguments) {
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if ((arg == "--connect" || arg == "-c") && i + 1 < argc) {
-            *endpoint_text = argv[++i];
+            arguments->endpoint = argv[++i];
         } else if (arg == "--json") {
-            *json = true;
+            arguments->json = true;
+        } else if (arg == "--watch") {
+            arguments->watch = true;
+            if (i + 1 < argc && watch_seconds(argv[i + 1], &arguments->watch_seconds)) ++i;
+            if (!(arguments->watch_seconds > 0 && arguments->watch_seconds <= kMaxWatchSeconds)) {
+                return complain("--watch SECONDS must be above 0 and at most a day", 2);
+            }
         } else if (arg == "-h" || arg == "--help") {
             std::printf("%s", kStatusUsage);
             return 0;
@@ -74,133 +79,104 @@ std::optional<int> parse_status_arguments(int argc, char **argv, std::string *en
             return complain("unknown argument " + arg + " (see --help)", 2);
         }
     }
-    if (endpoint_text->empty()) return complain("--connect unix:/path/to.sock is required", 2);
+    if (arguments->endpoint.empty()) return complain("--connect unix:/path/to.sock is required", 2);
     return std::nullopt;
 }
 
-// Splits the reply's tail into its tables; false where it does not hold them exactly.
-bool read_tables(const std::vector<uint8_t> &tail, ServerReport *report) {
-    const size_t expected =
-        report->reply.n_devices * sizeof(StatusDevice) + report->reply.n_sessions * sizeof(StatusSession);
-    if (tail.size() != expected) return false;
-    std::vector<StatusDevice> &devices = report->devices;
-    std::vector<StatusSession> &sessions = report->sessions;
-    devices.resize(report->reply.n_devices);
-    sessions.resize(report->reply.n_sessions);
-    if (!devices.empty()) std::memcpy(devices.data(), tail.data(), devices.size() * sizeof(StatusDevice));
-    if (!sessions.empty()) {
-        std::memcpy(sessions.data(), tail.data() + devices.size() * sizeof(StatusDevice),
-                    sessions.size() * sizeof(StatusSession));
-    }
-    // Every worker can write the status board: its strings end where their fields do.
-    for (StatusDevice &d : devices) {
-        d.name[sizeof(d.name) - 1] = '\0';
-        d.description[sizeof(d.description) - 1] = '\0';
-    }
-    for (StatusSession &s : sessions) s.peer[sizeof(s.peer) - 1] = '\0';
-    return true;
-}
-
-// Asks the server at `endpoint` for its status; an exit status where that fails.
-std::optional<int> query_server(const Endpoint &endpoint, const guest::GuestOptions &options, ServerReport *report) {
-    std::unique_ptr<guest::RemoteSession> session;
-    Status status = guest::RemoteSession::open(endpoint, options, &session);
+// Asks the server for its status through `session`; an error where that fails.
+Status query_server(guest::RemoteSession &session, ServerReport *report) {
+    // The upload table: a server from before it leaves it out (the view shows "?").
+    const ServerStatus::Request request{kStatusUploads};
     std::vector<uint8_t> tail;
-    if (status) status = session->call<ServerStatus>({0}).reply(&report->reply).reply_tail(&tail).run();
-    if (!status) return complain(status.message(), 1);
-    if (!read_tables(tail, report)) return complain("malformed reply", 1);
-    return std::nullopt;
+    Status status = session.call<ServerStatus>(request).reply(&report->reply).reply_tail(&tail).run();
+    if (status && !status::read_tables(request, tail, report)) status = error(Code::error, "malformed reply");
+    return status;
 }
 
-void print_json(const Endpoint &endpoint, const ServerReport &report, int64_t now) {
-    std::printf("{\"server\": {\"pid\": %u, \"endpoint\": %s, \"max_sessions\": %u},\n \"devices\": [",
-                report.reply.server_pid, json_string(endpoint.to_string().c_str()).c_str(), report.reply.max_sessions);
-    for (size_t i = 0; i < report.devices.size(); ++i) {
-        const StatusDevice &d = report.devices[i];
-        std::printf("%s\n  {\"name\": %s, \"description\": %s, \"memory_free\": %llu, \"memory_total\": %llu}",
-                    i ? "," : "", json_string(d.name).c_str(), json_string(d.description).c_str(),
-                    (unsigned long long)d.memory_free, (unsigned long long)d.memory_total);
-    }
-    std::printf("],\n \"sessions\": [");
-    for (size_t i = 0; i < report.sessions.size(); ++i) {
-        const StatusSession &s = report.sessions[i];
-        std::printf(
-            "%s\n  {\"id\": %d, \"worker_pid\": %d, \"peer\": %s, \"uptime_s\": %lld, \"commands\": %llu, "
-            "\"bytes_received\": %llu, \"bytes_sent\": %llu, \"graph_computes\": %llu, "
-            "\"memory_bytes\": %llu, \"buffers\": %llu, \"backends\": %llu, \"mapped_file_bytes\": %llu, "
-            "\"memory_quota\": %llu, \"max_buffers\": %llu, \"max_backends\": %llu, "
-            "\"mapped_file_quota\": %llu, \"cpu_threads\": %llu, \"shared_computes\": %llu}",
-            i ? "," : "", s.id, s.pid, json_string(s.peer).c_str(), (long long)(now - s.started_unix),
-            (unsigned long long)s.commands, (unsigned long long)s.bytes_received, (unsigned long long)s.bytes_sent,
-            (unsigned long long)s.graph_computes, (unsigned long long)s.memory_in_use, (unsigned long long)s.buffers,
-            (unsigned long long)s.backends, (unsigned long long)s.mapped_file_bytes, (unsigned long long)s.memory_quota,
-            (unsigned long long)s.max_buffers, (unsigned long long)s.max_backends,
-            (unsigned long long)s.mapped_file_quota, (unsigned long long)s.cores_threads,
-            (unsigned long long)s.cores_shared_computes);
-    }
-    std::printf("]}\n");
+std::string view(const Endpoint &endpoint, const ServerReport &report, bool json) {
+    const int64_t now = static_cast<int64_t>(std::time(nullptr));
+    return json ? status::status_json(endpoint.to_string(), report, now)
+                : status::status_text(endpoint.to_string(), report, now);
 }
 
-void print_device_table(const std::vector<StatusDevice> &devices) {
-    std::printf("%-8s %-40s %12s %12s\n", "DEVICE", "DESCRIPTION", "FREE MiB", "TOTAL MiB");
-    for (const StatusDevice &d : devices) {
-        std::printf("%-8s %-40.40s %12s %12s\n", printable(d.name).c_str(),
-                    printable(d.description, sizeof(d.description)).c_str(), mib(d.memory_free).c_str(),
-                    mib(d.memory_total).c_str());
+volatile std::sig_atomic_t g_watch_stopped = 0;
+void stop_watching(int) { g_watch_stopped = 1; }
+
+// SIGINT and SIGTERM end the watch between two views; without SA_RESTART they
+// also cut its sleep short.
+void stop_watching_on_signals() {
+    struct sigaction action{};
+    action.sa_handler = stop_watching;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+}
+
+void sleep_unless_stopped(double seconds) {
+    struct timespec left{};
+    left.tv_sec = static_cast<time_t>(seconds);
+    left.tv_nsec = static_cast<long>((seconds - static_cast<double>(left.tv_sec)) * 1e9);
+    while (!g_watch_stopped && nanosleep(&left, &left) != 0 && errno == EINTR) {
     }
 }
 
-// One session's row, and below it its figures against its limits.
-void print_session_rows(const StatusSession &s, int64_t now) {
-    // The endpoint is in the heading: show who is connected ("pid N uid M").
-    const char *who = std::strstr(s.peer, " pid ");
-    std::printf("%-4d %-8d %-34.34s %8lld %10llu %9llu %10s %10s %11s %7llu\n", s.id, s.pid,
-                printable(who != nullptr ? who + 1 : s.peer, sizeof(s.peer)).c_str(), (long long)(now - s.started_unix),
-                (unsigned long long)s.commands, (unsigned long long)s.graph_computes, mib(s.bytes_received).c_str(),
-                mib(s.bytes_sent).c_str(), mib(s.memory_in_use).c_str(), (unsigned long long)s.buffers);
-    const std::string quota = s.memory_quota != 0 ? "of " + mib(s.memory_quota) + " MiB" : "(no quota)";
-    std::printf(
-        "     limits: memory %s MiB %s, buffers %llu of %llu, backends %llu of %llu, "
-        "mapped files %s of %s MiB\n",
-        mib(s.memory_in_use).c_str(), quota.c_str(), (unsigned long long)s.buffers, (unsigned long long)s.max_buffers,
-        (unsigned long long)s.backends, (unsigned long long)s.max_backends, mib(s.mapped_file_bytes).c_str(),
-        mib(s.mapped_file_quota).c_str());
-    if (s.cores_threads != 0) {
-        std::printf("     cores: its last CPU compute used %llu thread%s; %llu computes shared the cores\n",
-                    (unsigned long long)s.cores_threads, s.cores_threads == 1 ? "" : "s",
-                    (unsigned long long)s.cores_shared_computes);
+// Shows the view anew: over the last on a terminal, else after it.
+void show(const std::string &text, bool terminal, bool first) {
+    if (terminal) {
+        std::fputs("\033[H\033[2J", stdout);  // cursor home, clear the screen
+    } else if (!first) {
+        std::fputc('\n', stdout);
     }
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
 }
 
-void print_tables(const Endpoint &endpoint, const ServerReport &report, int64_t now) {
-    std::printf("ggml-remote-server pid %u at %s: %zu of %u sessions\n\n", report.reply.server_pid,
-                endpoint.to_string().c_str(), report.sessions.size(), report.reply.max_sessions);
-    print_device_table(report.devices);
-    std::printf("\n%-4s %-8s %-34s %8s %10s %9s %10s %10s %11s %7s\n", "ID", "WORKER", "PEER", "UPTIME_S", "COMMANDS",
-                "COMPUTES", "IN_MIB", "OUT_MIB", "MEMORY_MIB", "BUFFERS");
-    for (const StatusSession &s : report.sessions) print_session_rows(s, now);
+// Redraws the view every arguments.watch_seconds until a signal; the server going
+// away ends it with an error. A session the server ended (--idle-timeout) is
+// opened again once.
+int watch_server(const Endpoint &endpoint, const guest::GuestOptions &options, const StatusArguments &arguments,
+                 std::unique_ptr<guest::RemoteSession> session) {
+    stop_watching_on_signals();
+    const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+    for (bool first = true; !g_watch_stopped; first = false) {
+        ServerReport report;
+        Status status = query_server(*session, &report);
+        if (!status && !g_watch_stopped) {
+            session.reset();
+            status = guest::RemoteSession::open(endpoint, options, &session);
+            if (status) status = query_server(*session, &report);
+        }
+        if (g_watch_stopped) break;
+        if (!status) return complain("the server at " + endpoint.to_string() + " went away: " + status.message(), 1);
+        show(view(endpoint, report, arguments.json), terminal, first);
+        sleep_unless_stopped(arguments.watch_seconds);
+    }
+    return 0;
 }
+
+// The plugin's own log lines (a lost connection, ...): the command says what failed itself.
+void quiet_log(ggml_log_level, const char *, void *) {}
 
 }  // namespace
 
 int run_status_command(int argc, char **argv) {
-    std::string endpoint_text;
-    bool json = false;
-    if (const std::optional<int> answered = parse_status_arguments(argc, argv, &endpoint_text, &json)) {
-        return *answered;
-    }
+    StatusArguments arguments;
+    if (const std::optional<int> answered = parse_status_arguments(argc, argv, &arguments)) return *answered;
     Endpoint endpoint;
-    const Status status = parse_endpoint(endpoint_text, &endpoint);
+    const Status parsed = parse_endpoint(arguments.endpoint, &endpoint);
+    if (!parsed) return complain(parsed.message(), 1);
+    ggml_log_set(quiet_log, nullptr);
     guest::GuestOptions options = guest::read_guest_options();
     options.connect_timeout_ms = 5000;
+    // A lost server is told at once, not hidden behind attempts to reconnect.
+    options.reconnect = false;
+    std::unique_ptr<guest::RemoteSession> session;
+    Status status = guest::RemoteSession::open(endpoint, options, &session);
     if (!status) return complain(status.message(), 1);
+    if (arguments.watch) return watch_server(endpoint, options, arguments, std::move(session));
     ServerReport report;
-    if (const std::optional<int> failed = query_server(endpoint, options, &report)) return *failed;
-    const int64_t now = static_cast<int64_t>(std::time(nullptr));
-    if (json) {
-        print_json(endpoint, report, now);
-    } else {
-        print_tables(endpoint, report, now);
-    }
+    status = query_server(*session, &report);
+    if (!status) return complain(status.message(), 1);
+    std::fputs(view(endpoint, report, arguments.json).c_str(), stdout);
     return 0;
 }

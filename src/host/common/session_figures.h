@@ -23,8 +23,11 @@ enum class FigureKind { counter, gauge, limit, limit_or_none };
 //   field   the member's name in SessionFigureValues and SessionSlot (and in
 //           StatusSession when `reply` is in_reply)
 //   kind    a FigureKind
-//   reply   in_reply: also in the ServerStatus reply, whose layout is the wire
-//           protocol's (adding one there is a protocol change); not_in_reply: not
+//   reply   in_reply: also in the ServerStatus reply's StatusSession, whose layout
+//           is the wire protocol's (adding one there is a protocol change);
+//           in_upload_table: in its StatusUpload instead, a table that only a guest
+//           that asks for it gets (kStatusUploads), so that older peers are
+//           unaffected; not_in_reply: not
 //   metric  the family's name after ggml_remote_ (totals) or ggml_remote_session_
 //   from    the expression in the worker's Session that gives the figure now
 //   help    the family's HELP text; each family adds what it sums over
@@ -44,6 +47,12 @@ enum class FigureKind { counter, gauge, limit, limit_or_none };
     X(mapped_file_bytes, gauge, in_reply, "mapped_file_bytes", mapped_file_bytes_, "Bytes of guests' files mapped") \
     X(mapped_file_quota, limit, in_reply, "mapped_file_quota_bytes", limits_.mapped_file_quota,                     \
       "Bytes of guests' files a session may map (--mapped-file-quota)")                                             \
+    X(weights_expected, gauge, in_upload_table, "weights_expected_bytes", weight_upload_.expected(),                \
+      "Bytes of weights guests upload: the size of the buffers they flagged as weights")                            \
+    X(weights_received, gauge, in_upload_table, "weights_received_bytes", weight_upload_.received(),                \
+      "Bytes of weights guests sent into their weights buffers")                                                    \
+    X(weights_found, gauge, in_upload_table, "weights_found_bytes", weight_upload_.found(),                         \
+      "Bytes of weights found in the host's weight store instead of sent")                                          \
     X(store_hits, counter, not_in_reply, "store_hits_total", store_fill_.counters().hits,                           \
       "Weights found in the host's weight store")                                                                   \
     X(store_misses, counter, not_in_reply, "store_misses_total", store_fill_.counters().misses,                     \
@@ -51,9 +60,14 @@ enum class FigureKind { counter, gauge, limit, limit_or_none };
     X(store_bytes_saved, counter, not_in_reply, "store_saved_bytes_total", store_fill_.counters().bytes_saved,      \
       "Bytes not loaded thanks to the host's weight store")
 
-// GGML_REMOTE_FIGURE_IF_##reply(code): `code` only for the figures in the reply.
+// GGML_REMOTE_FIGURE_IF_##reply(code): `code` only for the figures in StatusSession;
+// GGML_REMOTE_FIGURE_IF_UPLOAD_##reply(code): only for those in StatusUpload.
 #define GGML_REMOTE_FIGURE_IF_in_reply(...) __VA_ARGS__
+#define GGML_REMOTE_FIGURE_IF_in_upload_table(...)
 #define GGML_REMOTE_FIGURE_IF_not_in_reply(...)
+#define GGML_REMOTE_FIGURE_IF_UPLOAD_in_reply(...)
+#define GGML_REMOTE_FIGURE_IF_UPLOAD_in_upload_table(...) __VA_ARGS__
+#define GGML_REMOTE_FIGURE_IF_UPLOAD_not_in_reply(...)
 
 // One session's figures as plain numbers.
 struct SessionFigureValues {

@@ -90,6 +90,11 @@ void Session::bytes_written(uint64_t buffer, uint64_t offset, uint64_t size) {
     store_fill_.written(buffer, offset, size);
 }
 
+void Session::count_guest_bytes(uint64_t buffer, uint64_t bytes) {
+    if (SessionBuffer *record = buffers_.find(buffer))
+        weight_upload_.count_received(&record->upload, record->size, bytes);
+}
+
 Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
     TensorList list;
     if (Status s = decode_tensor_list(bytes, limits_.tensor_list, &list); !s) return s;

@@ -23,6 +23,7 @@
 #include "host/worker/session/handle_table.h"
 #include "host/worker/session/region_heap.h"
 #include "host/worker/session/watchdog.h"
+#include "host/worker/session/weight_upload.h"
 #include "host/worker/weights/store_fill.h"
 #include "host/worker/weights/weight_repack.h"
 #include "protocol/commands.h"
@@ -137,6 +138,7 @@ class Session {
         bool private_memory = false;     // `mapping` is the worker's own memory (allocate_private)
         bool in_region = false;          // at region_offset in the ivshmem region's heap
         uint64_t region_offset = 0;
+        BufferUpload upload;  // its share of weight_upload_
     };
     // A CPU backend computes with a thread pool of its own, kept across computes
     // as llama.cpp does: without one, ggml starts and stops its threads on every
@@ -203,6 +205,9 @@ class Session {
     // Bytes [offset, +size) of a buffer changed: the copies made from them
     // (repacked weights, store entries on their way) are out of date.
     void bytes_written(uint64_t buffer, uint64_t offset, uint64_t size);
+    // `bytes` the guest sent into a buffer (already checked) arrived: they count
+    // towards its upload of weights (weight_upload.h).
+    void count_guest_bytes(uint64_t buffer, uint64_t bytes);
 
     // session_serve.cpp: serve()'s loop, and its state between frames.
     struct ServeLoop;
@@ -277,6 +282,8 @@ class Session {
     Status check_graph_on_backend(uint64_t handle, const SessionBackend &backend, BuiltTensors *graph);
     Status check_ops_supported(const SessionBackend &backend, ggml_cgraph *graph) const;
     void report_compute_failure(const Status &status);
+    // The guest computes: the uploads of its weights buffers are over (weight_upload.h).
+    void settle_weight_uploads();
     // Points the graph's matrix products at repacked copies of their weights.
     void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
@@ -319,6 +326,7 @@ class Session {
     void publish_status();
     SessionCounters counters_;  // only what the session counts itself; see counters()
     WeightRepack weight_repack_;
+    WeightUpload weight_upload_;
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
     CoreSchedule cores_;
     FrameRecorder *recorder_ = nullptr;

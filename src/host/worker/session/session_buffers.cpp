@@ -182,6 +182,7 @@ Status Session::handle(const BufferFree::Request &request, Call<BufferFree> &) {
     // The store's thread may be copying from the buffer or its copies: it is done first.
     store_fill_.forget_buffer(request.buffer);
     memory_in_use_ -= weight_repack_.forget(request.buffer);
+    weight_upload_.forget(buffer->upload, buffer->size);
     buffers_.erase(request.buffer);
     return Status::success();
 }
@@ -213,6 +214,8 @@ Status Session::handle(const BufferSetUsage::Request &request, Call<BufferSetUsa
     const auto usage = static_cast<ggml_backend_buffer_usage>(request.usage);
     ggml_backend_buffer_set_usage(buffer->buffer.get(), usage);
     buffer->weights = usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+    // A read-only buffer is the guest's own file, mapped: it has nothing to upload.
+    weight_upload_.set_weights(&buffer->upload, buffer->size, buffer->weights && buffer->writable);
     return Status::success();
 }
 
@@ -222,6 +225,7 @@ Status Session::handle(const BufferWritten::Request &request, Call<BufferWritten
     SessionBuffer *buffer = nullptr;
     if (Status s = buffer_range(range, Access::read, &buffer); !s) return s;
     bytes_written(request.buffer, request.offset, request.size);
+    count_guest_bytes(request.buffer, request.size);
     return Status::success();
 }
 
@@ -229,13 +233,21 @@ Status Session::handle(const WeightLookup::Request &request, Call<WeightLookup> 
     Mapping *memory = nullptr;
     if (Status s = check_store_request(request.range, "weight_lookup", &memory); !s) return s;
     // A hit fills the range from the store.
-    return write_range(request.range, [&](ggml_tensor *bytes) {
+    const uint64_t saved_before = store_fill_.counters().bytes_saved;
+    Status status = write_range(request.range, [&](ggml_tensor *bytes) {
         bool found = false;
-        Status status = store_fill_.lookup({bytes, memory, request.range.buffer, request.range.offset},
-                                           digest_of(request.digest), &found);
+        Status looked_up = store_fill_.lookup({bytes, memory, request.range.buffer, request.range.offset},
+                                              digest_of(request.digest), &found);
         call.reply.found = found ? 1 : 0;
-        return status;
+        return looked_up;
     });
+    // What the store counts as saved is what the upload found (a model library's
+    // hits are the store's too, from here).
+    SessionBuffer *buffer = buffers_.find(request.range.buffer);
+    if (status && buffer != nullptr) {
+        weight_upload_.count_found(&buffer->upload, buffer->size, store_fill_.counters().bytes_saved - saved_before);
+    }
+    return status;
 }
 
 Status Session::handle(const WeightOffer::Request &request, Call<WeightOffer> &) {

@@ -116,6 +116,7 @@ Status Session::handle(const GraphCompute::Request &request, Call<GraphCompute> 
     ++counters_.graph_computes;
     if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
     for (uint64_t written : graph->writes_weights) bytes_written(written, 0, UINT64_MAX);
+    settle_weight_uploads();
     if (!refused) return refused;  // an index computed by the graph itself, out of range
     if (result != GGML_STATUS_SUCCESS) {
         return error(Code::error, std::string("graph compute failed on the host: ") + ggml_status_to_string(result));
@@ -289,6 +290,11 @@ ggml_status Session::compute_on_shared_cores(SessionBackend *record, BuiltTensor
     // compute on; the next compute resumes it. (OpenMP builds have no such threads.)
     if (turn.share.contended && record->threads.pause != nullptr) record->threads.pause(record->threads.pool);
     return result;
+}
+
+void Session::settle_weight_uploads() {
+    if (!weight_upload_.any_unsettled()) return;
+    for (auto &entry : buffers_) weight_upload_.settle(&entry.second.upload, entry.second.size);
 }
 
 void Session::repack_weights(SessionBackend *backend, BuiltTensors *graph) {

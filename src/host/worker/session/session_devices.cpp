@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "abi/ggml_backend_abi_v3.h"
 #include "host/worker/session/session.h"
@@ -62,6 +63,19 @@ static_assert(kFiguresInReply * sizeof(uint64_t) == kReplyFiguresEnd - kReplyFig
 GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_IN_STATUS_SESSION)
 #undef GGML_REMOTE_FIGURE_IN_STATUS_SESSION
 
+// The same for StatusUpload: the figures marked in_upload_table fill all of it.
+constexpr size_t kFiguresInUploadTable = 0
+#define GGML_REMOTE_FIGURE_COUNT(field, kind, reply, metric, from, help) GGML_REMOTE_FIGURE_IF_UPLOAD_##reply(+1)
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_COUNT);
+#undef GGML_REMOTE_FIGURE_COUNT
+static_assert(kFiguresInUploadTable * sizeof(uint64_t) == sizeof(StatusUpload),
+              "every figure of StatusUpload comes from one line of GGML_REMOTE_SESSION_FIGURES");
+#define GGML_REMOTE_FIGURE_IN_STATUS_UPLOAD(field, kind, reply, metric, from, help)                                  \
+    GGML_REMOTE_FIGURE_IF_UPLOAD_##reply(static_assert(std::is_same<decltype(StatusUpload::field), uint64_t>::value, \
+                                                       #field " is one of StatusUpload's figures");)
+GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_IN_STATUS_UPLOAD)
+#undef GGML_REMOTE_FIGURE_IN_STATUS_UPLOAD
+
 StatusSession status_of_session(const SessionSlot &slot) {
     StatusSession entry{};
     entry.id = slot.id;
@@ -78,6 +92,16 @@ StatusSession status_of_session(const SessionSlot &slot) {
 #undef GGML_REMOTE_FIGURE_TO_REPLY
     entry.cores_threads = slot.cores_threads.load(std::memory_order_relaxed);
     entry.cores_shared_computes = slot.cores_shared_computes.load(std::memory_order_relaxed);
+    return entry;
+}
+
+StatusUpload upload_of_session(const SessionSlot &slot) {
+    StatusUpload entry{};
+    const SessionFigureValues figures = load_figures(slot);
+#define GGML_REMOTE_FIGURE_TO_UPLOAD(field, kind, reply, metric, from, help) \
+    GGML_REMOTE_FIGURE_IF_UPLOAD_##reply(entry.field = figures.field;)
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_TO_UPLOAD)
+#undef GGML_REMOTE_FIGURE_TO_UPLOAD
     return entry;
 }
 
@@ -180,7 +204,7 @@ Status Session::handle(const AllocSize::Request &request, Call<AllocSize> &call)
     return Status::success();
 }
 
-Status Session::handle(const ServerStatus::Request &, Call<ServerStatus> &call) {
+Status Session::handle(const ServerStatus::Request &request, Call<ServerStatus> &call) {
     if (status_board_ == nullptr || !status_query_allowed_) {
         return error(Code::unsupported, "status is answered only on the server's unix socket, to its own user");
     }
@@ -189,12 +213,17 @@ Status Session::handle(const ServerStatus::Request &, Call<ServerStatus> &call) 
     call.reply.max_sessions = max_sessions_;
     call.reply.n_devices = static_cast<uint32_t>(devices_.size());
     for (ggml_backend_dev_t device : devices_) append_pod(call.reply_tail.owned, status_of_device(device));
-    call.reply.n_sessions = 0;
+    // Read once: a slot that goes live or ends between the tables would misalign them.
+    std::vector<const SessionSlot *> listed;
     for (uint32_t i = 0; i < status_board_->slots(); ++i) {
         const SessionSlot *slot = status_board_->slot(i);
         if (slot->live.load() == 0 || slot == status_slot_) continue;  // not the query itself
-        append_pod(call.reply_tail.owned, status_of_session(*slot));
-        ++call.reply.n_sessions;
+        listed.push_back(slot);
+    }
+    call.reply.n_sessions = static_cast<uint32_t>(listed.size());
+    for (const SessionSlot *slot : listed) append_pod(call.reply_tail.owned, status_of_session(*slot));
+    if ((request.tables & kStatusUploads) != 0) {
+        for (const SessionSlot *slot : listed) append_pod(call.reply_tail.owned, upload_of_session(*slot));
     }
     return Status::success();
 }

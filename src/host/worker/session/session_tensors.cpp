@@ -101,8 +101,10 @@ Status Session::handle(const SetTensor::Request &request, Call<SetTensor> &call)
         // Over shm the bytes come piece by piece, straight from the ring.
         Status status = call.read_tail(
             [&](uint64_t at, const uint8_t *piece, size_t size) { ggml_backend_tensor_set(bytes, piece, at, size); });
-        if (status)
+        if (status) {
             store_fill_.received(request.range.buffer, request.range.offset, request.range.size, request.range.size);
+            count_guest_bytes(request.range.buffer, request.range.size);
+        }
         return status;
     });
 }
@@ -121,7 +123,10 @@ Status Session::handle(const SetTensor2d::Request &request, Call<SetTensor2d> &c
                                   ggml_backend_tensor_set(bytes, piece + from, offset, n);
                               });
         });
-        if (status) store_fill_.received(span.buffer, span.offset, span.size, total);
+        if (status) {
+            store_fill_.received(span.buffer, span.offset, span.size, total);
+            count_guest_bytes(span.buffer, total);
+        }
         return status;
     });
 }
