@@ -163,9 +163,9 @@ TEST_F(ModelLibraryTest, EveryTenantFindsTheLibrarysWeightsWithoutAStore) {
     for (const std::string tenant : {"uid 1000", "address 10.0.0.7"}) {
         WeightStore &store = open_store(tenant);
         StoreEntry entry;
-        ASSERT_TRUE(store.find(digest_of(model[0]), model[0].size(), &entry)) << tenant;
+        ASSERT_TRUE(store.find(digest_of(model[0]), model[0].size(), &entry) == StoreLookup::found) << tenant;
         EXPECT_EQ(read_at(entry.file.get(), entry.content_offset, model[0].size()), model[0]);
-        EXPECT_FALSE(store.find(digest_of(pattern_bytes(300000, 4)), 300000, &entry)) << tenant;
+        EXPECT_FALSE(store.find(digest_of(pattern_bytes(300000, 4)), 300000, &entry) == StoreLookup::found) << tenant;
     }
 }
 
@@ -178,8 +178,9 @@ TEST_F(ModelLibraryTest, WithoutAStoreNothingIsCommitted) {
     EXPECT_EQ(store.counters().entries_written, 0u);
     EXPECT_EQ(store.counters().entries_refused, 1u);
     StoreEntry entry;
-    EXPECT_FALSE(store.find(digest_of(bytes), bytes.size(), &entry));
-    EXPECT_TRUE(store.find(digest_of(model[0]), model[0].size(), &entry)) << "the channel still serves finds";
+    EXPECT_FALSE(store.find(digest_of(bytes), bytes.size(), &entry) == StoreLookup::found);
+    EXPECT_TRUE(store.find(digest_of(model[0]), model[0].size(), &entry) == StoreLookup::found)
+        << "the channel still serves finds";
 }
 
 TEST_F(ModelLibraryTest, ATenantsOwnStoreAndTheLibraryBothServe) {
@@ -194,9 +195,10 @@ TEST_F(ModelLibraryTest, ATenantsOwnStoreAndTheLibraryBothServe) {
     store.commit_copy(digest_of(own), own.size(), 0, own.data());
     store.wait_for_commits();
     StoreEntry entry;
-    EXPECT_TRUE(store.find(digest_of(own), own.size(), &entry));
-    EXPECT_TRUE(store.find(digest_of(model[0]), model[0].size(), &entry));
-    EXPECT_FALSE(open_store("uid 1001").find(digest_of(own), own.size(), &entry)) << "the store stays per tenant";
+    EXPECT_TRUE(store.find(digest_of(own), own.size(), &entry) == StoreLookup::found);
+    EXPECT_TRUE(store.find(digest_of(model[0]), model[0].size(), &entry) == StoreLookup::found);
+    EXPECT_FALSE(open_store("uid 1001").find(digest_of(own), own.size(), &entry) == StoreLookup::found)
+        << "the store stays per tenant";
 }
 
 }  // namespace
