@@ -15,9 +15,9 @@
 # tables with its own; alone, it writes BUILD/bench/many.jsonl and its own report
 # (BUILD/bench/results-many.json).
 #   BENCH_MANY_PARTS="load pss tg"  BENCH_MANY_REPS=5 (rounds of each part)
-#   BENCH_MANY_LOAD_MODEL=mid  BENCH_MANY_PSS_MODEL=mid
+#   BENCH_MANY_LOAD_MODEL=mid  BENCH_MANY_PSS_MODEL="mid mid-q4km" (each in turn)
 #   BENCH_MANY_PSS_TOKENS=16  BENCH_MANY_PSS_CTX=256 (the memory guests' llama-completion -n and -c)
-#   BENCH_MANY_TG_MODEL=small  BENCH_MANY_GUESTS="1 2 4"  BENCH_MANY_TG=64
+#   BENCH_MANY_TG_MODEL="small small-q4km"  BENCH_MANY_GUESTS="1 2 4"  BENCH_MANY_TG=64
 #   BENCH_MANY_RUNS=3 (llama-bench -r)  BENCH_THREADS=2
 #   BENCH_MANY_TIMEOUT=600 (seconds before a guest is given up)
 #   BENCH_MANY_CORE_SCHEDULING_OFF (the server options that turn core scheduling off,
@@ -36,14 +36,14 @@ fi
 parts=${BENCH_MANY_PARTS:-load pss tg}
 reps=${BENCH_MANY_REPS:-5}
 load_model=${BENCH_MANY_LOAD_MODEL:-mid}
-pss_model=${BENCH_MANY_PSS_MODEL:-mid}
+pss_models=${BENCH_MANY_PSS_MODEL:-mid mid-q4km}  # users run quantized models beside F16
 pss_tokens=${BENCH_MANY_PSS_TOKENS:-16}
 # A small context, as llama-simple sizes its own: the KV cache is each guest's own
 # whatever the server does, and at llama-completion's default (2048 for these
 # models) it added 145 MiB per mid-model guest (one run: 867 MiB for one guest
 # against 722 at 256), so the figure is mostly weights and compute buffers.
 pss_ctx=${BENCH_MANY_PSS_CTX:-256}
-tg_model=${BENCH_MANY_TG_MODEL:-small}
+tg_models=${BENCH_MANY_TG_MODEL:-small small-q4km}
 tg_guests=${BENCH_MANY_GUESTS:-1 2 4}
 tg=${BENCH_MANY_TG:-64}
 runs=${BENCH_MANY_RUNS:-3}
@@ -347,8 +347,8 @@ measure_tg() {  # measure_tg VARIANT GUESTS RUNNER... (uses model, rep)
 for part in $parts; do
     case $part in
         load) load_part ;;
-        pss) pss_part ;;
-        tg) tg_part ;;
+        pss) for pss_model in $pss_models; do pss_part; done ;;
+        tg) for tg_model in $tg_models; do tg_part; done ;;
         *) echo "bench-many: no part $part (load, pss, tg)" >&2; exit 2 ;;
     esac
 done
