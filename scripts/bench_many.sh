@@ -301,19 +301,19 @@ measure_pss() {  # measure_pss MODEL GUESTS STORE-STATE (uses rep)
 # tg: one server for all rounds (a second one without core scheduling, when the
 # server has that switch); each case starts its guests together.
 tg_part() {
-    local model rep case_ shm_sock nocs_sock cases=() n most=0
+    local model rep case_ shm_sock nocs_sock cases=() n most=0 servers=()
     model=$(ensure_model "$tg_model")
     cache_as_read "$model"
-    start_ours tg
-    shm_sock=$started_sock
+    start_ours "tg-$tg_model"
+    shm_sock=$started_sock servers+=("$started_pid")
     for n in $tg_guests; do
         cases+=("local:$n" "shm:$n")
         [ "$n" -gt "$most" ] && most=$n
     done
     if [ -n "$core_scheduling_off" ]; then
         # shellcheck disable=SC2086 # the switch may be an option and its value
-        start_ours tg-no-core-scheduling $core_scheduling_off
-        nocs_sock=$started_sock
+        start_ours "tg-no-core-scheduling-$tg_model" $core_scheduling_off
+        nocs_sock=$started_sock servers+=("$started_pid")
         cases+=("shm-no-core-scheduling:$most")
     fi
     for rep in $(seq "$reps"); do
@@ -326,6 +326,7 @@ tg_part() {
             esac
         done
     done
+    for n in "${servers[@]}"; do stop "$n"; done  # the next model's servers start afresh
 }
 measure_tg() {  # measure_tg VARIANT GUESTS RUNNER... (uses model, rep)
     local variant=$1 guests=$2 i files=(); shift 2

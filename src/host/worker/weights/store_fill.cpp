@@ -202,8 +202,12 @@ void StoreFill::poll_others() {
     if (now - last_poll_ < kOthersPoll) return;
     last_poll_ = now;
     for (auto it = awaiting_.begin(); it != awaiting_.end();) {
-        if (it->others_until == std::chrono::steady_clock::time_point{} || it->written) {
+        if (it->others_until == std::chrono::steady_clock::time_point{}) {
             ++it;
+            continue;
+        }
+        if (it->written) {  // the session's own bytes now: nothing to swap
+            it = awaiting_.erase(it);
             continue;
         }
         StoreEntry entry;
