@@ -212,3 +212,11 @@ traffic_per_token() {
     read -r c2 r2 b2 <<<"${counts[1]}"
     echo "$(((c2 - c1) / 8)) $(((r2 - r1) / 8)) $(((b2 - b1) / 8))"
 }
+
+# store_files_mapped STORE WHAT PID: device:inode of the weight store's plain entries
+# (WHAT=entries) or of its repacked images (WHAT=images, r-<key>) the process maps.
+store_files_mapped() {
+    awk -v store="$1/" -v what="$2" 'index($6, store) == 1 {
+        image = $6 ~ /\/r-[0-9a-f]+$/
+        if ((what == "images") == image) print $4 ":" $5 }' "/proc/$3/maps" | sort -u
+}

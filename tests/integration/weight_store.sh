@@ -59,14 +59,11 @@ start_guest two "$srv_TCP" "$path" 100000
 two=$GUEST_PID
 wait_generating one "$one"
 wait_generating two "$two"
-mapped_entries() {  # mapped_entries PID: device:inode of the store's files the process maps
-    awk -v store="$WORK/store/" 'index($6, store) == 1 { print $4 ":" $5 }' "/proc/$1/maps" | sort -u
-}
 worker_pids=($(workers))
 [ "${#worker_pids[@]}" = 2 ] || failures+=("expected 2 workers, found ${#worker_pids[@]}")
 if [ "${#worker_pids[@]}" = 2 ]; then
-    a=$(mapped_entries "${worker_pids[0]}")
-    b=$(mapped_entries "${worker_pids[1]}")
+    a=$(store_files_mapped "$WORK/store" entries "${worker_pids[0]}")
+    b=$(store_files_mapped "$WORK/store" entries "${worker_pids[1]}")
     [ -n "$a" ] && [ "$a" = "$b" ] ||
         failures+=("the two workers do not map the same store entries: $(wc -l <<<"$a") vs $(wc -l <<<"$b")")
     [ "$(wc -l <<<"$a")" = "$stored" ] || failures+=("a worker maps $(wc -l <<<"$a") entries, expected $stored")

@@ -13,14 +13,6 @@ failures=()
 run_local local "$path" 24
 local_bytes=$(($(wc -c <"$WORK/local.out") - 1))  # without its closing newline
 
-# mapped WHAT PID: device:inode of the store's plain entries (WHAT=entries) or of
-# its repacked images (WHAT=images) that the process maps.
-mapped() {
-    awk -v store="$WORK/store/" -v what="$1" 'index($6, store) == 1 {
-        image = $6 ~ /\/r-[0-9a-f]+$/
-        if ((what == "images") == image) print $4 ":" $5 }' "/proc/$2/maps" | sort -u
-}
-
 export GGML_REMOTE_CACHE_DIR=$WORK/cache
 start_guest one "$srv_TCP" "$path" 100000
 one=$GUEST_PID
@@ -31,10 +23,10 @@ wait_generating two "$two"
 sleep 1  # the second worker's last swap of pages
 worker_pids=($(workers))
 [ "${#worker_pids[@]}" = 2 ] || fail "expected 2 workers, found ${#worker_pids[@]}"
-images_a=$(mapped images "${worker_pids[0]}")
-images_b=$(mapped images "${worker_pids[1]}")
-entries_a=$(mapped entries "${worker_pids[0]}")
-entries_b=$(mapped entries "${worker_pids[1]}")
+images_a=$(store_files_mapped "$WORK/store" images "${worker_pids[0]}")
+images_b=$(store_files_mapped "$WORK/store" images "${worker_pids[1]}")
+entries_a=$(store_files_mapped "$WORK/store" entries "${worker_pids[0]}")
+entries_b=$(store_files_mapped "$WORK/store" entries "${worker_pids[1]}")
 # Both generate the local run's tokens (and more), over shared pages.
 deadline=$(($(now_ms) + 60000))
 while [ "$(wc -c <"$WORK/one.out")" -lt "$local_bytes" ] || [ "$(wc -c <"$WORK/two.out")" -lt "$local_bytes" ]; do
