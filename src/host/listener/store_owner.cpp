@@ -413,6 +413,7 @@ void StoreOwner::answer_miss(const Channel &channel, const EntryName &entry, con
         // Only the tenant's own workers are worth waiting for (see the header).
         if (claim->second.tenant != channel.own_tenant) return;
         reply->found = store_channel::kInFlight;
+        if (!claim->second.waited) ++claims_of_[claim->second.by].waited;
         claim->second.waited = true;
         return;
     }
@@ -432,15 +433,18 @@ void StoreOwner::claim_locked(const Channel &channel, const std::string &key) {
         if (claim->second.by == &channel) claim->second.until_ns = now_ns() + kClaimNs;  // renewed
         return;
     }
-    uint32_t &held = claims_held_[&channel];
+    uint32_t &held = claims_of_[&channel].held;
     if (held >= kMaxClaimsPerChannel) return;
     ++held;
     claims_[key] = Claim{&channel, channel.own_tenant, now_ns() + kClaimNs, false};
 }
 
 void StoreOwner::erase_claim_locked(std::map<std::string, Claim>::iterator claim) {
-    auto held = claims_held_.find(claim->second.by);
-    if (held != claims_held_.end() && --held->second == 0) claims_held_.erase(held);
+    auto counts = claims_of_.find(claim->second.by);
+    if (counts != claims_of_.end()) {
+        counts->second.waited -= claim->second.waited ? 1 : 0;
+        if (--counts->second.held == 0) claims_of_.erase(counts);
+    }
     claims_.erase(claim);
 }
 
@@ -457,9 +461,8 @@ void StoreOwner::release_claim(const Channel &channel, const std::string &key) {
 
 uint32_t StoreOwner::waiters_of(const Channel &channel) {
     std::lock_guard<std::mutex> lock(mutex_);
-    uint32_t waited = 0;
-    for (const auto &[key, claim] : claims_) waited += claim.by == &channel && claim.waited ? 1 : 0;
-    return waited;
+    const auto counts = claims_of_.find(&channel);
+    return counts != claims_of_.end() ? counts->second.waited : 0;
 }
 
 void StoreOwner::drop_claims_of(const Channel &channel) {
@@ -467,7 +470,7 @@ void StoreOwner::drop_claims_of(const Channel &channel) {
     for (auto it = claims_.begin(); it != claims_.end();) {
         it = it->second.by == &channel ? claims_.erase(it) : std::next(it);
     }
-    claims_held_.erase(&channel);
+    claims_of_.erase(&channel);
 }
 
 // The library's bytes are the same for every tenant: published models (see

@@ -159,7 +159,11 @@ class StoreOwner {
     std::map<std::string, Stored> stored_;       // "<tenant dir>/<name>"
     std::map<std::string, uint64_t> in_flight_;  // the same keys: reserved bytes
     std::map<std::string, Claim> claims_;        // the same keys
-    std::map<const Channel *, uint32_t> claims_held_;
+    struct ClaimCounts {
+        uint32_t held = 0;
+        uint32_t waited = 0;  // of those, the ones another worker heard "in flight" of
+    };
+    std::map<const Channel *, ClaimCounts> claims_of_;  // each worker's, counted as they change
     uint64_t stored_bytes_ = 0;
     uint64_t reserved_bytes_ = 0;
     StoreOwnerCounters counters_;
