@@ -3,6 +3,9 @@
 #include "host/worker/session/core_schedule.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
+
+#include <cstdint>
 
 #include "transport/spin_policy.h"
 
@@ -80,6 +83,99 @@ TEST(ShareCores, ForgedWantsAreClampedToTheCores) {
     EXPECT_EQ(share_cores(4, 4, {-5}).threads, 4);
 }
 
+// SessionPace: what a worker measures of its own session.
+constexpr uint64_t kMs = 1'000'000;
+
+// `computes` computes of `compute_ms` each, `gap_ms` apart, from `start_ns`; the end.
+uint64_t pace_for(SessionPace *pace, int computes, uint64_t compute_ms, uint64_t gap_ms, uint64_t start_ns) {
+    uint64_t at = start_ns;
+    for (int i = 0; i < computes; ++i) {
+        pace->note_compute(at, at + compute_ms * kMs);
+        at += (compute_ms + gap_ms) * kMs;
+    }
+    return at;
+}
+
+TEST(SessionPace, ANewSessionStartsHeavy) {
+    SessionPace pace;
+    EXPECT_FALSE(pace.light());
+    EXPECT_EQ(pace.duty_milli(), 500u);
+    EXPECT_EQ(pace.active_window_ns(), kActiveWindowNs);
+}
+
+TEST(SessionPace, ASessionThatComputesBackToBackStaysHeavy) {
+    SessionPace pace;
+    pace_for(&pace, 200, 100, 0, kMs);  // 20 s of prompts, nothing between them
+    EXPECT_FALSE(pace.light());
+    EXPECT_GT(pace.duty_milli(), 990u);
+}
+
+TEST(SessionPace, ASessionThatComputesAFifthOfItsTimeTurnsLight) {
+    SessionPace pace;
+    pace_for(&pace, 1000, 2, 8, kMs);  // tokens of 2 ms, 8 ms of the guest's own work
+    EXPECT_TRUE(pace.light());
+    EXPECT_NEAR(pace.duty_milli(), 200u, 10u);
+}
+
+TEST(SessionPace, BurstsBetweenPausesAreLight) {
+    SessionPace pace;
+    uint64_t at = kMs;
+    for (int request = 0; request < 10; ++request) {
+        at = pace_for(&pace, 64, 2, 0, at);  // 64 tokens back to back
+        at += 1000 * kMs;                    // a second to read them
+    }
+    EXPECT_TRUE(pace.light());
+    // The pauses are not the guest's work between two tokens: the window stays short.
+    EXPECT_EQ(pace.active_window_ns(), kMinActiveWindowNs);
+}
+
+TEST(SessionPace, ALightSessionNearHalfItsTimeDoesNotFlip) {
+    SessionPace pace;
+    uint64_t at = pace_for(&pace, 1000, 2, 8, kMs);
+    ASSERT_TRUE(pace.light());
+    at = pace_for(&pace, 2000, 5, 5, at);  // half its time: inside the margin
+    EXPECT_TRUE(pace.light());
+    pace_for(&pace, 2000, 9, 1, at);  // nine tenths: heavy
+    EXPECT_FALSE(pace.light());
+}
+
+TEST(SessionPace, TheWindowIsAFewOfTheGuestsGapsWithinBounds) {
+    SessionPace slow, fast, slower;
+    pace_for(&slow, 100, 1, 10, kMs);
+    EXPECT_EQ(slow.active_window_ns(), kWindowGaps * 10 * kMs);
+    pace_for(&fast, 100, 1, 0, kMs);  // no gap at all
+    EXPECT_EQ(fast.active_window_ns(), kMinActiveWindowNs);
+    pace_for(&slower, 100, 1, 90, kMs);
+    EXPECT_EQ(slower.active_window_ns(), kMaxActiveWindowNs);
+}
+
+// Light sessions first (core_schedule.h).
+TEST(ShareCores, AHeavySessionStepsAsideForALightOneWhenTheSharesTakeEveryCore) {
+    const CoreShare share = share_cores(2, 2, false, {{2, true}, {2, false}, {2, false}});
+    EXPECT_EQ(share.threads, 1);
+    EXPECT_TRUE(share.steps_aside);
+}
+
+TEST(ShareCores, LightOrNotEverySessionGetsItsFairShareOfThreads) {
+    EXPECT_EQ(share_cores(2, 2, true, {{2, false}, {2, false}, {2, false}}).threads, 1);
+    EXPECT_EQ(share_cores(16, 8, true, {{8, false}, {8, false}}).threads, 5);
+    EXPECT_EQ(share_cores(16, 8, false, {{8, true}, {8, false}}).threads, 5);
+}
+
+TEST(ShareCores, NothingStepsAsideWithCoresToSpareOrWithoutALightSession) {
+    EXPECT_FALSE(share_cores(16, 2, false, {{2, true}}).steps_aside);              // 4 of 16 cores
+    EXPECT_FALSE(share_cores(2, 2, false, {{2, false}, {2, false}}).steps_aside);  // no light one
+    EXPECT_FALSE(share_cores(2, 2, true, {{2, true}, {2, false}}).steps_aside);    // it is light
+}
+
+TEST(ShareCores, AHeavySessionSharesWithAnotherOneAsBefore) {
+    const CoreShare mixed = share_cores(4, 4, false, {{4, false}, {4, false}});
+    const CoreShare plain = share_cores(4, 4, {4, 4});
+    EXPECT_EQ(mixed.threads, plain.threads);
+    EXPECT_EQ(mixed.contended, plain.contended);
+    EXPECT_FALSE(mixed.steps_aside);
+}
+
 class BoardTest : public ::testing::Test {
   protected:
     void SetUp() override { ASSERT_TRUE(StatusBoard::create(4, &board_).ok()); }
@@ -129,12 +225,18 @@ TEST_F(BoardTest, ANewSessionsSlotStartsIdle) {
     SessionSlot *slot = session(1, 2, true, kNow);
     slot->cores_threads.store(2);
     slot->cores_shared_computes.store(7);
+    slot->cores_light.store(1);
+    slot->cores_duty_milli.store(900);
+    slot->cores_window_ns.store(kMaxActiveWindowNs);
     clear_core_fields(slot);
     EXPECT_EQ(slot->cores_computing.load(), 0u);
     EXPECT_EQ(slot->cores_wanted.load(), 0u);
     EXPECT_EQ(slot->cores_last_compute_ns.load(), 0u);
     EXPECT_EQ(slot->cores_threads.load(), 0u);
     EXPECT_EQ(slot->cores_shared_computes.load(), 0u);
+    EXPECT_EQ(slot->cores_light.load(), 0u);
+    EXPECT_EQ(slot->cores_duty_milli.load(), 0u);
+    EXPECT_EQ(slot->cores_window_ns.load(), 0u);
 }
 
 TEST_F(BoardTest, AComputeTakesItsShareAndPublishesIt) {
@@ -191,6 +293,78 @@ TEST_F(BoardTest, SchedulingOffGivesEveryComputeWhatItWants) {
     EXPECT_FALSE(schedule.contended());
     schedule.end_compute(share);
     EXPECT_EQ(schedule.stats().shared_computes, 1u);  // still counted, for the log
+}
+
+TEST_F(BoardTest, ALightSessionIsActiveWithinItsOwnWindow) {
+    SessionSlot *own = session(0, 2, false, 0);
+    SessionSlot *light = session(1, 2, false, kNow - 10'000'000);
+    light->cores_light.store(1);
+    light->cores_window_ns.store(20'000'000);
+    EXPECT_TRUE(light_session_active(board_, own, kNow));
+    light->cores_window_ns.store(kMinActiveWindowNs);  // its guest works briefly between graphs
+    EXPECT_FALSE(light_session_active(board_, own, kNow));
+    EXPECT_TRUE(active_wants(board_, own, kNow, 16).empty());
+}
+
+TEST_F(BoardTest, AForgedWindowIsHeldToItsBounds) {
+    SessionSlot *own = session(0, 2, false, 0);
+    SessionSlot *forged = session(1, 2, false, kNow - 2 * kMaxActiveWindowNs);
+    forged->cores_light.store(1);
+    forged->cores_window_ns.store(UINT64_MAX);
+    EXPECT_FALSE(light_session_active(board_, own, kNow));
+    forged->cores_last_compute_ns.store(kNow - kMinActiveWindowNs / 2);
+    forged->cores_window_ns.store(1);
+    EXPECT_TRUE(light_session_active(board_, own, kNow));
+}
+
+TEST_F(BoardTest, AHeavyComputeSleepsWhileALightSessionComputesWithinItsBound) {
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    session(1, 2, true, 0)->cores_light.store(1);  // a light session that never ends its compute
+    session(2, 2, true, 0);
+    const CoreShare share = schedule.begin_compute(2);
+    ASSERT_EQ(share.threads, 1);
+    ASSERT_TRUE(share.steps_aside);
+    const uint64_t start = SpinPolicy::now_ns();
+    while (SpinPolicy::now_ns() - start < 2 * kYieldCheckNs) schedule.between_nodes();
+    const uint64_t slept = SpinPolicy::now_ns() - start;
+    schedule.end_compute(share);
+    // It stepped aside, and came back after what it had run plus the allowance.
+    EXPECT_GE(schedule.stats().stepped_aside, 1u);
+    EXPECT_GE(schedule.stats().stepped_aside_ns, kYieldAllowanceNs);
+    EXPECT_LT(slept, 5 * kYieldAllowanceNs);
+}
+
+TEST_F(BoardTest, AComputeGoesOnWhenNoLightSessionIsActive) {
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    session(1, 2, true, 0);
+    session(2, 2, true, 0);
+    const CoreShare share = schedule.begin_compute(2);
+    const uint64_t start = SpinPolicy::now_ns();
+    while (SpinPolicy::now_ns() - start < 3 * kYieldCheckNs) schedule.between_nodes();
+    schedule.end_compute(share);
+    EXPECT_EQ(schedule.stats().stepped_aside, 0u);
+}
+
+TEST_F(BoardTest, ALightSessionNeverStepsAside) {
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    session(1, 2, true, 0)->cores_light.store(1);
+    // Its own pace: short computes with long gaps.
+    for (int i = 0; i < 150; ++i) {
+        const CoreShare share = schedule.begin_compute(2);
+        schedule.end_compute(share);
+        const timespec gap{0, 5'000'000};
+        ::nanosleep(&gap, nullptr);
+    }
+    ASSERT_TRUE(schedule.pace().light());
+    EXPECT_EQ(board_.slot(0)->cores_light.load(), 1u);
+    const CoreShare share = schedule.begin_compute(2);
+    EXPECT_FALSE(share.steps_aside);
+    for (int i = 0; i < 1000; ++i) schedule.between_nodes();
+    schedule.end_compute(share);
+    EXPECT_EQ(schedule.stats().stepped_aside, 0u);
 }
 
 TEST(CoreScheduleDefaults, TheCoresDefaultToTheUsableCpus) {

@@ -131,6 +131,9 @@ void clear_core_fields(SessionSlot *slot) {
     slot->cores_last_compute_ns.store(0);
     slot->cores_threads.store(0);
     slot->cores_shared_computes.store(0);
+    slot->cores_light.store(0);
+    slot->cores_duty_milli.store(0);
+    slot->cores_window_ns.store(0);
 }
 
 }  // namespace ggml_remote::host

@@ -38,6 +38,9 @@ struct SessionSlot {
     std::atomic<uint64_t> cores_last_compute_ns;  // CLOCK_MONOTONIC end of its last CPU compute
     std::atomic<uint32_t> cores_threads;          // threads its current or last CPU compute used
     std::atomic<uint64_t> cores_shared_computes;  // CPU computes while other sessions were active
+    std::atomic<uint32_t> cores_light;            // 1: it computes less than half the time (SessionPace)
+    std::atomic<uint32_t> cores_duty_milli;       // the share of its time it computes, in thousandths
+    std::atomic<uint64_t> cores_window_ns;        // how long it counts as active after a compute (0: default)
 };
 
 // Zeroes every figure a worker writes (not `live`), before the slot's next session.

@@ -289,7 +289,10 @@ class Session {
     // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
     // where its backend has an abort callback (ggml-cpu has one).
     void abort_compute_when_guest_gone(ggml_backend_t backend);
-    static bool guest_gone(void *session);
+    // The backend's callback after each node (on the thread that called the
+    // compute): whether to stop; a heavy CPU compute steps aside there for a light
+    // session (core_schedule.h).
+    static bool between_nodes(void *session);
     // The guest wants `n_threads` for this backend's computes (capped by --max-threads).
     void set_threads(SessionBackend *backend, int n_threads);
     // The threads this backend's next compute uses, at most those the guest wants.

@@ -222,8 +222,10 @@ Status Session::handle(const Synchronize::Request &request, Call<Synchronize> &)
     return Status::success();
 }
 
-bool Session::guest_gone(void *session) {
-    return static_cast<const Session *>(session)->guest_gone_.load(std::memory_order_relaxed);
+bool Session::between_nodes(void *session) {
+    auto *self = static_cast<Session *>(session);
+    self->cores_.between_nodes();
+    return self->guest_gone_.load(std::memory_order_relaxed);
 }
 
 void Session::abort_compute_when_guest_gone(ggml_backend_t backend) {
@@ -232,7 +234,7 @@ void Session::abort_compute_when_guest_gone(ggml_backend_t backend) {
     for (const char *name : {"ggml_backend_set_abort_callback", "ggml_backend_cpu_set_abort_callback"}) {
         auto set_abort = proc_address<ggml_backend_set_abort_callback_t>(reg, name);
         if (set_abort != nullptr) {
-            set_abort(backend, &Session::guest_gone, this);
+            set_abort(backend, &Session::between_nodes, this);
             return;
         }
     }

@@ -333,14 +333,20 @@ Status serve_guest(const std::string &label, FramedStream *stream, const WorkerL
 }
 
 // ", cores shared in 52 of 64 CPU computes at 1 thread": how the session's computes
-// shared the host's cores with other sessions (core_schedule.h), when they did.
+// shared the host's cores with other sessions (core_schedule.h), when they did, and
+// how often they stepped aside for light ones.
 std::string describe_core_sharing(const CoreStats &cores) {
     if (cores.shared_computes == 0) return "";
     std::string threads = std::to_string(cores.shared_min_threads);
     if (cores.shared_max_threads != cores.shared_min_threads) threads += "-" + std::to_string(cores.shared_max_threads);
     const bool one = cores.shared_max_threads == 1;
-    return ", cores shared in " + std::to_string(cores.shared_computes) + " of " + std::to_string(cores.computes) +
-           " CPU computes at " + threads + (one ? " thread" : " threads");
+    std::string line = ", cores shared in " + std::to_string(cores.shared_computes) + " of " +
+                       std::to_string(cores.computes) + " CPU computes at " + threads + (one ? " thread" : " threads");
+    if (cores.stepped_aside != 0) {
+        line += ", stepped aside for light sessions " + std::to_string(cores.stepped_aside) + " times (" +
+                std::to_string(cores.stepped_aside_ns / 1000000) + " ms)";
+    }
+    return line;
 }
 
 // The session's last log line; the worker's exit code.
