@@ -3,9 +3,12 @@
 #include "host/worker/session/core_schedule.h"
 
 #include <gtest/gtest.h>
+#include <sys/utsname.h>
 #include <time.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <thread>
 
 #include "transport/spin_policy.h"
 
@@ -365,6 +368,26 @@ TEST_F(BoardTest, ALightSessionNeverStepsAside) {
     for (int i = 0; i < 1000; ++i) schedule.between_nodes();
     schedule.end_compute(share);
     EXPECT_EQ(schedule.stats().stepped_aside, 0u);
+}
+
+// The kernel keeps a light thread's slice where it reads one (Linux 6.12 and later).
+TEST(TimeSlice, ALightThreadsSliceIsTheKernelsShortestWhereTheKernelReadsIt) {
+    utsname name{};
+    ASSERT_EQ(::uname(&name), 0);
+    int major = 0, minor = 0;
+    if (std::sscanf(name.release, "%d.%d", &major, &minor) != 2 || major * 100 + minor < 612) {
+        GTEST_SKIP() << "Linux " << name.release << " has no time slices of its own per thread";
+    }
+    // On a thread of its own: the test runner's thread keeps the default.
+    uint64_t slice = 0, restored = 1;
+    std::thread([&] {
+        ASSERT_TRUE(set_own_time_slice(kLightSliceNs));
+        slice = own_time_slice();
+        ASSERT_TRUE(set_own_time_slice(0));
+        restored = own_time_slice();
+    }).join();
+    EXPECT_EQ(slice, kLightSliceNs);
+    EXPECT_NE(restored, kLightSliceNs);
 }
 
 TEST(CoreScheduleDefaults, TheCoresDefaultToTheUsableCpus) {

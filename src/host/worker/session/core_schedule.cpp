@@ -54,21 +54,37 @@ bool other_live(const SessionSlot *slot, const SessionSlot *own) {
 
 }  // namespace
 
+namespace {
+
+// The kernel's struct sched_attr, first version (glibc's own declaration is newer
+// than some sysroots).
+struct ThreadSchedAttr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+};
+
+bool own_sched_attr(ThreadSchedAttr *attr) {
+    *attr = ThreadSchedAttr{};
+    return ::syscall(SYS_sched_getattr, 0, attr, sizeof(*attr), 0) == 0;
+}
+
+}  // namespace
+
 bool set_own_time_slice(uint64_t slice_ns) {
-    // The kernel's struct sched_attr, first version (glibc's own declaration is newer
-    // than some sysroots).
-    struct Attr {
-        uint32_t size, policy;
-        uint64_t flags;
-        int32_t nice;
-        uint32_t priority;
-        uint64_t runtime, deadline, period;
-    } attr{};
-    if (::syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0 || attr.policy != SCHED_OTHER) return false;
+    ThreadSchedAttr attr;
+    if (!own_sched_attr(&attr) || attr.policy != SCHED_OTHER) return false;
     attr.size = sizeof(attr);
     attr.flags = 0;
     attr.runtime = slice_ns;
     return ::syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
+}
+
+uint64_t own_time_slice() {
+    ThreadSchedAttr attr;
+    return own_sched_attr(&attr) ? attr.runtime : 0;
 }
 
 void SessionPace::note_compute(uint64_t begin_ns, uint64_t end_ns) {

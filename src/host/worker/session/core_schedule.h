@@ -88,6 +88,8 @@ constexpr uint64_t kLightSliceNs = 100'000;
 // Sets the calling thread's time slice in the kernel's fair class (0: the default).
 // Linux 6.12 and later read it; older kernels ignore it.
 bool set_own_time_slice(uint64_t slice_ns);
+// The calling thread's slice as the kernel reports it (0 where it has none).
+uint64_t own_time_slice();
 
 // A session's pace, measured by its worker from its own CPU computes.
 class SessionPace {
