@@ -11,14 +11,23 @@
 #         the model is in, and 4 guests on an empty one).
 #   tg    tg t/s of 1, 2 and 4 llama-bench guests started together through one
 #         server over shm, and of as many local llama-bench processes.
+#   latency  an interactive guest (llama-server, streamed replies with a pause to
+#         read each) alone and beside 3 busy guests (llama-bench prompts back to
+#         back): the p50 and p99 time between two tokens, through our server over
+#         shm and as local processes.
 # Usage: bench_many.sh BUILD [RAW]. bench.sh passes its raw.jsonl and prints these
 # tables with its own; alone, it writes BUILD/bench/many.jsonl and its own report
 # (BUILD/bench/results-many.json).
-#   BENCH_MANY_PARTS="load pss tg"  BENCH_MANY_REPS=5 (rounds of each part)
+#   BENCH_MANY_PARTS="load pss tg latency"  BENCH_MANY_REPS=5 (rounds of each part)
 #   BENCH_MANY_LOAD_MODEL=mid  BENCH_MANY_PSS_MODEL="mid mid-q4km" (each in turn)
 #   BENCH_MANY_PSS_TOKENS=16  BENCH_MANY_PSS_CTX=256 (the memory guests' llama-completion -n and -c)
 #   BENCH_MANY_TG_MODEL="small small-q4km"  BENCH_MANY_GUESTS="1 2 4"  BENCH_MANY_TG=64
 #   BENCH_MANY_RUNS=3 (llama-bench -r)  BENCH_THREADS=2
+#   BENCH_MANY_LATENCY_MODEL="small small-q4km"  BENCH_MANY_LATENCY_REPS=3
+#   BENCH_MANY_LATENCY_VARIANTS="shm local"
+#   BENCH_MANY_LATENCY_REQUESTS=8  BENCH_MANY_LATENCY_TOKENS=32  BENCH_MANY_LATENCY_PAUSE=1
+#   BENCH_MANY_LATENCY_SECONDS=40 (the interactive guest's replies, tokens each,
+#   seconds between them, and none started after this long)
 #   BENCH_MANY_TIMEOUT=600 (seconds before a guest is given up)
 #   BENCH_MANY_CORE_SCHEDULING_OFF (the server options that turn core scheduling off,
 #   for a 4-guest comparison row; by default --no-core-scheduling when --help lists it)
@@ -33,7 +42,7 @@ if [ -z "$raw" ]; then
     standalone=1 raw=$out/many.jsonl
     : >"$raw"
 fi
-parts=${BENCH_MANY_PARTS:-load pss tg}
+parts=${BENCH_MANY_PARTS:-load pss tg latency}
 reps=${BENCH_MANY_REPS:-5}
 load_model=${BENCH_MANY_LOAD_MODEL:-mid}
 pss_models=${BENCH_MANY_PSS_MODEL:-mid mid-q4km}  # users run quantized models beside F16
@@ -48,6 +57,13 @@ tg_guests=${BENCH_MANY_GUESTS:-1 2 4}
 tg=${BENCH_MANY_TG:-64}
 runs=${BENCH_MANY_RUNS:-3}
 threads=${BENCH_THREADS:-2}
+latency_models=${BENCH_MANY_LATENCY_MODEL:-small small-q4km}
+latency_reps=${BENCH_MANY_LATENCY_REPS:-3}
+read -r -a latency_variants <<<"${BENCH_MANY_LATENCY_VARIANTS:-shm local}"
+latency_requests=${BENCH_MANY_LATENCY_REQUESTS:-8}
+latency_tokens=${BENCH_MANY_LATENCY_TOKENS:-32}
+latency_pause=${BENCH_MANY_LATENCY_PAUSE:-1}
+latency_seconds=${BENCH_MANY_LATENCY_SECONDS:-40}
 bounded=(timeout "${BENCH_MANY_TIMEOUT:-600}")  # a guest that hangs ends; the round goes on
 server=$build/bin/ggml-remote-server
 rpc_server=/usr/libexec/x86_64-linux-gnu/llama/bin/ggml-rpc-server
@@ -114,6 +130,7 @@ start_rpc() {  # start_rpc NAME: ggml-rpc-server -c, its cache in a directory of
     wait_for tcp_open "$started_port" || { tail -5 "$work/$name.log" >&2; return 1; }
 }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+stop_tree() { pkill -TERM -P "$1" 2>/dev/null || true; stop "$1"; }  # a runner's subshell and its guest
 
 # Runners: each runs a llama.cpp command line as one kind of guest. A guest keeps
 # the digests of its model's weights (for a server's weight store) in
@@ -345,12 +362,62 @@ measure_tg() {  # measure_tg VARIANT GUESTS RUNNER... (uses model, rep)
     "${report[@]}" record-many-tg "$tg_model" "$variant" "$guests" "$rep" "$guests_ended" "${files[@]}" >>"$raw"
 }
 
+# latency: one server for all rounds; each round measures the interactive guest
+# alone and then beside three busy ones, through our server and locally.
+latency_part() {
+    local model rep variant sock
+    model=$(ensure_model "$latency_model")
+    cache_as_read "$model"
+    start_ours "latency-$latency_model"
+    sock=$started_sock
+    for rep in $(seq "$latency_reps"); do
+        for variant in $(rotated "$rep" "${latency_variants[@]}"); do
+            echo "bench-many: $latency_model latency, $variant (round $rep of $latency_reps)" >&2
+            case $variant in
+                shm) measure_latency shm guest_shm "$sock" ;;
+                local) measure_latency local guest_local ;;
+            esac
+        done
+    done
+    stop "$started_pid"
+}
+healthy() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health")' "$1"; }
+measure_latency() {  # measure_latency VARIANT RUNNER...: the interactive guest alone, then beside 3 busy ones
+    local variant=$1 port interactive busy=() i case_; shift
+    port=$(free_port)
+    "$@" "${bounded[@]}" llama-server -m "$model" -t "$threads" -c 1024 -np 1 --port "$port" \
+        >"$work/interactive.log" 2>&1 &
+    interactive=$!; pids+=("$interactive")
+    if ! wait_for healthy "$port" && ! wait_for healthy "$port"; then
+        tail -5 "$work/interactive.log" >&2; stop "$interactive"; return
+    fi
+    python3 "$here/bench_stream.py" "$port" 1 8 0 "$work/latency-warm.json"
+    for case_ in alone busy; do
+        if [ "$case_" = busy ]; then
+            for i in 1 2 3; do
+                "$@" "${bounded[@]}" llama-bench -m "$model" -p 512 -n 0 -r 100000 -t "$threads" \
+                    >"$work/busy-$i.log" 2>&1 &
+                busy+=($!); pids+=($!)
+            done
+            sleep 5  # their models load, and they compute
+        fi
+        python3 "$here/bench_stream.py" "$port" "$latency_requests" "$latency_tokens" "$latency_pause" \
+            "$work/latency-$case_.json" "$latency_seconds" || { echo "bench-many: the interactive guest failed ($variant)" >&2; break; }
+    done
+    for i in "${busy[@]}"; do stop_tree "$i"; done
+    stop_tree "$interactive"
+    [ -s "$work/latency-busy.json" ] && "${report[@]}" record-many-latency "$latency_model" "$variant" "$rep" \
+        "$work/latency-alone.json" "$work/latency-busy.json" >>"$raw"
+    rm -f "$work"/latency-*.json
+}
+
 for part in $parts; do
     case $part in
         load) load_part ;;
         pss) for pss_model in $pss_models; do pss_part; done ;;
         tg) for tg_model in $tg_models; do tg_part; done ;;
-        *) echo "bench-many: no part $part (load, pss, tg)" >&2; exit 2 ;;
+        latency) for latency_model in $latency_models; do latency_part; done ;;
+        *) echo "bench-many: no part $part (load, pss, tg, latency)" >&2; exit 2 ;;
     esac
 done
 if [ "$standalone" = 1 ]; then

@@ -102,6 +102,16 @@ def record_many_tg(model, variant, guests, rep, ended, *paths):
                       "ended_s": [float(t) for t in ended.split(",")]}))
 
 
+def record_many_latency(model, variant, rep, alone_path, busy_path):
+    """bench_stream.py's figures for the interactive guest alone and beside 3 busy ones."""
+    out = {"kind": "many-latency", "model": model, "variant": variant, "rep": int(rep)}
+    for case, path in (("alone", alone_path), ("busy", busy_path)):
+        figures = json.load(open(path))
+        for key in ("tokens", "p50_ms", "p90_ms", "p99_ms", "max_ms"):
+            out[f"{case}_{key}"] = figures[key]
+    print(json.dumps(out))
+
+
 def spread(values):
     values = [v for v in values if v is not None and not math.isnan(v)]
     if not values:
@@ -350,6 +360,9 @@ def report_many(records):
         report_many_pss(model, [r for r in psses if r["model"] == model])
     for model in dict.fromkeys(r["model"] for r in tgs):
         report_many_tg(model, [r for r in tgs if r["model"] == model])
+    latencies = [r for r in records if r["kind"] == "many-latency"]
+    for model in dict.fromkeys(r["model"] for r in latencies):
+        report_many_latency(model, [r for r in latencies if r["model"] == model])
 
 
 def report_many_pss(model, psses):
@@ -416,6 +429,30 @@ def report_many_tg(model, tgs):
               " first to last is small beside last ended)")
 
 
+def report_many_latency(model, runs):
+    print(f"\nMany guests: an interactive guest's time between two tokens ({model} model, llama-server,"
+          " streamed replies), alone and beside 3 busy guests (llama-bench -p 512, back to back)")
+    names = {"shm": "ours shm", "local": "local processes"}
+    rows = []
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        mine = [r for r in runs if r["variant"] == variant]
+        for r in mine:
+            r["p99_x_alone_p99"] = r["busy_p99_ms"] / r["alone_p99_ms"]
+            r["p99_x_alone_p50"] = r["busy_p99_ms"] / r["alone_p50_ms"]
+        x_p99 = spread([r["p99_x_alone_p99"] for r in mine])
+        target = f"<= 4x: {verdict(x_p99, 4.0, True)}" if variant == "shm" else ""
+        rows.append([names.get(variant, variant), fmt(spread([r["alone_p50_ms"] for r in mine]), 2),
+                     fmt(spread([r["alone_p99_ms"] for r in mine]), 2), fmt(spread([r["busy_p50_ms"] for r in mine]), 2),
+                     fmt(spread([r["busy_p99_ms"] for r in mine]), 2), fmt_ratio(x_p99),
+                     fmt_ratio(spread([r["p99_x_alone_p50"] for r in mine])), target])
+    table(["variant", "alone p50 ms", "alone p99 ms", "beside 3 busy p50 ms", "beside 3 busy p99 ms",
+           "p99 x alone p99", "p99 x alone p50", "target"], rows)
+    counts = sorted({r[f"{case}_tokens"] for r in runs for case in ("alone", "busy")})
+    print(f"(median [min-max] over rounds; each round's p50 and p99 are over {counts[0]}-{counts[-1]} times between"
+          " two streamed tokens, taken by the client;\n the x columns are per round. Local processes: the same"
+          " guests without a server, each with its own threads; a slow guest's replies stop after a time)")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "record":
         record(*sys.argv[2:7])
@@ -431,5 +468,7 @@ if __name__ == "__main__":
         record_many_pss(*sys.argv[2:8])
     elif sys.argv[1] == "record-many-tg":
         record_many_tg(*sys.argv[2:7], *sys.argv[7:])
+    elif sys.argv[1] == "record-many-latency":
+        record_many_latency(*sys.argv[2:7])
     else:
         report(sys.argv[2])
