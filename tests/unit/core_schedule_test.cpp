@@ -390,6 +390,49 @@ TEST(TimeSlice, ALightThreadsSliceIsTheKernelsShortestWhereTheKernelReadsIt) {
     EXPECT_NE(restored, kLightSliceNs);
 }
 
+TEST_F(BoardTest, AHeavyComputeRunsIdleClassBesideALightSessionThatComputedLately) {
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    SessionSlot *light = session(1, 2, false, SpinPolicy::now_ns() - kDutyAverageNs / 2);
+    light->cores_light.store(1);
+    light->cores_duty_milli.store(300);
+    light->cores_threads.store(1);
+    session(2, 2, true, 0);
+    const CoreShare share = schedule.begin_compute(2);
+    EXPECT_EQ(share.threads, 1);
+    EXPECT_TRUE(share.idle_class);
+    schedule.end_compute(share);
+}
+
+TEST_F(BoardTest, LightSessionsThatWantMostCoresLeaveHeavyComputesInTheNormalClass) {
+    const uint64_t now = SpinPolicy::now_ns();
+    for (uint32_t i = 1; i < 4; ++i) {  // three light sessions of 40% on one thread: 1.2 cores of 2
+        SessionSlot *light = session(i, 2, true, 0);
+        light->cores_light.store(1);
+        light->cores_duty_milli.store(400);
+        light->cores_threads.store(1);
+    }
+    EXPECT_FALSE(light_sessions_about(board_, board_.slot(0), now, 2));
+    board_.slot(3)->live.store(0);  // two: 0.8 of 2 cores
+    EXPECT_TRUE(light_sessions_about(board_, board_.slot(0), now, 2));
+    board_.slot(2)->cores_duty_milli.store(1u << 30);  // a forged duty counts as a light one's most
+    board_.slot(2)->cores_threads.store(1u << 30);     // and threads as the cores
+    EXPECT_FALSE(light_sessions_about(board_, board_.slot(0), now, 2));
+}
+
+TEST_F(BoardTest, ALightSessionLongGoneLeavesHeavyComputesInTheNormalClass) {
+    const uint64_t now = SpinPolicy::now_ns();
+    SessionSlot *light = session(1, 2, false, now - 2 * kDutyAverageNs);
+    light->cores_light.store(1);
+    light->cores_threads.store(1);
+    EXPECT_FALSE(light_sessions_about(board_, board_.slot(0), now, 2));
+    CoreSchedule schedule(true, 2);
+    schedule.attach(&board_, board_.slot(0));
+    const CoreShare share = schedule.begin_compute(2);
+    EXPECT_FALSE(share.idle_class);
+    schedule.end_compute(share);
+}
+
 TEST(CoreScheduleDefaults, TheCoresDefaultToTheUsableCpus) {
     EXPECT_EQ(CoreSchedule(true, 0).cores(), SpinPolicy::usable_cpus());
     EXPECT_EQ(CoreSchedule(true, 3).cores(), 3);

@@ -167,6 +167,25 @@ bool light_session_active(const StatusBoard &board, const SessionSlot *own, uint
     return false;
 }
 
+bool light_sessions_about(const StatusBoard &board, const SessionSlot *own, uint64_t now_ns, int cores) {
+    bool found = false;
+    uint64_t demand_milli = 0;  // thousandths of a core
+    for (uint32_t i = 0; i < board.slots(); ++i) {
+        const SessionSlot *slot = board.slot(i);
+        if (!other_live(slot, own) || slot->cores_light.load(kRelaxed) == 0) continue;
+        const uint64_t last = slot->cores_last_compute_ns.load(kRelaxed);
+        if (slot->cores_computing.load(kRelaxed) == 0 &&
+            (last == 0 || (last < now_ns && now_ns - last > kDutyAverageNs)))
+            continue;
+        found = true;
+        // (a forged figure is held to what a light session can be)
+        const uint64_t duty = std::min<uint64_t>(slot->cores_duty_milli.load(kRelaxed), kHeavyDutyMilli);
+        const uint64_t threads = std::clamp<uint64_t>(slot->cores_threads.load(kRelaxed), 1, std::max(cores, 1));
+        demand_milli += duty * threads;
+    }
+    return found && demand_milli * 2 <= static_cast<uint64_t>(std::max(cores, 1)) * 1000;
+}
+
 CoreSchedule::CoreSchedule(bool enabled, int cores)
     : enabled_(enabled), cores_(cores > 0 ? cores : SpinPolicy::usable_cpus()) {}
 
@@ -194,7 +213,9 @@ CoreShare CoreSchedule::begin_compute(int wanted) {
     }
     const uint64_t now = SpinPolicy::now_ns();
     CoreShare share = share_now(wanted, now, &others_at_begin_);
-    if (!enabled_) share = CoreShare{wanted, false, false};
+    share.idle_class =
+        !pace_.light() && share.threads == 1 && board_ != nullptr && light_sessions_about(*board_, own_, now, cores_);
+    if (!enabled_) share = CoreShare{wanted, false, false, false};
     contended_ = share.contended;
     contended_checked_ns_ = now;
     computing_ = true;

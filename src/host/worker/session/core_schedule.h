@@ -25,7 +25,7 @@
 // reply flag tells a guest on this machine), not ggml's own thread pool between
 // graphs (paused after each compute). A lone session keeps every spin it had.
 //
-// Light sessions first. A session that computes less than half its time (a guest
+// Light sessions first (docs/MANY-GUESTS.md). A session that computes less than half its time (a guest
 // generating for someone who reads, a chat between prompts) is light; one that
 // computes back to back (a batch of prompts) is heavy. Each worker measures its
 // own session's pace (SessionPace): the share of its time it computed over the
@@ -34,7 +34,10 @@
 // not a constant tuned on one CPU). Threads stay each session's fair share, light
 // or not: a light compute with more threads would wait at every barrier for a
 // heavy one's thread. Where the shares take every core (two cores, one light
-// guest and three batch ones), two things put the light one first:
+// guest and three batch ones), three things put the light one first:
+// - a heavy compute of one thread runs in the kernel's idle class while light
+//   sessions are about and leave half the cores (IdleComputeThread), so a light
+//   thread that wakes takes its core at once;
 // - a heavy compute of one thread steps aside: after each node it looks (every
 //   kYieldCheckNs) whether a light session is active, and sleeps while one is.
 //   (With more threads, its other threads would wait at ggml's next barrier
@@ -116,6 +119,7 @@ struct CoreShare {
     int threads = 1;           // for this session's compute: at least 1
     bool contended = false;    // nothing may spin (see above)
     bool steps_aside = false;  // it sleeps while a light session is active (see above)
+    bool idle_class = false;   // it runs in the kernel's idle class (see above)
 };
 
 // Another active session, as this one's worker reads it from the board.
@@ -139,6 +143,9 @@ std::vector<ActiveSession> active_sessions(const StatusBoard &board, const Sessi
 std::vector<int> active_wants(const StatusBoard &board, const SessionSlot *own, uint64_t now_ns, int cores);
 // Whether a light session other than `own` is active at `now_ns`.
 bool light_session_active(const StatusBoard &board, const SessionSlot *own, uint64_t now_ns);
+// Whether light sessions other than `own` computed within kDutyAverageNs before
+// `now_ns`, and what they compute leaves at least half the `cores` to the others.
+bool light_sessions_about(const StatusBoard &board, const SessionSlot *own, uint64_t now_ns, int cores);
 
 // What a session's computes got, for its closing log line.
 struct CoreStats {

@@ -21,6 +21,7 @@
 #include "host/worker/session/dispatcher.h"
 #include "host/worker/session/frame_recorder.h"
 #include "host/worker/session/handle_table.h"
+#include "host/worker/session/idle_compute.h"
 #include "host/worker/session/region_heap.h"
 #include "host/worker/session/watchdog.h"
 #include "host/worker/session/weight_upload.h"
@@ -332,6 +333,7 @@ class Session {
     WeightUpload weight_upload_;
     int compute_threads_ = 0;  // of the last CPU thread count set (SpinPolicy::set_compute_threads)
     CoreSchedule cores_;
+    IdleComputeThread idle_compute_;  // for heavy computes beside light sessions
     FrameRecorder *recorder_ = nullptr;
     FailureLog compute_failure_log_;
     uint64_t compute_failures_ = 0;

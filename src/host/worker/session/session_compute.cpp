@@ -287,7 +287,9 @@ ggml_status Session::compute_on_shared_cores(SessionBackend *record, BuiltTensor
         ~Turn() { cores.end_compute(share); }
     } turn{cores_, cores_.begin_compute(record->wanted_threads)};
     use_threads(record, turn.share.threads);
-    const ggml_status result = built->index_guard.compute(backend, built->graph, refused);
+    ggml_status result = GGML_STATUS_FAILED;
+    auto compute = [&] { result = built->index_guard.compute(backend, built->graph, refused); };
+    if (!turn.share.idle_class || !idle_compute_.run(compute)) compute();
     // The pool's idle threads would poll for the next graph on cores that others
     // compute on; the next compute resumes it. (OpenMP builds have no such threads.)
     if (turn.share.contended && record->threads.pause != nullptr) record->threads.pause(record->threads.pool);
