@@ -52,10 +52,6 @@ bool other_live(const SessionSlot *slot, const SessionSlot *own) {
     return slot != own && slot->live.load(kRelaxed) != 0 && slot->cores_wanted.load(kRelaxed) != 0;
 }
 
-}  // namespace
-
-namespace {
-
 // The kernel's struct sched_attr, first version (glibc's own declaration is newer
 // than some sysroots).
 struct ThreadSchedAttr {
