@@ -267,7 +267,9 @@ void CoreSchedule::between_nodes() {
     const uint64_t now = SpinPolicy::now_ns();
     if (now - yield_checked_ns_ < kYieldCheckNs) return;
     yield_checked_ns_ = now;
-    // A light session may have become active since the compute began.
+    // A light session may have become active since the compute began. (Looked for
+    // first: the shares, which build a list, are only needed when there is one.)
+    if (!light_session_active(*board_, own_, now)) return;
     bool others_active = false;
     if (!share_now(last_want_, now, &others_active).steps_aside) return;
     // Asleep at most as long as the compute has run, plus the allowance.

@@ -288,7 +288,8 @@ class Session {
     // Points the graph's matrix products at repacked copies of their weights.
     void repack_weights(SessionBackend *backend, BuiltTensors *graph);
     // Lets a backend's compute stop early once the guest has hung up (guest_gone_),
-    // where its backend has an abort callback (ggml-cpu has one).
+    // and a heavy CPU compute step aside between nodes, where its backend has an
+    // abort callback (ggml-cpu has one).
     void abort_compute_when_guest_gone(ggml_backend_t backend);
     // The backend's callback after each node (on the thread that called the
     // compute): whether to stop; a heavy CPU compute steps aside there for a light
