@@ -181,15 +181,17 @@ Status Mapping::zero(size_t offset, size_t length) {
     return Status::success();
 }
 
-Status Mapping::anonymous(size_t size, Mapping *out) {
+Status Mapping::anonymous(size_t size, Mapping *out, size_t phase_in_page) {
     if (size == 0) return error(Code::bad_request, "cannot map an empty range");
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     if (size > SIZE_MAX / 2) return error(Code::bad_request, "mapping too large");
-    const size_t used = (size + page - 1) / page * page;
+    if (phase_in_page >= page) return error(Code::bad_request, "the phase lies outside a page");
+    const size_t used = (phase_in_page + size + page - 1) / page * page;
     Mapping mapping;
     Status status = mapping.map_guarded(used, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (!status) return status;
     if (used >= kHugePageBytes) (void)::madvise(mapping.data_, used, MADV_HUGEPAGE);  // a hint: "never" mode ignores it
+    mapping.data_ = static_cast<uint8_t *>(mapping.data_) + phase_in_page;
     mapping.size_ = size;
     *out = std::move(mapping);
     return Status::success();

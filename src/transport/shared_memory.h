@@ -37,7 +37,9 @@ class Mapping {
     // Private, zero-filled memory of `size` bytes, backed by transparent huge pages
     // where the kernel allows them (aligned to 2 MiB, MADV_HUGEPAGE): a model's
     // weights read once per token take fewer TLB misses than in 4 KiB pages.
-    static Status anonymous(size_t size, Mapping *mapping);
+    // data() lies `phase_in_page` bytes past a page boundary (below a page): a
+    // buffer can then share pages with a file whose bytes have that phase.
+    static Status anonymous(size_t size, Mapping *mapping, size_t phase_in_page = 0);
 
     // Puts pages of `fd` in place of [offset, offset + length) of this mapping, which
     // must be page-aligned and inside it: shared (writes reach the file) or private

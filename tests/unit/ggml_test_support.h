@@ -132,4 +132,16 @@ inline bool write_gguf(const std::string &path, const std::vector<std::vector<ui
     return gguf_write_to_file(gguf.get(), path.c_str(), false);
 }
 
+// Where each tensor's bytes start in the GGUF file at `path`; empty when it cannot be read.
+inline std::vector<uint64_t> gguf_tensor_offsets(const std::string &path) {
+    gguf_init_params params{true, nullptr};
+    std::unique_ptr<gguf_context, void (*)(gguf_context *)> gguf(gguf_init_from_file(path.c_str(), params), &gguf_free);
+    std::vector<uint64_t> offsets;
+    if (!gguf) return offsets;
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf.get()); ++i) {
+        offsets.push_back(gguf_get_data_offset(gguf.get()) + gguf_get_tensor_offset(gguf.get(), i));
+    }
+    return offsets;
+}
+
 }  // namespace ggml_remote::test_support

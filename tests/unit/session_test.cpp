@@ -1878,6 +1878,17 @@ class CpuSessionWithStore : public CpuSession {
         ASSERT_TRUE(outcome.status.ok());
         ASSERT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionWeightStore);
     }
+    // A new session of `tenant` that is offered the owner's model library.
+    void open_library_session(const std::string &tenant) {
+        if (session) kept.push_back(std::move(session));
+        start(SessionLimits{});
+        use_store(tenant);
+        session->offer_model_library();
+        Outcome outcome =
+            call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore | kSessionModelLibrary});
+        ASSERT_TRUE(outcome.status.ok());
+        EXPECT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionModelLibrary);
+    }
     Outcome lookup(uint64_t buffer, const std::vector<uint8_t> &bytes, uint64_t offset = kOffset,
                    Session *on = nullptr) {
         WeightLookup::Request request{};
@@ -2145,24 +2156,22 @@ TEST_F(CpuSessionWithStore, AnEvictedEntryMeansTheBytesAreSentAgain) {
     EXPECT_EQ(get(buffer, kOffset, weights.size()), weights);
 }
 
+// A store whose owner serves the GGUF files of `directory` as a model library (--models).
+void open_library(const std::string &directory, std::unique_ptr<StoreOwner> *owner) {
+    auto library = std::make_unique<ModelLibrary>();
+    ASSERT_TRUE(library->open(directory).ok());
+    library->index_now();
+    *owner = std::make_unique<StoreOwner>();
+    (*owner)->use_library(std::move(library));
+}
+
 // --models alone: a published model's weights fill a lookup of every tenant, and
 // the guest is told to ask even for weights of files it never loaded.
 TEST_F(CpuSessionWithStore, ALibrarysWeightsFillALookupOfEveryTenant) {
     ASSERT_TRUE(test_support::write_gguf(store.directory + "/model.gguf", {weights}));
-    auto library = std::make_unique<ModelLibrary>();
-    ASSERT_TRUE(library->open(store.directory).ok());
-    library->index_now();
-    owner = std::make_unique<StoreOwner>();
-    owner->use_library(std::move(library));
+    open_library(store.directory, &owner);
     for (const char *tenant : {"uid 1000", "address 10.0.0.7"}) {
-        if (session) kept.push_back(std::move(session));
-        start(SessionLimits{});
-        use_store(tenant);
-        session->offer_model_library();
-        Outcome outcome =
-            call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore | kSessionModelLibrary});
-        ASSERT_TRUE(outcome.status.ok());
-        EXPECT_TRUE(outcome.reply<Hello::Reply>().capabilities & kSessionModelLibrary);
+        open_library_session(tenant);
         const uint64_t buffer = alloc(kBufferSize);
         EXPECT_TRUE(found(lookup(buffer, weights))) << tenant;
         EXPECT_EQ(get(buffer, kOffset, weights.size()), weights) << tenant;
@@ -2175,6 +2184,44 @@ TEST_F(CpuSessionWithStore, ALibrarysWeightsFillALookupOfEveryTenant) {
         call<Hello>(Hello::Request{kHelloMagic, kProtocolVersion, kSessionWeightStore | kSessionModelLibrary});
     ASSERT_TRUE(outcome.status.ok());
     EXPECT_FALSE(outcome.reply<Hello::Reply>().capabilities & kSessionModelLibrary);
+}
+
+// GGUF aligns tensors to 32 bytes, not to pages, and a guest's buffer holds them
+// as the file does: its first lookup moves the fresh buffer in its page so that
+// the file's pages map in place for every tensor (not only for those that happen
+// to share a page's phase), and none of the model is read into the worker.
+TEST_F(CpuSessionWithStore, EveryTensorOfALibraryModelMapsFromItsFile) {
+    const std::vector<uint8_t> second = test_support::pattern_bytes((2u << 20) + 100, 2);
+    const std::string path = store.directory + "/model.gguf";
+    ASSERT_TRUE(test_support::write_gguf(path, {weights, second}));
+    const std::vector<uint64_t> in_file = test_support::gguf_tensor_offsets(path);
+    ASSERT_EQ(in_file.size(), 2u);
+    ASSERT_NE(in_file[0] % 4096, 0u) << "the test needs a model whose data does not start at a page";
+    open_library(store.directory, &owner);
+    open_library_session("uid 1000");
+    const uint64_t buffer = alloc(8u << 20), apart = in_file[1] - in_file[0];
+    ASSERT_TRUE(found(lookup(buffer, weights, 0)));
+    ASSERT_TRUE(found(lookup(buffer, second, apart)));
+    EXPECT_EQ(get(buffer, 0, weights.size()), weights);
+    EXPECT_EQ(get(buffer, apart, second.size()), second);
+    const std::string file = file_mapped_at(address_of(buffer, 1u << 20));
+    EXPECT_NE(file, "") << "the first tensor's pages are the file's";
+    EXPECT_EQ(file_mapped_at(address_of(buffer, apart + (1u << 20))), file) << "and so are the second's";
+}
+
+// Only a buffer no command has reached moves: bytes the guest wrote first stay.
+TEST_F(CpuSessionWithStore, ABufferWrittenBeforeItsFirstLookupStaysWhereItIs) {
+    ASSERT_TRUE(test_support::write_gguf(store.directory + "/model.gguf", {weights}));
+    open_library(store.directory, &owner);
+    open_library_session("uid 1000");
+    const uint64_t buffer = alloc(8u << 20);
+    const std::vector<uint8_t> own = test_support::pattern_bytes(100, 3);
+    ASSERT_TRUE(set(buffer, 6u << 20, own).ok());
+    const void *before = address_of(buffer, 0);
+    ASSERT_TRUE(found(lookup(buffer, weights, 0)));
+    EXPECT_EQ(address_of(buffer, 0), before);
+    EXPECT_EQ(get(buffer, 6u << 20, own.size()), own);
+    EXPECT_EQ(get(buffer, 0, weights.size()), weights);
 }
 
 // The named entries in the store's directory (of every tenant).

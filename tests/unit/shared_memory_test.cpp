@@ -71,6 +71,20 @@ TEST(SharedMemory, AnonymousMemoryFreesItsWholeReservationOnDestruction) {
 TEST(SharedMemory, AnEmptyAnonymousMappingIsRefused) {
     Mapping memory;
     EXPECT_FALSE(Mapping::anonymous(0, &memory).ok());
+    EXPECT_FALSE(Mapping::anonymous(4096, &memory, 4096).ok()) << "a phase of a whole page";
+}
+
+// A buffer that is to share pages with a file starts where the file's bytes do in a page.
+TEST(SharedMemory, AnonymousMemoryCanStartInsideAPage) {
+    const size_t size = 2 * kHugePage, phase = 4096 - 96;
+    Mapping memory;
+    ASSERT_TRUE(Mapping::anonymous(size, &memory, phase).ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(memory.data()) % 4096, phase);
+    auto *bytes = static_cast<uint8_t *>(memory.data());
+    EXPECT_EQ(bytes[0], 0);
+    EXPECT_EQ(bytes[size - 1], 0);
+    bytes[size - 1] = 7;
+    EXPECT_EQ(bytes[size - 1], 7);
 }
 
 // A kernel that runs off a buffer's end must fault rather than reach whatever the
@@ -80,6 +94,15 @@ TEST(SharedMemoryDeathTest, AWriteJustPastAnAnonymousMappingFaults) {
     ASSERT_TRUE(Mapping::anonymous(kHugePage, &memory).ok());
     auto *past_end = static_cast<volatile uint8_t *>(memory.data()) + kHugePage + 64;
     auto *before = static_cast<volatile uint8_t *>(memory.data()) - 64;
+    EXPECT_DEATH(*past_end = 1, "");
+    EXPECT_DEATH(*before = 1, "");
+}
+
+TEST(SharedMemoryDeathTest, AWriteAPagePastAMappingInsideAPageFaults) {
+    Mapping memory;
+    ASSERT_TRUE(Mapping::anonymous(kHugePage, &memory, 4096 - 96).ok());
+    auto *past_end = static_cast<volatile uint8_t *>(memory.data()) + kHugePage + 4096;
+    auto *before = static_cast<volatile uint8_t *>(memory.data()) - 4096;
     EXPECT_DEATH(*past_end = 1, "");
     EXPECT_DEATH(*before = 1, "");
 }

@@ -102,6 +102,7 @@ Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
         SessionBuffer *buffer = nullptr;
         Status found = buffer_at(handle, &buffer);
         if (!found) return found;
+        buffer->placed = true;
         view->buffer = buffer->buffer.get();
         view->size = buffer->size;
         view->writable = buffer->writable;

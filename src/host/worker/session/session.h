@@ -137,7 +137,10 @@ class Session {
         bool weights = false;            // the guest said it holds weights (BufferSetUsage)
         bool shared_with_guest = false;  // a memory file the guest maps too
         bool private_memory = false;     // `mapping` is the worker's own memory (allocate_private)
-        bool in_region = false;          // at region_offset in the ivshmem region's heap
+        // Until a command reaches its bytes, a private buffer may still move in its
+        // page (place_like_entry).
+        bool placed = true;
+        bool in_region = false;  // at region_offset in the ivshmem region's heap
         uint64_t region_offset = 0;
         BufferUpload upload;  // its share of weight_upload_
     };
@@ -252,7 +255,13 @@ class Session {
     }
     // A CPU-memory device's buffer that only the host sees: our own mapping, so
     // that it can be backed by huge pages (ggml's CPU buffers are plain malloc).
-    Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record);
+    Status allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record, size_t phase_in_page = 0);
+    // A private buffer that no command has reached yet moves so that the entry for
+    // the first lookup into it lies in the same place in a page as its file: a
+    // model's tensors lie in the buffer as in their file (in order, with GGUF's
+    // alignment), so then the pages of all of them map from it.
+    void place_like_entry(SessionBuffer *buffer, const protocol::BufferRange &range,
+                          const protocol::ContentDigest &digest);
     // Checks what a WeightLookup or WeightOffer asks of the store, but its range
     // (write_range's); *memory: the buffer's own mapping, where the store's pages
     // may go (StoreFill::Target).

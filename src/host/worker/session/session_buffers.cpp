@@ -1,6 +1,7 @@
 // Session: the handlers of buffers (allocation, freeing, usage) and of the weight store.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -57,6 +58,7 @@ Status Session::handle(const BufferAlloc::Request &request, Call<BufferAlloc> &c
     } else if (device_shares_memory(device)) {
         if (Status s = allocate_private(device, request.size, &record); !s) return s;
         record.private_memory = true;
+        record.placed = false;
     } else {
         ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, request.size);
         if (buffer == nullptr) {
@@ -232,6 +234,8 @@ Status Session::handle(const BufferWritten::Request &request, Call<BufferWritten
 Status Session::handle(const WeightLookup::Request &request, Call<WeightLookup> &call) {
     Mapping *memory = nullptr;
     if (Status s = check_store_request(request.range, "weight_lookup", &memory); !s) return s;
+    // (*memory is the buffer's mapping: moved or not, the same object.)
+    place_like_entry(buffers_.find(request.range.buffer), request.range, digest_of(request.digest));
     // A hit fills the range from the store.
     const uint64_t saved_before = store_fill_.counters().bytes_saved;
     Status status = write_range(request.range, [&](ggml_tensor *bytes) {
@@ -321,8 +325,9 @@ Status Session::allocate_in_region(ggml_backend_dev_t device, uint64_t size, Ses
     return Status::success();
 }
 
-Status Session::allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record) {
-    if (Status s = Mapping::anonymous(size, &record->mapping); !s) return s;
+Status Session::allocate_private(ggml_backend_dev_t device, uint64_t size, SessionBuffer *record,
+                                 size_t phase_in_page) {
+    if (Status s = Mapping::anonymous(size, &record->mapping, phase_in_page); !s) return s;
     ggml_backend_buffer_t buffer =
         ggml_backend_dev_buffer_from_host_ptr(device, record->mapping.data(), record->mapping.size(), size);
     if (buffer == nullptr) {
@@ -330,6 +335,24 @@ Status Session::allocate_private(ggml_backend_dev_t device, uint64_t size, Sessi
     }
     record->buffer.reset(buffer);
     return Status::success();
+}
+
+void Session::place_like_entry(SessionBuffer *buffer, const BufferRange &range, const ContentDigest &digest) {
+    if (buffer->placed) return;
+    buffer->placed = true;
+    uint64_t content_offset = 0;
+    if (!store_fill_.entry_offset(digest, range.size, &content_offset)) return;
+    const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const auto phase = static_cast<size_t>((content_offset - range.offset) % page);  // wraps: page is a power of 2
+    ggml_backend_dev_t device = devices_[buffer->device];
+    const size_t alignment = ggml_backend_buft_get_alignment(ggml_backend_dev_buffer_type(device));
+    if (phase == reinterpret_cast<uintptr_t>(buffer->mapping.data()) % page || phase % alignment != 0) return;
+    SessionBuffer moved;
+    // Nothing has reached its bytes: the new one is the same, zero-filled, elsewhere.
+    if (!allocate_private(device, buffer->size, &moved, phase)) return;
+    ggml_backend_buffer_set_usage(moved.buffer.get(), ggml_backend_buffer_get_usage(buffer->buffer.get()));
+    buffer->buffer = std::move(moved.buffer);  // first: the old buffer lies over the old mapping
+    buffer->mapping = std::move(moved.mapping);
 }
 
 }  // namespace ggml_remote::host

@@ -38,12 +38,14 @@ bool read_exactly(int fd, uint8_t *to, size_t size, uint64_t offset) {
 void StoreFill::whole_pages(const Mapping *memory, size_t offset, uint64_t size, size_t *first, size_t *end) {
     *first = *end = 0;
     if (memory == nullptr) return;
+    // By address: the mapping itself may start inside a page (Mapping::anonymous).
     const size_t page = page_size();
-    const size_t first_page = (offset + page - 1) / page * page;
-    const size_t end_page = (offset + size) / page * page;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(memory->data()), start = base + offset;
+    const uintptr_t first_page = (start + page - 1) / page * page;
+    const uintptr_t end_page = (start + size) / page * page;
     if (end_page > first_page) {
-        *first = first_page;
-        *end = end_page;
+        *first = first_page - base;
+        *end = end_page - base;
     }
 }
 
@@ -81,6 +83,13 @@ Status StoreFill::lookup(const Target &target, const protocol::ContentDigest &di
     counters_.bytes_saved += size;
     *found = true;
     return Status::success();
+}
+
+bool StoreFill::entry_offset(const protocol::ContentDigest &digest, uint64_t size, uint64_t *content_offset) {
+    StoreEntry entry;
+    if (store_.find(digest, size, &entry) != StoreLookup::found) return false;
+    *content_offset = entry.content_offset;
+    return true;
 }
 
 Status StoreFill::offer(const Target &target, const protocol::ContentDigest &digest) {

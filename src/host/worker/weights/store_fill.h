@@ -62,6 +62,9 @@ class StoreFill : public RepackedImages {
 
     // Fills `target` from the entry for `digest` (*found), or starts a new entry.
     Status lookup(const Target &target, const protocol::ContentDigest &digest, bool *found);
+    // Where in its file the entry for `digest` starts, when the store (or the
+    // model library) has it; claims nothing.
+    bool entry_offset(const protocol::ContentDigest &digest, uint64_t size, uint64_t *content_offset);
     // Starts a new entry for the bytes the guest sends next (WeightOffer): unless the
     // store holds them already, which only costs the guest the bytes it sends anyway.
     Status offer(const Target &target, const protocol::ContentDigest &digest);
