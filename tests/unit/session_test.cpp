@@ -2209,8 +2209,26 @@ TEST_F(CpuSessionWithStore, EveryTensorOfALibraryModelMapsFromItsFile) {
     EXPECT_EQ(file_mapped_at(address_of(buffer, apart + (1u << 20))), file) << "and so are the second's";
 }
 
-// Only a buffer no command has reached moves: bytes the guest wrote first stay.
-TEST_F(CpuSessionWithStore, ABufferWrittenBeforeItsFirstLookupStaysWhereItIs) {
+// The guest's small tensors come first, sent as bytes: they move with the buffer.
+TEST_F(CpuSessionWithStore, BytesWrittenBeforeTheFirstLookupMoveWithTheBuffer) {
+    const std::string path = store.directory + "/model.gguf";
+    ASSERT_TRUE(test_support::write_gguf(path, {weights}));
+    ASSERT_NE(test_support::gguf_tensor_offsets(path).at(0) % 4096, 0u);
+    open_library(store.directory, &owner);
+    open_library_session("uid 1000");
+    const uint64_t buffer = alloc(8u << 20);
+    const std::vector<uint8_t> norm = test_support::pattern_bytes(4096, 3), other = test_support::pattern_bytes(100, 4);
+    ASSERT_TRUE(set(buffer, 0, norm).ok());
+    ASSERT_TRUE(set(buffer, 7u << 20, other).ok());
+    ASSERT_TRUE(found(lookup(buffer, weights, 4096)));
+    EXPECT_NE(file_mapped_at(address_of(buffer, 4096 + (1u << 20))), "") << "the buffer moved";
+    EXPECT_EQ(get(buffer, 0, norm.size()), norm);
+    EXPECT_EQ(get(buffer, 7u << 20, other.size()), other);
+    EXPECT_EQ(get(buffer, 4096, weights.size()), weights);
+}
+
+// Once the guest read it (or computed with it), a buffer stays where it is.
+TEST_F(CpuSessionWithStore, ABufferReadBeforeItsFirstLookupStaysWhereItIs) {
     ASSERT_TRUE(test_support::write_gguf(store.directory + "/model.gguf", {weights}));
     open_library(store.directory, &owner);
     open_library_session("uid 1000");

@@ -102,7 +102,7 @@ Status Session::build(ByteView bytes, DataPolicy policy, BuiltTensors *built) {
         SessionBuffer *buffer = nullptr;
         Status found = buffer_at(handle, &buffer);
         if (!found) return found;
-        buffer->placed = true;
+        if (!buffer->placed) note_before_placed(buffer, {handle, 0, 0}, false);  // tensors point into it now
         view->buffer = buffer->buffer.get();
         view->size = buffer->size;
         view->writable = buffer->writable;

@@ -137,9 +137,11 @@ class Session {
         bool weights = false;            // the guest said it holds weights (BufferSetUsage)
         bool shared_with_guest = false;  // a memory file the guest maps too
         bool private_memory = false;     // `mapping` is the worker's own memory (allocate_private)
-        // Until a command reaches its bytes, a private buffer may still move in its
-        // page (place_like_entry).
+        // Until a command reads or computes with its bytes, a private buffer may
+        // still move in its page (place_like_entry), with the few bytes written so far.
         bool placed = true;
+        std::vector<protocol::BufferRange> early_writes;
+        uint64_t early_bytes = 0;
         bool in_region = false;  // at region_offset in the ivshmem region's heap
         uint64_t region_offset = 0;
         BufferUpload upload;  // its share of weight_upload_
@@ -262,6 +264,9 @@ class Session {
     // alignment), so then the pages of all of them map from it.
     void place_like_entry(SessionBuffer *buffer, const protocol::BufferRange &range,
                           const protocol::ContentDigest &digest);
+    // Keeps the ranges written into a buffer that may still move, within limits;
+    // any other access, or more writes, fix where it lies.
+    static void note_before_placed(SessionBuffer *buffer, const protocol::BufferRange &range, bool write);
     // Checks what a WeightLookup or WeightOffer asks of the store, but its range
     // (write_range's); *memory: the buffer's own mapping, where the store's pages
     // may go (StoreFill::Target).

@@ -257,6 +257,7 @@ Status Session::handle(const WeightLookup::Request &request, Call<WeightLookup> 
 Status Session::handle(const WeightOffer::Request &request, Call<WeightOffer> &) {
     Mapping *memory = nullptr;
     if (Status s = check_store_request(request.range, "weight_offer", &memory); !s) return s;
+    place_like_entry(buffers_.find(request.range.buffer), request.range, digest_of(request.digest));
     // The guest's bytes for the range come next (SetTensor).
     return write_range(request.range, [&](ggml_tensor *bytes) {
         return store_fill_.offer({bytes, memory, request.range.buffer, request.range.offset},
@@ -337,9 +338,23 @@ Status Session::allocate_private(ggml_backend_dev_t device, uint64_t size, Sessi
     return Status::success();
 }
 
+void Session::note_before_placed(SessionBuffer *buffer, const BufferRange &range, bool write) {
+    // The guest's small tensors (norms) come before its first large one.
+    constexpr size_t kMaxEarlyWrites = 64;
+    constexpr uint64_t kMaxEarlyBytes = uint64_t(1) << 20;
+    if (write && buffer->early_writes.size() < kMaxEarlyWrites && range.size <= kMaxEarlyBytes - buffer->early_bytes) {
+        buffer->early_writes.push_back(range);
+        buffer->early_bytes += range.size;
+        return;
+    }
+    buffer->placed = true;
+    buffer->early_writes = {};
+}
+
 void Session::place_like_entry(SessionBuffer *buffer, const BufferRange &range, const ContentDigest &digest) {
     if (buffer->placed) return;
     buffer->placed = true;
+    const std::vector<BufferRange> written = std::exchange(buffer->early_writes, {});
     uint64_t content_offset = 0;
     if (!store_fill_.entry_offset(digest, range.size, &content_offset)) return;
     const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -348,8 +363,12 @@ void Session::place_like_entry(SessionBuffer *buffer, const BufferRange &range, 
     const size_t alignment = ggml_backend_buft_get_alignment(ggml_backend_dev_buffer_type(device));
     if (phase == reinterpret_cast<uintptr_t>(buffer->mapping.data()) % page || phase % alignment != 0) return;
     SessionBuffer moved;
-    // Nothing has reached its bytes: the new one is the same, zero-filled, elsewhere.
     if (!allocate_private(device, buffer->size, &moved, phase)) return;
+    // Only the written ranges hold anything but zeros (checked when written).
+    for (const BufferRange &bytes : written) {
+        std::memcpy(static_cast<uint8_t *>(moved.mapping.data()) + bytes.offset,
+                    static_cast<const uint8_t *>(buffer->mapping.data()) + bytes.offset, bytes.size);
+    }
     ggml_backend_buffer_set_usage(moved.buffer.get(), ggml_backend_buffer_get_usage(buffer->buffer.get()));
     buffer->buffer = std::move(moved.buffer);  // first: the old buffer lies over the old mapping
     buffer->mapping = std::move(moved.mapping);

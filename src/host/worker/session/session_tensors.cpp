@@ -43,7 +43,6 @@ void for_each_row_part(uint64_t row, uint64_t stride, uint64_t at, size_t size, 
 
 Status Session::buffer_range(const BufferRange &range, Access access, SessionBuffer **buffer) {
     if (Status s = buffer_at(range.buffer, buffer); !s) return s;
-    (*buffer)->placed = true;
     if (access == Access::write && !(*buffer)->writable) {
         return error(Code::bad_request, "buffer " + std::to_string(range.buffer) + " is read-only");
     }
@@ -53,6 +52,7 @@ Status Session::buffer_range(const BufferRange &range, Access access, SessionBuf
                                             ") lies outside buffer " + std::to_string(range.buffer) + " of " +
                                             std::to_string((*buffer)->size) + " bytes");
     }
+    if (!(*buffer)->placed) note_before_placed(*buffer, range, access == Access::write);
     return Status::success();
 }
 
