@@ -156,6 +156,14 @@ Status Mapping::overlay_file(size_t offset, size_t length, int fd, uint64_t file
     return Status::success();
 }
 
+void Mapping::prefer_small_pages(size_t offset, size_t length) {
+    if (length == 0 || offset > size_ || length > size_ - offset) return;
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto start = reinterpret_cast<uintptr_t>(data_) + offset;
+    const uintptr_t first = start / page * page, last = (start + length + page - 1) / page * page;
+    (void)::madvise(reinterpret_cast<void *>(first), last - first, MADV_NOHUGEPAGE);  // a hint
+}
+
 Status Mapping::zero(size_t offset, size_t length) {
     uint64_t end = 0;
     if (__builtin_add_overflow(offset, length, &end) || end > size_) {

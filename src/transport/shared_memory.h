@@ -46,6 +46,10 @@ class Mapping {
     // (copy-on-write). `file_offset` must be page-aligned too.
     Status overlay_file(size_t offset, size_t length, int fd, uint64_t file_offset, bool shared);
 
+    // Backs the pages that hold [offset, offset + length) with base pages, not huge
+    // ones: a few bytes written there then cost a 4 KiB page, not 2 MiB.
+    void prefer_small_pages(size_t offset, size_t length);
+
     // Sets [offset, offset + length) of a private mapping to zero: its whole pages
     // are replaced by fresh ones, which take no memory until written (a KV cache
     // cleared when made is mostly never written), the partial ones at the ends are

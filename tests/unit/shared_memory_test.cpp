@@ -57,6 +57,21 @@ TEST(SharedMemory, AnonymousMemoryOfAHugePageOrMoreIsAdvisedForHugePages) {
     EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
 }
 
+// The store writes a tensor's partial end pages itself and maps the rest from a
+// file: those end pages must not take a huge page each.
+TEST(SharedMemory, PagesThatPreferSmallPagesAreNotAdvisedForHugePages) {
+    if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) GTEST_SKIP() << "a kernel without THP";
+    Mapping memory;
+    ASSERT_TRUE(Mapping::anonymous(3 * kHugePage, &memory).ok());
+    auto *bytes = static_cast<uint8_t *>(memory.data());
+    memory.prefer_small_pages(kHugePage + 100, 10);
+    const std::string flags = vm_flags_of(bytes + kHugePage + 100);
+    EXPECT_NE(flags.find(" nh"), std::string::npos) << flags;
+    EXPECT_EQ(flags.find(" hg"), std::string::npos) << flags;
+    EXPECT_NE(vm_flags_of(bytes).find(" hg"), std::string::npos) << "the rest keeps its huge pages";
+    EXPECT_NE(vm_flags_of(bytes + kHugePage + 4096).find(" hg"), std::string::npos) << "from the next page on";
+}
+
 TEST(SharedMemory, AnonymousMemoryFreesItsWholeReservationOnDestruction) {
     void *data = nullptr;
     {

@@ -121,9 +121,13 @@ bool StoreFill::fill_in_place(const Target &target, const StoreEntry &entry) {
     const size_t offset = offset_in_memory(target);
     size_t first = 0, end = 0;
     if (!pages_of_entry_fit(target.memory, offset, entry, &first, &end)) return false;
-    // The partial pages at the two ends are read, the whole ones mapped.
+    // The partial pages at the two ends are read, the whole ones mapped. Their
+    // neighbours are mostly mapped from a file too: a huge page there would be
+    // split at once, and hold 2 MiB of memory for a few bytes.
     auto *memory = static_cast<uint8_t *>(target.memory->data());
     const size_t head = first - offset, tail = offset + entry.size - end;
+    target.memory->prefer_small_pages(offset, head);
+    target.memory->prefer_small_pages(end, tail);
     if (!read_exactly(entry.file.get(), memory + offset, head, entry.content_offset) ||
         !read_exactly(entry.file.get(), memory + end, tail, entry.content_offset + (end - offset))) {
         return false;
