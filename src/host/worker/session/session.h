@@ -141,7 +141,6 @@ class Session {
         // still move in its page (place_like_entry), with the few bytes written so far.
         bool placed = true;
         std::vector<protocol::BufferRange> early_writes;
-        uint64_t early_bytes = 0;
         bool in_region = false;  // at region_offset in the ivshmem region's heap
         uint64_t region_offset = 0;
         BufferUpload upload;  // its share of weight_upload_

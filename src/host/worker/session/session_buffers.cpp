@@ -342,9 +342,10 @@ void Session::note_before_placed(SessionBuffer *buffer, const BufferRange &range
     // The guest's small tensors (norms) come before its first large one.
     constexpr size_t kMaxEarlyWrites = 64;
     constexpr uint64_t kMaxEarlyBytes = uint64_t(1) << 20;
-    if (write && buffer->early_writes.size() < kMaxEarlyWrites && range.size <= kMaxEarlyBytes - buffer->early_bytes) {
+    uint64_t written = 0;
+    for (const BufferRange &early : buffer->early_writes) written += early.size;
+    if (write && buffer->early_writes.size() < kMaxEarlyWrites && range.size <= kMaxEarlyBytes - written) {
         buffer->early_writes.push_back(range);
-        buffer->early_bytes += range.size;
         return;
     }
     buffer->placed = true;
