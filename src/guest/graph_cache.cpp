@@ -36,6 +36,9 @@ GraphCache::Choice GraphCache::choose(const std::vector<uint8_t> &graph) {
         if (!slot.filled || (current.filled && slot.last_used < current.last_used)) oldest = i;
     }
     Slot &slot = slots_[oldest];
+    const uint64_t held_after = bytes_held_ - (slot.filled ? slot.bytes.size() : 0) + graph.size();
+    if (held_after > protocol::kGraphSlotBytes) return {0, protocol::kGraphRunOnce, 0};
+    bytes_held_ = held_after;
     slot.filled = true;
     slot.hash = hash;
     slot.last_used = clock_;
@@ -55,6 +58,7 @@ void GraphCache::clear() {
         slot.filled = false;
         slot.bytes.clear();
     }
+    bytes_held_ = 0;
 }
 
 }  // namespace ggml_remote::guest

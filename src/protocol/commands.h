@@ -498,7 +498,13 @@ struct SetNThreads {
 // again (every token of llama.cpp's decode) is named by its slot, not sent again.
 // The guest decides what each slot holds, with the same rules on both sides: a
 // slot is filled only by kGraphStore, and freeing any buffer empties every slot.
-constexpr uint32_t kGraphSlots = 8;
+// ggml's meta backend (llama.cpp's -sm tensor) runs two sub-graphs a layer on
+// every server, each token: 64 slots keep a 30-layer model's; the bytes they
+// hold in all are bounded instead, so that more slots cost no more memory.
+constexpr uint32_t kGraphSlots = 64;
+// The encoded graphs the slots hold, in all: a store past it is refused (the
+// guest runs such a graph once instead).
+constexpr uint64_t kGraphSlotBytes = 32ull << 20;
 
 enum GraphMode : uint8_t {
     kGraphRunOnce = 0,  // tail: the graph; compute it and forget it

@@ -46,7 +46,7 @@ Session::~Session() {
     // The guest left: the store finishes what it sent, in a hurry and for a bounded
     // time (its thread reads our buffers), and does nothing else for it.
     store_fill_.stop(std::chrono::milliseconds(kStoreDrainMs));
-    for (auto &slot : graph_slots_) slot.reset();
+    graph_slots_.clear_all();
     // Backends first: they may still reference buffers.
     backends_.clear();
     buffers_.clear();

@@ -20,6 +20,7 @@
 #include "host/worker/session/core_schedule.h"
 #include "host/worker/session/dispatcher.h"
 #include "host/worker/session/frame_recorder.h"
+#include "host/worker/session/graph_slots.h"
 #include "host/worker/session/handle_table.h"
 #include "host/worker/session/idle_compute.h"
 #include "host/worker/session/region_heap.h"
@@ -327,7 +328,7 @@ class Session {
     bool region_heap_granted_ = false;
     HandleTable<SessionBuffer> buffers_;
     HandleTable<SessionBackend> backends_;
-    std::array<std::unique_ptr<BuiltTensors>, protocol::kGraphSlots> graph_slots_;
+    GraphSlots graph_slots_;
     uint64_t memory_in_use_ = 0;
     uint64_t mapped_file_bytes_ = 0;
     // Set by serve()'s watchdog when the guest hangs up during a compute.

@@ -180,7 +180,7 @@ Status Session::handle(const BufferFree::Request &request, Call<BufferFree> &) {
     mapped_file_bytes_ -= buffer->mapped;
     if (buffer->in_region) (void)region_heap_.release(buffer->region_offset);
     // Kept graphs may point into the buffer (or its repacked weights); the guest forgets them too.
-    for (auto &slot : graph_slots_) slot.reset();
+    graph_slots_.clear_all();
     // The store's thread may be copying from the buffer or its copies: it is done first.
     store_fill_.forget_buffer(request.buffer);
     memory_in_use_ -= weight_repack_.forget(request.buffer);

@@ -133,17 +133,17 @@ Status Session::graph_to_compute(const GraphCompute::Request &request, ByteView 
         case kGraphRunOnce:
         case kGraphStore:
             // A store that fails leaves the slot empty, never holding an older graph.
-            if (request.mode == kGraphStore) graph_slots_[request.slot].reset();
+            if (request.mode == kGraphStore) {
+                graph_slots_.clear(request.slot);
+                if (Status s = graph_slots_.check_room(request.slot, tail.size); !s) return s;
+            }
             if (Status s = build(tail, DataPolicy::required, once); !s) return s;
             if (limits_.repack_weights) repack_weights(backend, once);
             *graph = once;
-            if (request.mode == kGraphStore) {
-                graph_slots_[request.slot] = std::make_unique<BuiltTensors>(std::move(*once));
-                *graph = graph_slots_[request.slot].get();
-            }
+            if (request.mode == kGraphStore) *graph = graph_slots_.store(request.slot, std::move(*once), tail.size);
             return Status::success();
         case kGraphReplay:
-            *graph = graph_slots_[request.slot].get();
+            *graph = graph_slots_.at(request.slot);
             if (*graph == nullptr) {
                 return error(Code::bad_request, "graph slot " + std::to_string(request.slot) + " is empty");
             }
