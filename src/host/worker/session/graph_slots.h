@@ -29,9 +29,8 @@ class GraphSlots {
     Status check_room(uint32_t slot, uint64_t encoded_bytes) const {
         const uint64_t after = bytes_held_ - (slot < kept_.size() ? kept_[slot].encoded_bytes : 0) + encoded_bytes;
         if (after <= protocol::kGraphSlotBytes) return Status::success();
-        return error(Code::limit_exceeded,
-                               "the graph slots would hold " + std::to_string(after) + " bytes of graphs, past " +
-                                   std::to_string(protocol::kGraphSlotBytes));
+        return error(Code::limit_exceeded, "the graph slots would hold " + std::to_string(after) +
+                                               " bytes of graphs, past " + std::to_string(protocol::kGraphSlotBytes));
     }
     // Keeps `graph` in `slot` (check_room first); returns it.
     BuiltTensors *store(uint32_t slot, BuiltTensors graph, uint64_t encoded_bytes) {

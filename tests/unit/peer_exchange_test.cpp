@@ -1,0 +1,163 @@
+// PeerExchange: servers of one tensor-parallel group sum their partials through a
+// memory file; everything in it is hostile input.
+#include "transport/peer_exchange.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace ggml_remote {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint64_t kSlotBytes = 4096;
+
+PeerExchange::Place place_of(uint32_t rank, uint32_t ranks, uint8_t token_byte = 7) {
+    PeerExchange::Place place;
+    place.rank = rank;
+    place.ranks = ranks;
+    place.slot_bytes = kSlotBytes;
+    place.token.fill(token_byte);
+    return place;
+}
+
+// A group's file and one attached member per rank.
+struct Group {
+    explicit Group(uint32_t ranks, uint8_t token_byte = 7) : members(ranks) {
+        EXPECT_TRUE(PeerExchange::create_area(place_of(0, ranks), &file).ok());
+        for (uint32_t rank = 0; rank < ranks; ++rank) {
+            EXPECT_TRUE(PeerExchange::attach(file.get(), place_of(rank, ranks, token_byte), &members[rank]).ok());
+        }
+    }
+    UniqueFd file;
+    std::vector<PeerExchange> members;
+};
+
+TEST(PeerExchange, EveryRankHoldsTheSameSumInRankOrder) {
+    Group group(3);
+    std::vector<std::vector<float>> values = {{1.0f, 1e8f, 0.5f}, {2.0f, 1.0f, 0.25f}, {4.0f, -1e8f, 0.125f}};
+    std::vector<std::thread> ranks;
+    std::vector<Status> results(3);
+    for (uint32_t rank = 0; rank < 3; ++rank) {
+        ranks.emplace_back([&, rank] { results[rank] = group.members[rank].all_reduce_f32(values[rank].data(), 3, 5s); });
+    }
+    for (auto &thread : ranks) thread.join();
+    const float expected[3] = {(1.0f + 2.0f) + 4.0f, (1e8f + 1.0f) + -1e8f, (0.5f + 0.25f) + 0.125f};
+    for (uint32_t rank = 0; rank < 3; ++rank) {
+        ASSERT_TRUE(results[rank].ok()) << results[rank].message();
+        EXPECT_EQ(std::memcmp(values[rank].data(), expected, sizeof(expected)), 0) << "rank " << rank;
+    }
+}
+
+TEST(PeerExchange, ManyStepsInARowReuseTheSlotsSafely) {
+    Group group(2);
+    constexpr int kSteps = 500;
+    std::vector<int> wrong(2, 0);
+    auto member = [&](uint32_t rank) {
+        std::vector<float> values(64);
+        for (int step = 0; step < kSteps; ++step) {
+            std::fill(values.begin(), values.end(), float(step * 2 + rank));
+            if (!group.members[rank].all_reduce_f32(values.data(), values.size(), 5s).ok()) ++wrong[rank];
+            for (float v : values) wrong[rank] += v != float(step * 4 + 1);
+        }
+    };
+    std::thread other(member, 1);
+    member(0);
+    other.join();
+    EXPECT_EQ(wrong[0], 0);
+    EXPECT_EQ(wrong[1], 0);
+    EXPECT_EQ(group.members[0].steps(), uint32_t{kSteps});
+}
+
+TEST(PeerExchange, APeerThatSendsNothingFailsTheStepAtItsDeadline) {
+    Group group(2);
+    float values[4] = {};
+    const Status status = group.members[0].all_reduce_f32(values, 4, 50ms);
+    EXPECT_EQ(status.code(), Code::error);
+    EXPECT_NE(status.message().find("sent nothing"), std::string::npos) << status.message();
+    EXPECT_EQ(group.members[0].all_reduce_f32(values, 4, 5s).message(), status.message())
+        << "a broken exchange fails at once, for good";
+}
+
+TEST(PeerExchange, APeerOfAnotherTokenIsRefused) {
+    UniqueFd file;
+    ASSERT_TRUE(PeerExchange::create_area(place_of(0, 2), &file).ok());
+    PeerExchange ours, theirs;
+    ASSERT_TRUE(PeerExchange::attach(file.get(), place_of(0, 2, 7), &ours).ok());
+    ASSERT_TRUE(PeerExchange::attach(file.get(), place_of(1, 2, 9), &theirs).ok());
+    float mine[2] = {1, 2}, other[2] = {3, 4};
+    std::thread peer([&] { (void)theirs.all_reduce_f32(other, 2, 200ms); });
+    const Status status = ours.all_reduce_f32(mine, 2, 5s);
+    peer.join();
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_NE(status.message().find("another token"), std::string::npos) << status.message();
+    EXPECT_EQ(mine[0], 1.0f) << "nothing of the stranger's was added";
+}
+
+TEST(PeerExchange, APeerThatSendsAnotherSizeIsRefused) {
+    Group group(2);
+    float mine[8] = {}, other[4] = {};
+    std::thread peer([&] { (void)group.members[1].all_reduce_f32(other, 4, 200ms); });
+    const Status status = group.members[0].all_reduce_f32(mine, 8, 5s);
+    peer.join();
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_NE(status.message().find("16 bytes where 32"), std::string::npos) << status.message();
+}
+
+TEST(PeerExchange, APeerThatJumpsStepsIsRefused) {
+    Group group(2);
+    // What a hostile peer (or guest) can write: any step number in its header.
+    Mapping raw;
+    ASSERT_TRUE(Mapping::map(group.file.get(), 0, PeerExchange::kHeaderBytes * 2, true, &raw).ok());
+    auto *published = reinterpret_cast<uint32_t *>(static_cast<uint8_t *>(raw.data()) + PeerExchange::kHeaderBytes);
+    *published = 1000;
+    float values[2] = {};
+    const Status status = group.members[0].all_reduce_f32(values, 2, 5s);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_NE(status.message().find("at step 1000"), std::string::npos) << status.message();
+}
+
+TEST(PeerExchange, ARankMarkedGoneFailsTheOthersAtOnce) {
+    Group group(2);
+    PeerExchange guest;
+    ASSERT_TRUE(PeerExchange::watch(group.file.get(), place_of(0, 2), &guest).ok());
+    float values[2] = {};
+    std::thread lost([&] {
+        std::this_thread::sleep_for(20ms);
+        guest.mark_gone(1);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const Status status = group.members[0].all_reduce_f32(values, 2, 30s);
+    lost.join();
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_NE(status.message().find("left the group"), std::string::npos) << status.message();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "woken, not timed out";
+}
+
+TEST(PeerExchange, PlacesOutOfBoundsAndUnsealedFilesAreRefused) {
+    EXPECT_FALSE(PeerExchange::check_place(place_of(0, 1)).ok()) << "one server is no group";
+    EXPECT_FALSE(PeerExchange::check_place(place_of(2, 2)).ok());
+    EXPECT_FALSE(PeerExchange::check_place(place_of(0, PeerExchange::kMaxRanks + 1)).ok());
+    PeerExchange::Place odd = place_of(0, 2);
+    odd.slot_bytes = 100;
+    EXPECT_FALSE(PeerExchange::check_place(odd).ok());
+    odd.slot_bytes = PeerExchange::kMaxSlotBytes + 64;
+    EXPECT_FALSE(PeerExchange::check_place(odd).ok());
+
+    UniqueFd small;
+    ASSERT_TRUE(create_shared_memory(4096, "too-small", &small).ok());
+    PeerExchange exchange;
+    EXPECT_FALSE(PeerExchange::attach(small.get(), place_of(0, 2), &exchange).ok()) << "shorter than the area";
+}
+
+TEST(PeerExchange, AnAllReduceLargerThanTheSlotIsRefused) {
+    Group group(2);
+    std::vector<float> values(kSlotBytes / sizeof(float) + 1);
+    EXPECT_EQ(group.members[0].all_reduce_f32(values.data(), values.size(), 1s).code(), Code::bad_request);
+}
+
+}  // namespace
+}  // namespace ggml_remote
