@@ -8,6 +8,7 @@
 #include "guest/last_graph.h"
 #include "guest/log.h"
 #include "guest/node_order.h"
+#include "guest/tensor_parallel.h"
 #include "protocol/tensor_codec.h"
 
 namespace ggml_remote::guest {
@@ -176,6 +177,7 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
 
 enum ggml_status finish_compute(RemoteBackend *remote, Status status) {
     if (!status) {
+        if (status.code() == Code::disconnected) tensor_parallel_member_lost(remote->device);
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: %s", remote->device->name().c_str(),
                 status.message().c_str());
@@ -269,6 +271,7 @@ void report(RemoteBackend *remote, const char *what, const Status &status) {
 void backend_synchronize(ggml_backend_t backend) {
     RemoteBackend *remote = context_of(backend);
     Status status = remote->device->session().synchronize(remote->handle);
+    if (!status && status.code() == Code::disconnected) tensor_parallel_member_lost(remote->device);
     if (!status) report(remote, "synchronize", status);
 }
 
@@ -408,6 +411,14 @@ void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads) {
     if (!status && status.code() != Code::disconnected) {
         log(GGML_LOG_LEVEL_WARN, "%s: set_n_threads: %s", remote->device->name().c_str(), status.message().c_str());
     }
+}
+
+bool remote_backend_target(ggml_backend_t backend, RemoteDevice **device, uint64_t *handle) {
+    if (backend == nullptr || backend->iface.get_name != backend_get_name) return false;  // not one of ours
+    const RemoteBackend *remote = context_of(backend);
+    *device = remote->device;
+    *handle = remote->handle;
+    return true;
 }
 
 }  // namespace ggml_remote::guest

@@ -10,6 +10,7 @@
 #include "guest/backend.h"
 #include "guest/device.h"
 #include "guest/log.h"
+#include "guest/tensor_parallel.h"
 
 namespace ggml_remote::guest {
 
@@ -40,6 +41,10 @@ void *reg_get_proc_address(ggml_backend_reg_t, const char *name) {
     const std::string wanted = name;
     if (wanted == "ggml_backend_set_n_threads") return reinterpret_cast<void *>(remote_backend_set_n_threads);
     if (wanted == "ggml_backend_get_features") return reinterpret_cast<void *>(reg_get_features);
+    // ggml's meta backend (-sm tensor): servers sum partial results among themselves.
+    if (wanted == "ggml_backend_comm_init") return reinterpret_cast<void *>(tensor_parallel_init);
+    if (wanted == "ggml_backend_comm_free") return reinterpret_cast<void *>(tensor_parallel_free);
+    if (wanted == "ggml_backend_comm_allreduce_tensor") return reinterpret_cast<void *>(tensor_parallel_allreduce);
     return nullptr;
 }
 

@@ -86,7 +86,10 @@ enum CommandPolicy : uint32_t {
     X(26, weight_lookup, WeightLookup, kFixedReply)                                        \
     X(27, weight_offer, WeightOffer, kOneWay)                                              \
     X(28, graph_optimize, GraphOptimize, kTakesTail)                                       \
-    X(29, buffer_adopt, BufferAdopt, kFixedReply)
+    X(29, buffer_adopt, BufferAdopt, kFixedReply)                                          \
+    X(30, comm_join, CommJoin, kFixedReply)                                                \
+    X(31, comm_all_reduce, CommAllReduce, kOneWay | kFailureLogged)                        \
+    X(32, comm_leave, CommLeave, kOneWay | kReleases)
 
 #define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {
@@ -154,6 +157,10 @@ enum SessionCaps : uint64_t {
     // guest names every weight by its digest before sending it (WeightLookup), even
     // of a model file it never loaded, of which the server may hold the bytes.
     kSessionModelLibrary = 1 << 4,
+    // Tensor parallelism: the session may join a group of servers that sum partial
+    // results through a memory file the guest gives them all (CommJoin; unix
+    // sockets only, as descriptors must pass).
+    kSessionPeerExchange = 1 << 5,
 };
 
 #pragma pack(push, 1)
@@ -490,6 +497,49 @@ struct SetNThreads {
     struct Request {
         uint64_t backend;
         int32_t n_threads;
+    };
+    using Reply = Empty;
+};
+
+// Tensor parallelism (ggml's comm all-reduce, llama.cpp's -sm tensor): the
+// session joins the group of servers that share the memory file coming with the
+// request (transport/peer_exchange.h), as `rank` of `ranks`. Reply: the handle
+// CommAllReduce names.
+struct CommJoin {
+    static constexpr CommandId id = CommandId::comm_join;
+    static constexpr bool one_way = command_has(id, kOneWay);
+    struct Request {
+        uint32_t rank;
+        uint32_t ranks;
+        uint64_t slot_bytes;
+        uint32_t wait_ms;  // how long a step waits for the other servers, at most kMaxPeerWaitMs
+        uint8_t token[16];
+    };
+    struct Reply {
+        uint64_t comm;
+    };
+};
+constexpr uint32_t kMaxPeerWaitMs = 120000;
+
+// Adds, in place, the F32 values of `tensor` on every other server of the group
+// to those here, once every command before it is done: every server then holds
+// the same sum. One-way; a failure (a peer gone, silent or hostile) fails the
+// next reply, and every later all-reduce of the group.
+struct CommAllReduce {
+    static constexpr CommandId id = CommandId::comm_all_reduce;
+    static constexpr bool one_way = command_has(id, kOneWay);
+    struct Request {
+        uint64_t comm;
+        BufferRange tensor;  // size: a multiple of 4 (F32), at most the group's slot
+    };
+    using Reply = Empty;
+};
+
+struct CommLeave {
+    static constexpr CommandId id = CommandId::comm_leave;
+    static constexpr bool one_way = command_has(id, kOneWay);
+    struct Request {
+        uint64_t comm;
     };
     using Reply = Empty;
 };

@@ -42,7 +42,8 @@ TEST(PeerExchange, EveryRankHoldsTheSameSumInRankOrder) {
     std::vector<std::thread> ranks;
     std::vector<Status> results(3);
     for (uint32_t rank = 0; rank < 3; ++rank) {
-        ranks.emplace_back([&, rank] { results[rank] = group.members[rank].all_reduce_f32(values[rank].data(), 3, 5s); });
+        ranks.emplace_back(
+            [&, rank] { results[rank] = group.members[rank].all_reduce_f32(values[rank].data(), 3, 5s); });
     }
     for (auto &thread : ranks) thread.join();
     const float expected[3] = {(1.0f + 2.0f) + 4.0f, (1e8f + 1.0f) + -1e8f, (0.5f + 0.25f) + 0.125f};

@@ -92,6 +92,16 @@ class SessionCalls {
         exchange.tail = request_tail;
         return run(Cmd::id, exchange);
     }
+    // A one-way command that leaves now, with the queue before it, instead of with
+    // the next call: another server's work waits on it.
+    template <class Cmd>
+    Status post_now(const typename Cmd::Request &request) {
+        static_assert(Cmd::one_way, "use call() for commands with a reply");
+        Exchange exchange;
+        exchange.fixed = protocol::ByteView(&request, sizeof(request));
+        exchange.send_now = true;
+        return run(Cmd::id, exchange);
+    }
 
     // Frees a host buffer; the host then forgets its kept graphs, and so do we.
     virtual Status free_buffer(uint64_t buffer) = 0;

@@ -14,6 +14,7 @@ namespace ggml_remote::guest {
 struct HandshakeAsk {
     bool shared_memory = false;  // shared buffers (shm: endpoints)
     bool region_heap = false;    // buffers in an ivshmem region's heap
+    bool peer_exchange = false;  // tensor-parallel groups (unix sockets: descriptors pass)
 };
 
 // What the server granted.
@@ -23,6 +24,7 @@ struct SessionTerms {
     bool weight_store = false;   // the server keeps a weight store for this session
     bool model_library = false;  // and published models: worth asking for any weight
     bool region_heap = false;
+    bool peer_exchange = false;  // the session may join tensor-parallel groups (CommJoin)
 };
 
 // The hello exchange on a new `stream`, within options.connect_timeout_ms (a peer

@@ -31,7 +31,9 @@ Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options
     FramedStream stream;
     Status status = connect_stream(endpoint, options, options.connect_timeout_ms, &stream);
     if (!status) return status;
-    const HandshakeAsk ask{endpoint.kind == Endpoint::Kind::shared_memory, false};
+    const bool unix_socket =
+        endpoint.kind == Endpoint::Kind::shared_memory || endpoint.kind == Endpoint::Kind::unix_socket;
+    const HandshakeAsk ask{endpoint.kind == Endpoint::Kind::shared_memory, false, unix_socket};
     std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string(), options, ask));
     session->set_connector(connector_for(endpoint, options));
     return begin(std::move(session), std::move(stream), out);

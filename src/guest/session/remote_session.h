@@ -93,6 +93,8 @@ class RemoteSession : public SessionCalls {
     bool model_library() const { return terms_.model_library; }
     // Whether buffers in CPU memory live in the ivshmem region's heap.
     bool region_heap() const { return terms_.region_heap; }
+    // Whether the session may join tensor-parallel groups (CommJoin).
+    bool peer_exchange() const { return terms_.peer_exchange; }
     // Where the buffer at `offset` of the region, `size` bytes, is mapped here;
     // an error when the server named a range outside the region's heap.
     Status region_bytes(uint64_t offset, uint64_t size, void **at) const;

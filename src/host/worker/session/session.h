@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,7 @@
 #include "protocol/commands.h"
 #include "protocol/tensor_codec.h"
 #include "transport/connection.h"
+#include "transport/peer_exchange.h"
 #include "transport/shared_memory.h"
 #include "transport/shared_ring.h"
 
@@ -329,6 +331,14 @@ class Session {
     HandleTable<SessionBuffer> buffers_;
     HandleTable<SessionBackend> backends_;
     GraphSlots graph_slots_;
+    // Tensor parallelism (session_comm.cpp): the groups this session joined.
+    struct Group {
+        PeerExchange exchange;
+        std::chrono::milliseconds wait{0};  // for the other servers, each step
+        uint64_t charged = 0;               // the file's bytes, against the memory quota
+    };
+    HandleTable<Group> groups_;
+    bool peer_exchange_granted_ = false;
     uint64_t memory_in_use_ = 0;
     uint64_t mapped_file_bytes_ = 0;
     // Set by serve()'s watchdog when the guest hangs up during a compute.

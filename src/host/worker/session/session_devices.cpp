@@ -131,6 +131,9 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
     if (weight_store_granted_ && model_library_offered_ && (request.capabilities & kSessionModelLibrary) != 0) {
         call.reply.capabilities |= kSessionModelLibrary;
     }
+    // Descriptors pass on a unix socket: a guest there may give its servers a file.
+    peer_exchange_granted_ = shared_memory_allowed_ && (request.capabilities & kSessionPeerExchange) != 0;
+    if (peer_exchange_granted_) call.reply.capabilities |= kSessionPeerExchange;
     region_heap_granted_ = region_ != nullptr && (request.capabilities & kSessionRegionHeap) != 0;
     if (region_heap_granted_) call.reply.capabilities |= kSessionRegionHeap;
     if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {

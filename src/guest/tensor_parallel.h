@@ -1,0 +1,30 @@
+// Tensor parallelism over our servers: ggml's comm interface (ggml-backend.h's
+// ggml_backend_comm_*, found through the registry's get_proc_address), which
+// ggml's meta backend (llama.cpp -sm tensor) calls to sum the partial results of
+// its servers after each sub-graph.
+//
+// The servers sum them among themselves through a memory file this process gives
+// each (transport/peer_exchange.h): one one-way command per server and step, no
+// bytes through here and no wait. Where that cannot be (a server on TCP, two
+// devices of one server, a tensor that is not F32), the all-reduce answers false
+// and ggml's own, through this process, does the step.
+#pragma once
+
+#include <ggml-backend.h>
+
+namespace ggml_remote::guest {
+
+class RemoteDevice;
+
+// ggml_backend_comm_init_t: a group of `n_backends` backends of ours, or null.
+void *tensor_parallel_init(ggml_backend_t *backends, size_t n_backends);
+// ggml_backend_comm_free_t.
+void tensor_parallel_free(void *group);
+// ggml_backend_comm_allreduce_tensor_t: `tensors` holds one per backend, in the
+// group's order; false: ggml does this step itself.
+bool tensor_parallel_allreduce(void *group, ggml_tensor **tensors);
+// The connection to `device`'s server was lost: every group it is in fails its
+// steps at once on the other servers, instead of their waiting for it.
+void tensor_parallel_member_lost(const RemoteDevice *device);
+
+}  // namespace ggml_remote::guest
