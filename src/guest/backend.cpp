@@ -24,6 +24,10 @@ struct RemoteBackend : Restorable {
     GraphRetry retry;           // for the last graph: running it again on a new connection
     int n_threads = 0;          // the last count sent; llama.cpp sets it again before every graph
     bool host_reorders = true;  // until the host says its backend has no graph_optimize
+    // In a tensor-parallel group (tensor_parallel.h): ggml's meta backend reaches
+    // its buffers only through ggml's calls, so a compute returns at once over
+    // shared memory too, and the servers of the group compute side by side.
+    bool grouped = false;
     NodeOrderCache node_orders;
     // The last graph reordered, as it came (llama.cpp's decode graph is the same
     // every token: no encoding then), its order and the tensors its encoding read.
@@ -128,10 +132,13 @@ Status run_graph(RemoteBackend *remote, ggml_cgraph *graph) {
     // Shared memory is read in place, by this process's own backends too (a CPU
     // split may read a result without any copy), so the compute must be over when
     // we return. Remote buffers are read through the session, after the compute.
-    const auto completion =
-        remote->device->shares_memory() ? RemoteSession::Completion::waits : RemoteSession::Completion::returns_at_once;
-    // Over shared memory the graph may have to run again, from the inputs it had.
-    const bool may_retry = remote->device->shares_memory();
+    const bool waits = remote->device->shares_memory() && !remote->grouped;
+    const auto completion = waits ? RemoteSession::Completion::waits : RemoteSession::Completion::returns_at_once;
+    if (remote->grouped && remote->device->shares_memory()) session.note_compute_in_flight(remote->handle);
+    // Over shared memory the graph may have to run again, from the inputs it had;
+    // not in a group, whose inputs an earlier compute may still be writing (and
+    // whose other servers would not run again with it).
+    const bool may_retry = remote->device->shares_memory() && !remote->grouped;
     bool replayed = false;
     if (remote->last_graph.same_as(graph)) {
         if (may_retry && remote->retry.safe()) remote->retry.save_inputs();
@@ -411,6 +418,11 @@ void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads) {
     if (!status && status.code() != Code::disconnected) {
         log(GGML_LOG_LEVEL_WARN, "%s: set_n_threads: %s", remote->device->name().c_str(), status.message().c_str());
     }
+}
+
+void remote_backend_set_grouped(ggml_backend_t backend, bool grouped) {
+    if (backend == nullptr || backend->iface.get_name != backend_get_name) return;
+    context_of(backend)->grouped = grouped;
 }
 
 bool remote_backend_target(ggml_backend_t backend, RemoteDevice **device, uint64_t *handle) {

@@ -240,24 +240,41 @@ void report_shared_write(RemoteBuffer *remote, const void *at, size_t size) {
     if (!status) report(remote, "buffer_written", status);
 }
 
+// Before this process touches a shared buffer, a compute that may still change
+// it is over (one of a tensor-parallel group's: see RemoteBackend::grouped).
+void finish_compute_in_flight(ggml_backend_buffer_t buffer) {
+    RemoteBuffer *remote = context_of(buffer);
+    Status status = remote->device->session().finish_compute_in_flight();
+    if (!status) report(remote, "synchronize", status);
+}
+
 void shared_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, uint8_t value, size_t offset,
                           size_t size) {
+    finish_compute_in_flight(buffer);
     std::memset(static_cast<uint8_t *>(tensor->data) + offset, value, size);
     report_shared_write(context_of(buffer), static_cast<uint8_t *>(tensor->data) + offset, size);
 }
 
 void shared_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor *tensor, const void *data, size_t offset,
                        size_t size) {
+    finish_compute_in_flight(buffer);
     std::memcpy(static_cast<uint8_t *>(tensor->data) + offset, data, size);
     tell_weights_of(context_of(buffer), buffer);
     report_shared_write(context_of(buffer), static_cast<uint8_t *>(tensor->data) + offset, size);
 }
 
-void shared_get_tensor(ggml_backend_buffer_t, const ggml_tensor *tensor, void *data, size_t offset, size_t size) {
+void shared_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor *tensor, void *data, size_t offset,
+                       size_t size) {
+    finish_compute_in_flight(buffer);
+    std::memcpy(data, static_cast<const uint8_t *>(tensor->data) + offset, size);
+}
+
+void file_get_tensor(ggml_backend_buffer_t, const ggml_tensor *tensor, void *data, size_t offset, size_t size) {
     std::memcpy(data, static_cast<const uint8_t *>(tensor->data) + offset, size);
 }
 
 void shared_clear(ggml_backend_buffer_t buffer, uint8_t value) {
+    finish_compute_in_flight(buffer);
     std::memset(context_of(buffer)->base, value, buffer->size);
     report_shared_write(context_of(buffer), context_of(buffer)->base, buffer->size);
 }
@@ -306,7 +323,7 @@ ggml_backend_buffer_i buffer_interface(RemoteBuffer::Kind kind, bool needs_init_
         case RemoteBuffer::Kind::file:
             iface.memset_tensor = file_memset_tensor;
             iface.set_tensor = file_set_tensor;
-            iface.get_tensor = shared_get_tensor;
+            iface.get_tensor = file_get_tensor;
             iface.clear = file_clear;
             break;
     }

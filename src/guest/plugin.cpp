@@ -102,6 +102,14 @@ void print_stats() {
                      (unsigned long long)c.graphs_sent, (unsigned long long)c.graphs_replayed,
                      (unsigned long long)c.file_bytes_mapped);
     }
+    const TensorParallelCounts tp = tensor_parallel_counts();
+    if (tp.groups > 0) {
+        std::fprintf(stderr,
+                     "ggml-remote: tensor parallelism: %llu groups, %llu all-reduces between servers, %llu left "
+                     "to ggml\n",
+                     (unsigned long long)tp.groups, (unsigned long long)tp.by_servers,
+                     (unsigned long long)tp.left_to_ggml);
+    }
 }
 
 }  // namespace

@@ -39,13 +39,14 @@ struct Member {
 struct Group {
     std::vector<Member> members;
     UniqueFd file;
-    PeerExchange watch;   // our mapping of the file: to mark a lost server gone
-    bool usable = true;   // false once a member was lost: ggml does the steps
+    PeerExchange watch;  // our mapping of the file: to mark a lost server gone
+    bool usable = true;  // false once a member was lost: ggml does the steps
 };
 
-// The live groups, for tensor_parallel_member_lost.
+// The live groups, for tensor_parallel_member_lost, and the counts, under one lock.
 std::mutex g_groups_mutex;
 std::vector<Group *> g_groups;
+TensorParallelCounts g_counts;
 
 void mark_lost_locked(Group *group, size_t rank) {
     group->watch.mark_gone(static_cast<uint32_t>(rank));
@@ -62,7 +63,8 @@ bool gather_members(ggml_backend_t *backends, size_t n_backends, std::vector<Mem
         if (!remote_backend_target(backends[i], &member.device, &handle)) return false;
         RemoteSession &session = member.device->session();
         if (!session.peer_exchange()) {
-            log(GGML_LOG_LEVEL_INFO, "%s: tensor parallelism: the server is not on a unix socket here; "
+            log(GGML_LOG_LEVEL_INFO,
+                "%s: tensor parallelism: the server is not on a unix socket here; "
                 "partial results go through this process",
                 member.device->name().c_str());
             return false;
@@ -100,8 +102,7 @@ Status join(Group *group) {
         request.wait_ms = kPeerWaitMs;
         std::memcpy(request.token, place.token.data(), sizeof(request.token));
         CommJoin::Reply reply{};
-        Status status =
-            member.device->session().call<CommJoin>(request).send_fd(group->file.get()).reply(&reply).run();
+        Status status = member.device->session().call<CommJoin>(request).send_fd(group->file.get()).reply(&reply).run();
         if (!status) return error(status.code(), member.device->name() + ": comm_join: " + status.message());
         member.comm = reply.comm;
     }
@@ -133,36 +134,8 @@ bool step_fits(const Group &group, ggml_tensor **tensors) {
     return true;
 }
 
-}  // namespace
-
-void *tensor_parallel_init(ggml_backend_t *backends, size_t n_backends) {
-    if (n_backends < 2 || n_backends > PeerExchange::kMaxRanks) return nullptr;
-    auto group = std::make_unique<Group>();
-    if (!gather_members(backends, n_backends, &group->members)) return nullptr;
-    if (Status status = join(group.get()); !status) {
-        log(GGML_LOG_LEVEL_WARN, "tensor parallelism: %s; partial results go through this process",
-            status.message().c_str());
-        leave(group.get());
-        return nullptr;
-    }
-    std::lock_guard<std::mutex> lock(g_groups_mutex);
-    g_groups.push_back(group.get());
-    return group.release();
-}
-
-void tensor_parallel_free(void *opaque) {
-    std::unique_ptr<Group> group(static_cast<Group *>(opaque));
-    if (group == nullptr) return;
-    {
-        std::lock_guard<std::mutex> lock(g_groups_mutex);
-        g_groups.erase(std::remove(g_groups.begin(), g_groups.end(), group.get()), g_groups.end());
-    }
-    leave(group.get());
-}
-
-bool tensor_parallel_allreduce(void *opaque, ggml_tensor **tensors) {
-    auto *group = static_cast<Group *>(opaque);
-    std::lock_guard<std::mutex> lock(g_groups_mutex);
+// One one-way command to each server; false when the step is ggml's to do.
+bool all_reduce_locked(Group *group, ggml_tensor **tensors) {
     if (!members_alive_locked(group) || !step_fits(*group, tensors)) return false;
     const size_t bytes = ggml_nbytes(tensors[0]);
     for (size_t rank = 0; rank < group->members.size(); ++rank) {
@@ -180,6 +153,49 @@ bool tensor_parallel_allreduce(void *opaque, ggml_tensor **tensors) {
         }
     }
     return true;
+}
+
+}  // namespace
+
+void *tensor_parallel_init(ggml_backend_t *backends, size_t n_backends) {
+    if (n_backends < 2 || n_backends > PeerExchange::kMaxRanks) return nullptr;
+    auto group = std::make_unique<Group>();
+    if (!gather_members(backends, n_backends, &group->members)) return nullptr;
+    if (Status status = join(group.get()); !status) {
+        log(GGML_LOG_LEVEL_WARN, "tensor parallelism: %s; partial results go through this process",
+            status.message().c_str());
+        leave(group.get());
+        return nullptr;
+    }
+    for (const Member &member : group->members) remote_backend_set_grouped(member.backend, true);
+    std::lock_guard<std::mutex> lock(g_groups_mutex);
+    g_groups.push_back(group.get());
+    ++g_counts.groups;
+    return group.release();
+}
+
+void tensor_parallel_free(void *opaque) {
+    std::unique_ptr<Group> group(static_cast<Group *>(opaque));
+    if (group == nullptr) return;
+    {
+        std::lock_guard<std::mutex> lock(g_groups_mutex);
+        g_groups.erase(std::remove(g_groups.begin(), g_groups.end(), group.get()), g_groups.end());
+    }
+    for (const Member &member : group->members) remote_backend_set_grouped(member.backend, false);
+    leave(group.get());
+}
+
+bool tensor_parallel_allreduce(void *opaque, ggml_tensor **tensors) {
+    auto *group = static_cast<Group *>(opaque);
+    std::lock_guard<std::mutex> lock(g_groups_mutex);
+    const bool done = all_reduce_locked(group, tensors);
+    ++(done ? g_counts.by_servers : g_counts.left_to_ggml);
+    return done;
+}
+
+TensorParallelCounts tensor_parallel_counts() {
+    std::lock_guard<std::mutex> lock(g_groups_mutex);
+    return g_counts;
 }
 
 void tensor_parallel_member_lost(const RemoteDevice *device) {

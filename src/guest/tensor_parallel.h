@@ -23,6 +23,13 @@ void tensor_parallel_free(void *group);
 // ggml_backend_comm_allreduce_tensor_t: `tensors` holds one per backend, in the
 // group's order; false: ggml does this step itself.
 bool tensor_parallel_allreduce(void *group, ggml_tensor **tensors);
+// What the groups did so far (GGML_REMOTE_STATS=1 prints it at exit).
+struct TensorParallelCounts {
+    uint64_t groups = 0;        // groups made
+    uint64_t by_servers = 0;    // all-reduces the servers did among themselves
+    uint64_t left_to_ggml = 0;  // all-reduces answered false: ggml's, through this process
+};
+TensorParallelCounts tensor_parallel_counts();
 // The connection to `device`'s server was lost: every group it is in fails its
 // steps at once on the other servers, instead of their waiting for it.
 void tensor_parallel_member_lost(const RemoteDevice *device);

@@ -6,3 +6,7 @@ target_link_libraries(ggml-remote-async-client PRIVATE ggml_all)
 add_integration_test(async_stream async_stream.sh $<TARGET_FILE:ggml-remote-async-client>)
 add_integration_test(llama_pipeline_unix llama_pipeline.sh unix)
 add_integration_test(llama_pipeline_shm llama_pipeline.sh shm)
+# llama_tensor_split_{shm,unix}: -sm tensor over two servers that sum their partial
+# results among themselves; tokens equal ggml's own all-reduce's and the CPU's.
+add_integration_test(llama_tensor_split_shm llama_tensor_split.sh shm)
+add_integration_test(llama_tensor_split_unix llama_tensor_split.sh unix)

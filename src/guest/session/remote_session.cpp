@@ -1,5 +1,7 @@
 #include "guest/session/remote_session.h"
 
+#include <utility>
+
 namespace ggml_remote::guest {
 
 using namespace protocol;
@@ -91,6 +93,21 @@ Status RemoteSession::compute_graph_again(uint64_t backend, const GraphTicket &t
 
 Status RemoteSession::synchronize(uint64_t backend) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (Status status = reconnector_.refuse_if_lost(pipeline_, &terms_); !status) return status;
+    Status status = pipeline_.synchronize(backend, pipeline_.last_compute());
+    reconnector_.recover(pipeline_, &terms_);
+    return status;
+}
+
+void RemoteSession::note_compute_in_flight(uint64_t backend) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_backend_ = backend;
+}
+
+Status RemoteSession::finish_compute_in_flight() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t backend = std::exchange(in_flight_backend_, 0);
+    if (backend == 0 || pipeline_.passed(pipeline_.last_compute())) return Status::success();
     if (Status status = reconnector_.refuse_if_lost(pipeline_, &terms_); !status) return status;
     Status status = pipeline_.synchronize(backend, pipeline_.last_compute());
     reconnector_.recover(pipeline_, &terms_);

@@ -71,6 +71,11 @@ class RemoteSession : public SessionCalls {
     // Waits for the host to finish the computes sent so far and reads the replies
     // of run_later() calls; a round trip only when one of those is outstanding.
     Status synchronize(uint64_t backend);
+    // A compute of `backend` that returned at once over shared memory (a backend
+    // in a tensor-parallel group): the buffers this process maps may still change.
+    void note_compute_in_flight(uint64_t backend);
+    // Waits for such a compute before this process touches shared memory itself.
+    Status finish_compute_in_flight();
     // Events: a mark is the position of the last command sent; the host works in
     // order, so everything up to a mark is done once any later reply has come.
     uint64_t mark();
@@ -124,6 +129,7 @@ class RemoteSession : public SessionCalls {
     GuestOptions options_;
     HandshakeAsk ask_;
     SessionTerms terms_;
+    uint64_t in_flight_backend_ = 0;       // note_compute_in_flight's, until finished
     std::shared_ptr<GuestRegion> region_;  // ivshmem: the region the session runs in
     CallPipeline pipeline_;
     Reconnector reconnector_;

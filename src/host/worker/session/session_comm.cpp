@@ -58,8 +58,8 @@ Status Session::handle(const CommAllReduce::Request &request, Call<CommAllReduce
                                             std::to_string(request.tensor.offset) + " are no aligned F32 values");
     }
     if (request.tensor.size > group->exchange.place().slot_bytes) {
-        return error(Code::bad_request, "comm_all_reduce: " + std::to_string(request.tensor.size) +
-                                            " bytes exceed the group's slot");
+        return error(Code::bad_request,
+                     "comm_all_reduce: " + std::to_string(request.tensor.size) + " bytes exceed the group's slot");
     }
     const size_t count = request.tensor.size / sizeof(float);
     return write_range(request.tensor, [&](ggml_tensor *bytes) {

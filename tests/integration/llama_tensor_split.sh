@@ -1,0 +1,56 @@
+# llama_tensor_split: llama.cpp's -sm tensor (ggml's meta backend) over two of our
+# servers, whose partial results the servers sum among themselves (the plugin's
+# comm all-reduce, PeerExchange).
+#
+# The oracle: ggml's own all-reduce, through this process, adds the same two
+# partials in the same order, so over TCP (where the plugin leaves every step to
+# ggml) the tokens must be the same bits; and the same as the CPU's alone. The
+# guest's counts must show that the servers did the steps (not ggml), so that a
+# plugin that silently left them to ggml fails here.
+# usage: llama_tensor_split.sh shm|unix
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/llama_helpers.sh"
+transport=${1:?usage: llama_tensor_split.sh shm|unix}
+
+start_server first
+start_server second
+case $transport in
+    unix) ours="$first_UNIX,$second_UNIX" ;;
+    shm) ours="shm:${first_UNIX#unix:},shm:${second_UNIX#unix:}" ;;
+    *) fail "unknown transport '$transport'" ;;
+esac
+N=32
+path=$(model small f16)
+
+# complete NAME [ARGS...]: llama-completion's greedy tokens, one thread.
+complete() {
+    local name=$1 rc=0
+    shift
+    timeout "$GUEST_TIMEOUT" llama-completion -m "$path" -n "$N" --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
+        -p "$PROMPT" "$@" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+    [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "$name: llama-completion exited with $rc"; }
+    assert_generated "$name"
+}
+
+unset GGML_BACKEND_PATH GGML_REMOTE_SERVERS  # the local run takes neither
+complete local
+GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS=$ours GGML_REMOTE_STATS=1 complete ours -ngl 99 -sm tensor
+GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS="$first_TCP,$second_TCP" GGML_REMOTE_STATS=1 \
+    complete ggml_own -ngl 99 -sm tensor
+
+counts=$(grep 'tensor parallelism:' "$WORK/ours.err" || true)
+[ -n "$counts" ] || fail "no tensor-parallel group over $transport: $(grep -i 'tensor\|meta' "$WORK/ours.err" | head -5)"
+by_servers=$(sed -n 's/.* \([0-9][0-9]*\) all-reduces between servers.*/\1/p' <<<"$counts")
+[ "${by_servers:-0}" -ge $((N * 2)) ] || fail "the servers did only ${by_servers:-0} all-reduces: $counts"
+if grep -q 'tensor parallelism:' "$WORK/ggml_own.err"; then
+    fail "over TCP the plugin must leave the all-reduce to ggml: $(grep 'tensor parallelism:' "$WORK/ggml_own.err")"
+fi
+assert_same_tokens ggml_own ours
+assert_same_tokens local ours
+for server in first second; do
+    log_var=${server}_LOG
+    assert_session_computed "${!log_var}" 1 $((N - 1))
+done
+note "$counts"
+note "same $N tokens as ggml's own all-reduce and the CPU: $(head -c 80 "$WORK/ours.out")..."
+echo PASS
