@@ -165,6 +165,11 @@ Status run_graph(RemoteBackend *remote, ggml_cgraph *graph) {
 
 enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
     RemoteBackend *remote = context_of(backend);
+    if (std::string why; remote->grouped && tensor_parallel_compute_refused(remote->device, &why)) {
+        log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: the tensor-parallel group lost a server (%s)",
+            remote->device->name().c_str(), why.c_str());
+        return GGML_STATUS_FAILED;
+    }
     RemoteSession &session = remote->device->session();
     const uint64_t reconnections = session.reconnections();
     Status status = run_graph(remote, graph);
@@ -184,7 +189,7 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *grap
 
 enum ggml_status finish_compute(RemoteBackend *remote, Status status) {
     if (!status) {
-        if (status.code() == Code::disconnected) tensor_parallel_member_lost(remote->device);
+        if (remote->grouped) tensor_parallel_member_failed(remote->device, status);
         if (status.code() != Code::disconnected) {
             log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: %s", remote->device->name().c_str(),
                 status.message().c_str());
@@ -278,7 +283,7 @@ void report(RemoteBackend *remote, const char *what, const Status &status) {
 void backend_synchronize(ggml_backend_t backend) {
     RemoteBackend *remote = context_of(backend);
     Status status = remote->device->session().synchronize(remote->handle);
-    if (!status && status.code() == Code::disconnected) tensor_parallel_member_lost(remote->device);
+    if (!status && remote->grouped) tensor_parallel_member_failed(remote->device, status);
     if (!status) report(remote, "synchronize", status);
 }
 

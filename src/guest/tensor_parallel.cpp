@@ -6,6 +6,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "guest/backend.h"
@@ -26,7 +28,7 @@ namespace {
 constexpr uint64_t kSlotBytes = 16ull << 20;
 // How long a server waits for the others at a step: a peer still computing a
 // large batch's sub-graph may be seconds behind. A lost server is told sooner
-// (tensor_parallel_member_lost).
+// (tensor_parallel_member_failed).
 constexpr uint32_t kPeerWaitMs = 30000;
 
 struct Member {
@@ -39,17 +41,19 @@ struct Member {
 struct Group {
     std::vector<Member> members;
     UniqueFd file;
-    PeerExchange watch;  // our mapping of the file: to mark a lost server gone
-    bool usable = true;  // false once a member was lost: ggml does the steps
+    PeerExchange watch;             // our mapping of the file: to mark a lost server gone
+    bool usable = true;             // false once a member failed: ggml does the steps
+    std::string failure_to_report;  // for the group's next compute (tensor_parallel_compute_refused)
 };
 
-// The live groups, for tensor_parallel_member_lost, and the counts, under one lock.
+// The live groups, for tensor_parallel_member_failed, and the counts, under one lock.
 std::mutex g_groups_mutex;
 std::vector<Group *> g_groups;
 TensorParallelCounts g_counts;
 
-void mark_lost_locked(Group *group, size_t rank) {
+void mark_lost_locked(Group *group, size_t rank, const std::string &why) {
     group->watch.mark_gone(static_cast<uint32_t>(rank));
+    if (group->usable) group->failure_to_report = why;
     group->usable = false;
 }
 
@@ -113,7 +117,9 @@ Status join(Group *group) {
 bool members_alive_locked(Group *group) {
     for (size_t rank = 0; rank < group->members.size(); ++rank) {
         Member &member = group->members[rank];
-        if (member.device->session().reconnections() != member.reconnections) mark_lost_locked(group, rank);
+        if (member.device->session().reconnections() != member.reconnections) {
+            mark_lost_locked(group, rank, member.device->name() + " was connected again, outside the group");
+        }
     }
     return group->usable;
 }
@@ -146,7 +152,7 @@ bool all_reduce_locked(Group *group, ggml_tensor **tensors) {
         Status status = member.device->session().post_now<CommAllReduce>({member.comm, range});
         if (!status) {
             // The servers before it wait for it at this step: they fail it at once.
-            mark_lost_locked(group, rank);
+            mark_lost_locked(group, rank, member.device->name() + ": " + status.message());
             log(GGML_LOG_LEVEL_ERROR, "%s: tensor-parallel all-reduce failed: %s", member.device->name().c_str(),
                 status.message().c_str());
             return false;
@@ -198,13 +204,28 @@ TensorParallelCounts tensor_parallel_counts() {
     return g_counts;
 }
 
-void tensor_parallel_member_lost(const RemoteDevice *device) {
+void tensor_parallel_member_failed(const RemoteDevice *device, const Status &why) {
     std::lock_guard<std::mutex> lock(g_groups_mutex);
     for (Group *group : g_groups) {
         for (size_t rank = 0; rank < group->members.size(); ++rank) {
-            if (group->members[rank].device == device) mark_lost_locked(group, rank);
+            if (group->members[rank].device == device) {
+                mark_lost_locked(group, rank, device->name() + ": " + why.message());
+            }
         }
     }
+}
+
+bool tensor_parallel_compute_refused(const RemoteDevice *device, std::string *why) {
+    std::lock_guard<std::mutex> lock(g_groups_mutex);
+    for (Group *group : g_groups) {
+        if (group->failure_to_report.empty()) continue;
+        for (const Member &member : group->members) {
+            if (member.device != device) continue;
+            *why = std::exchange(group->failure_to_report, std::string());
+            return true;
+        }
+    }
+    return false;
 }
 
 }  // namespace ggml_remote::guest

@@ -12,6 +12,11 @@
 
 #include <ggml-backend.h>
 
+#include <cstdint>
+#include <string>
+
+#include "protocol/status.h"
+
 namespace ggml_remote::guest {
 
 class RemoteDevice;
@@ -30,8 +35,14 @@ struct TensorParallelCounts {
     uint64_t left_to_ggml = 0;  // all-reduces answered false: ggml's, through this process
 };
 TensorParallelCounts tensor_parallel_counts();
-// The connection to `device`'s server was lost: every group it is in fails its
-// steps at once on the other servers, instead of their waiting for it.
-void tensor_parallel_member_lost(const RemoteDevice *device);
+// A call of `device`'s backend failed (its connection lost, or a step failed on
+// its server): its groups are done. The other servers fail their steps at once
+// instead of waiting for it, ggml does every later step, and the next compute of
+// the group fails with `why`, so that the application hears of the token it
+// lost. The servers' groups are not made again on a new connection.
+void tensor_parallel_member_failed(const RemoteDevice *device, const Status &why);
+// Whether the compute about to start on `device`'s grouped backend must fail
+// (tensor_parallel_member_failed), and why; told once per group.
+bool tensor_parallel_compute_refused(const RemoteDevice *device, std::string *why);
 
 }  // namespace ggml_remote::guest

@@ -1,10 +1,13 @@
 #include "transport/peer_exchange.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <ctime>
@@ -24,6 +27,20 @@ constexpr auto kSpin = std::chrono::microseconds(30);
 long futex(std::atomic<uint32_t> *word, int op, uint32_t value, const timespec *timeout) {
     // Not FUTEX_PRIVATE: the word is in memory shared with other processes.
     return ::syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), op, value, timeout, nullptr, 0);
+}
+
+// How often a rank that waits asleep looks whether the peer's process still lives.
+constexpr auto kLivenessCheck = std::chrono::milliseconds(100);
+
+// The byte of the file whose lock says that `rank`'s process lives (beyond the
+// file's end: locks need no bytes there, and no data is locked).
+struct flock lock_of(uint32_t rank, short type) {
+    struct flock lock{};
+    lock.l_type = type;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = static_cast<off_t>((1ull << 40) + rank);
+    lock.l_len = 1;
+    return lock;
 }
 
 timespec as_timespec(std::chrono::nanoseconds span) {
@@ -76,10 +93,17 @@ Status PeerExchange::watch(int fd, const Place &place, PeerExchange *exchange) {
     return Status::success();
 }
 
-Status PeerExchange::attach(int fd, const Place &place, PeerExchange *exchange) {
+Status PeerExchange::attach(UniqueFd file, const Place &place, PeerExchange *exchange) {
     if (Status s = check_place(place); !s) return s;
-    if (Status s = check_sealed_memory(fd, area_bytes(place)); !s) return s;
-    if (Status s = watch(fd, place, exchange); !s) return s;
+    if (Status s = check_sealed_memory(file.get(), area_bytes(place)); !s) return s;
+    struct flock rank_lock = lock_of(place.rank, F_WRLCK);
+    if (::fcntl(file.get(), F_SETLK, &rank_lock) != 0) {
+        return error(Code::bad_request, "rank " + std::to_string(place.rank) +
+                                            " of the group is another process's already: " + std::strerror(errno));
+    }
+    if (Status s = watch(file.get(), place, exchange); !s) return s;
+    exchange->file_ = std::move(file);
+    exchange->watch_peer_processes_ = true;
     Header *own = exchange->header(place.rank);
     std::memcpy(own->token, place.token.data(), sizeof(own->token));
     own->bytes.store(0, std::memory_order_relaxed);
@@ -95,6 +119,12 @@ float *PeerExchange::slot(uint32_t rank, uint32_t step) const {
     const uint64_t index = uint64_t{rank} * 2 + (step % 2);
     uint8_t *base = static_cast<uint8_t *>(mapping_.data()) + uint64_t{place_.ranks} * kHeaderBytes;
     return reinterpret_cast<float *>(base + index * place_.slot_bytes);
+}
+
+bool PeerExchange::peer_process_alive(uint32_t rank) const {
+    struct flock probe = lock_of(rank, F_WRLCK);
+    if (::fcntl(file_.get(), F_GETLK, &probe) != 0) return true;  // cannot tell: the deadline decides
+    return probe.l_type != F_UNLCK;
 }
 
 Status PeerExchange::fail(Status status) {
@@ -116,7 +146,7 @@ Status PeerExchange::wait_for(uint32_t rank, uint32_t step, uint64_t bytes,
     const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     for (;;) {
         const uint32_t seen = peer->published.load(std::memory_order_acquire);
-        if (seen == kGone) return error(Code::disconnected, who + " left the group (its server was lost)");
+        if (seen == kGone) return error(Code::error, who + " left the group (its server was lost)");
         const uint32_t ahead = seen - step;  // 0: at our step; 1: one past it
         if (ahead <= 1) break;
         if (seen != step - 1) {
@@ -126,8 +156,11 @@ Status PeerExchange::wait_for(uint32_t rank, uint32_t step, uint64_t bytes,
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) return error(Code::error, who + " sent nothing for step " + std::to_string(step));
         if (now < spin_until) continue;
-        const timespec left = as_timespec(deadline - now);
-        (void)futex(&peer->published, FUTEX_WAIT, seen, &left);
+        if (watch_peer_processes_ && !peer_process_alive(rank)) {
+            return error(Code::error, who + " is gone: its server's process ended");
+        }
+        const timespec nap = as_timespec(std::min<std::chrono::nanoseconds>(deadline - now, kLivenessCheck));
+        (void)futex(&peer->published, FUTEX_WAIT, seen, &nap);
     }
     uint8_t token[sizeof(Token)];
     std::memcpy(token, peer->token, sizeof(token));

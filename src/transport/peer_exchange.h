@@ -55,8 +55,10 @@ class PeerExchange {
     // Makes the memory file for `place`'s group (guest side).
     static Status create_area(const Place &place, UniqueFd *file);
     // Maps a memory file that a guest made (server side): it must be sealed against
-    // shrinking and hold area_bytes(place).
-    static Status attach(int fd, const Place &place, PeerExchange *exchange);
+    // shrinking and hold area_bytes(place). The member keeps the descriptor, with a
+    // lock on its rank's byte that the kernel drops when its process ends: that is
+    // how the others tell a peer that died from one that is slow.
+    static Status attach(UniqueFd file, const Place &place, PeerExchange *exchange);
     // The guest's own mapping of the file it made, to mark ranks gone.
     static Status watch(int fd, const Place &place, PeerExchange *exchange);
 
@@ -69,6 +71,9 @@ class PeerExchange {
     // the others fail their steps at once instead of waiting for it.
     void mark_gone(uint32_t rank);
 
+    // Ranks in one process hold no lock against each other (POSIX locks are the
+    // process's): tests that run a group in threads turn the check off.
+    void watch_peer_processes(bool watch) { watch_peer_processes_ = watch; }
     const Place &place() const { return place_; }
     uint32_t steps() const { return step_; }
 
@@ -80,8 +85,13 @@ class PeerExchange {
     Status wait_for(uint32_t rank, uint32_t step, uint64_t bytes, std::chrono::steady_clock::time_point deadline);
     Status fail(Status status);
 
+    // Whether the process of `rank` still holds its rank's lock.
+    bool peer_process_alive(uint32_t rank) const;
+
+    UniqueFd file_;  // attach's: closing it would drop our lock
     Mapping mapping_;
     Place place_;
+    bool watch_peer_processes_ = false;
     uint32_t step_ = 0;  // the last step this rank published
     Status broken_;
 };

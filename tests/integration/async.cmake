@@ -10,3 +10,6 @@ add_integration_test(llama_pipeline_shm llama_pipeline.sh shm)
 # results among themselves; tokens equal ggml's own all-reduce's and the CPU's.
 add_integration_test(llama_tensor_split_shm llama_tensor_split.sh shm)
 add_integration_test(llama_tensor_split_unix llama_tensor_split.sh unix)
+# A server of the group killed mid-token: the guest fails fast and clearly, both
+# servers go on.
+add_integration_test(errors_tensor_peer_killed errors_tensor_peer_killed.sh)

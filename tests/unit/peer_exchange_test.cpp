@@ -3,6 +3,8 @@
 #include "transport/peer_exchange.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <thread>
@@ -29,7 +31,10 @@ struct Group {
     explicit Group(uint32_t ranks, uint8_t token_byte = 7) : members(ranks) {
         EXPECT_TRUE(PeerExchange::create_area(place_of(0, ranks), &file).ok());
         for (uint32_t rank = 0; rank < ranks; ++rank) {
-            EXPECT_TRUE(PeerExchange::attach(file.get(), place_of(rank, ranks, token_byte), &members[rank]).ok());
+            EXPECT_TRUE(
+                PeerExchange::attach(UniqueFd(::dup(file.get())), place_of(rank, ranks, token_byte), &members[rank])
+                    .ok());
+            members[rank].watch_peer_processes(false);  // one process: no locks between its ranks
         }
     }
     UniqueFd file;
@@ -87,8 +92,9 @@ TEST(PeerExchange, APeerOfAnotherTokenIsRefused) {
     UniqueFd file;
     ASSERT_TRUE(PeerExchange::create_area(place_of(0, 2), &file).ok());
     PeerExchange ours, theirs;
-    ASSERT_TRUE(PeerExchange::attach(file.get(), place_of(0, 2, 7), &ours).ok());
-    ASSERT_TRUE(PeerExchange::attach(file.get(), place_of(1, 2, 9), &theirs).ok());
+    ASSERT_TRUE(PeerExchange::attach(UniqueFd(::dup(file.get())), place_of(0, 2, 7), &ours).ok());
+    ASSERT_TRUE(PeerExchange::attach(UniqueFd(::dup(file.get())), place_of(1, 2, 9), &theirs).ok());
+    ours.watch_peer_processes(false);
     float mine[2] = {1, 2}, other[2] = {3, 4};
     std::thread peer([&] { (void)theirs.all_reduce_f32(other, 2, 200ms); });
     const Status status = ours.all_reduce_f32(mine, 2, 5s);
@@ -133,9 +139,62 @@ TEST(PeerExchange, ARankMarkedGoneFailsTheOthersAtOnce) {
     const auto start = std::chrono::steady_clock::now();
     const Status status = group.members[0].all_reduce_f32(values, 2, 30s);
     lost.join();
-    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_EQ(status.code(), Code::error) << "not this session's own connection";
     EXPECT_NE(status.message().find("left the group"), std::string::npos) << status.message();
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "woken, not timed out";
+}
+
+// A member in another process that dies: its lock goes with it, and the rank
+// waiting for it fails at once instead of at its deadline.
+TEST(PeerExchange, APeerWhoseProcessEndedFailsTheStepAtOnce) {
+    UniqueFd file;
+    ASSERT_TRUE(PeerExchange::create_area(place_of(0, 2), &file).ok());
+    PeerExchange ours;
+    ASSERT_TRUE(PeerExchange::attach(UniqueFd(::dup(file.get())), place_of(0, 2), &ours).ok());
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t peer = ::fork();
+    if (peer == 0) {
+        PeerExchange theirs;
+        const bool attached = PeerExchange::attach(UniqueFd(::dup(file.get())), place_of(1, 2), &theirs).ok();
+        const char byte = attached ? 1 : 0;
+        (void)!::write(ready[1], &byte, 1);
+        ::usleep(200 * 1000);  // alive while the parent starts waiting, then gone
+        ::_exit(0);
+    }
+    ::close(ready[1]);
+    char attached = 0;
+    ASSERT_EQ(::read(ready[0], &attached, 1), 1);
+    ::close(ready[0]);
+    ASSERT_EQ(attached, 1);
+    const auto start = std::chrono::steady_clock::now();
+    float values[2] = {};
+    const Status status = ours.all_reduce_f32(values, 2, 30s);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    ::waitpid(peer, nullptr, 0);
+    EXPECT_EQ(status.code(), Code::error);
+    EXPECT_NE(status.message().find("process ended"), std::string::npos) << status.message();
+    EXPECT_GE(waited, 150ms) << "not gone while it lived";
+    EXPECT_LT(waited, 5s);
+}
+
+TEST(PeerExchange, ARankBelongsToOneProcess) {
+    UniqueFd file;
+    ASSERT_TRUE(PeerExchange::create_area(place_of(0, 2), &file).ok());
+    const pid_t other = ::fork();
+    if (other == 0) {
+        PeerExchange first;
+        const bool attached = PeerExchange::attach(UniqueFd(::dup(file.get())), place_of(0, 2), &first).ok();
+        ::usleep(300 * 1000);
+        ::_exit(attached ? 0 : 1);
+    }
+    ::usleep(100 * 1000);
+    PeerExchange second;
+    const Status status = PeerExchange::attach(UniqueFd(::dup(file.get())), place_of(0, 2), &second);
+    int child = 0;
+    ::waitpid(other, &child, 0);
+    ASSERT_TRUE(WIFEXITED(child) && WEXITSTATUS(child) == 0);
+    EXPECT_EQ(status.code(), Code::bad_request) << "two servers cannot both be rank 0";
 }
 
 TEST(PeerExchange, PlacesOutOfBoundsAndUnsealedFilesAreRefused) {
@@ -151,7 +210,7 @@ TEST(PeerExchange, PlacesOutOfBoundsAndUnsealedFilesAreRefused) {
     UniqueFd small;
     ASSERT_TRUE(create_shared_memory(4096, "too-small", &small).ok());
     PeerExchange exchange;
-    EXPECT_FALSE(PeerExchange::attach(small.get(), place_of(0, 2), &exchange).ok()) << "shorter than the area";
+    EXPECT_FALSE(PeerExchange::attach(std::move(small), place_of(0, 2), &exchange).ok()) << "shorter than the area";
 }
 
 TEST(PeerExchange, AnAllReduceLargerThanTheSlotIsRefused) {

@@ -42,8 +42,9 @@ Status Session::handle(const CommJoin::Request &request, Call<CommJoin> &call) {
     }
     Group group;
     group.wait = std::chrono::milliseconds(request.wait_ms);
-    if (Status s = PeerExchange::attach(call.fds.front().get(), place, &group.exchange); !s) return s;
+    UniqueFd file = std::move(call.fds.front());
     call.fds.clear();
+    if (Status s = PeerExchange::attach(std::move(file), place, &group.exchange); !s) return s;
     group.charged = PeerExchange::area_bytes(place);
     memory_in_use_ += group.charged;
     call.reply.comm = groups_.insert(std::move(group));
