@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,6 +29,7 @@
 #include "protocol/commands.h"
 #include "protocol/content_digest.h"
 #include "protocol/tensor_codec.h"
+#include "transport/peer_exchange.h"
 #include "transport/shared_memory.h"
 
 namespace ggml_remote::host {
@@ -1045,6 +1047,167 @@ std::vector<uint8_t> counting_bytes(size_t size) {
     std::vector<uint8_t> bytes(size);
     for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>(i % 251);
     return bytes;
+}
+
+// Tensor parallelism: the session joins its guest's group of servers through a
+// memory file (PeerExchange) and sums a tensor with the other servers'.
+class CpuSessionInGroup : public CpuSession {
+  protected:
+    void SetUp() override {
+        CpuSession::SetUp();
+        session->allow_shared_memory();
+        Hello::Request request;
+        request.capabilities = kSessionPeerExchange;
+        Outcome outcome = call<Hello>(request);
+        ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+        ASSERT_NE(outcome.reply<Hello::Reply>().capabilities & kSessionPeerExchange, 0u);
+        ASSERT_TRUE(PeerExchange::create_area(place(0), &file).ok());
+    }
+
+    PeerExchange::Place place(uint32_t rank) const {
+        PeerExchange::Place place;
+        place.rank = rank;
+        place.ranks = 2;
+        place.slot_bytes = 4096;
+        place.token.fill(5);
+        return place;
+    }
+
+    CommJoin::Request join_request(uint32_t wait_ms = 5000) const {
+        CommJoin::Request request{};
+        request.rank = 0;
+        request.ranks = 2;
+        request.slot_bytes = 4096;
+        request.wait_ms = wait_ms;
+        std::memset(request.token, 5, sizeof(request.token));
+        return request;
+    }
+
+    Outcome join(const CommJoin::Request &request, int fd) {
+        std::vector<UniqueFd> fds;
+        if (fd >= 0) fds.emplace_back(::dup(fd));
+        return call<CommJoin>(request, ByteView(), &fds);
+    }
+
+    uint64_t joined(uint32_t wait_ms = 5000) {
+        Outcome outcome = join(join_request(wait_ms), file.get());
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status.message();
+        return outcome.status.ok() ? outcome.reply<CommJoin::Reply>().comm : 0;
+    }
+
+    Status set_floats(uint64_t buffer, const std::vector<float> &values) {
+        std::vector<uint8_t> bytes(values.size() * sizeof(float));
+        std::memcpy(bytes.data(), values.data(), bytes.size());
+        return set(buffer, 0, bytes);
+    }
+
+    std::vector<float> get_floats(uint64_t buffer, size_t count) {
+        const std::vector<uint8_t> bytes = get(buffer, 0, count * sizeof(float));
+        std::vector<float> values(count);
+        std::memcpy(values.data(), bytes.data(), std::min(bytes.size(), values.size() * sizeof(float)));
+        return values;
+    }
+
+    UniqueFd file;
+};
+
+TEST_F(CpuSession, AGroupIsNotGrantedOffAUnixSocket) {
+    Hello::Request request;
+    request.capabilities = kSessionPeerExchange;
+    Outcome outcome = call<Hello>(request);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities & kSessionPeerExchange, 0u);
+    UniqueFd file;
+    ASSERT_TRUE(create_shared_memory(4096, "group", &file).ok());
+    std::vector<UniqueFd> fds;
+    fds.push_back(std::move(file));
+    EXPECT_EQ(call<CommJoin>(CommJoin::Request{0, 2, 64, 1000, {}}, ByteView(), &fds).status.code(), Code::unsupported);
+}
+
+TEST_F(CpuSessionInGroup, AJoinWithoutTheRightFileOrPlaceIsRefused) {
+    EXPECT_EQ(join(join_request(), -1).status.code(), Code::bad_request) << "no file";
+    UniqueFd small;
+    ASSERT_TRUE(create_shared_memory(4096, "small", &small).ok());
+    EXPECT_EQ(join(join_request(), small.get()).status.code(), Code::bad_request) << "shorter than the group's area";
+    CommJoin::Request alone = join_request();
+    alone.ranks = 1;
+    EXPECT_EQ(join(alone, file.get()).status.code(), Code::bad_request);
+    CommJoin::Request stranger = join_request();
+    stranger.rank = 7;
+    EXPECT_EQ(join(stranger, file.get()).status.code(), Code::bad_request);
+    EXPECT_EQ(join(join_request(0), file.get()).status.code(), Code::bad_request) << "no wait";
+    EXPECT_EQ(join(join_request(kMaxPeerWaitMs + 1), file.get()).status.code(), Code::bad_request);
+}
+
+TEST_F(CpuSessionInGroup, AnAllReduceOutsideItsBufferOrSlotIsRefused) {
+    const uint64_t comm = joined();
+    const uint64_t buffer = alloc(8192);
+    EXPECT_EQ(call<CommAllReduce>({comm, {buffer, 8192 - 8, 16}}).status.code(), Code::bad_request)
+        << "past the buffer";
+    EXPECT_EQ(call<CommAllReduce>({comm, {buffer, 2, 8}}).status.code(), Code::bad_request) << "misaligned";
+    EXPECT_EQ(call<CommAllReduce>({comm, {buffer, 0, 6}}).status.code(), Code::bad_request) << "not whole floats";
+    EXPECT_EQ(call<CommAllReduce>({comm, {buffer, 0, 8192}}).status.code(), Code::bad_request) << "past the slot";
+    EXPECT_EQ(call<CommAllReduce>({comm + 1, {buffer, 0, 16}}).status.code(), Code::not_found);
+}
+
+TEST_F(CpuSessionInGroup, AnAllReduceWhosePeerSendsNothingFailsAtItsWaitAndForGood) {
+    const uint64_t comm = joined(50);
+    const uint64_t buffer = alloc(64);
+    ASSERT_TRUE(set_floats(buffer, {1, 2, 3, 4}).ok());
+    // The peer's rank is held (its lock) by another process that sends nothing.
+    int attached[2];
+    ASSERT_EQ(::pipe(attached), 0);
+    const pid_t silent = ::fork();
+    if (silent == 0) {
+        PeerExchange peer;
+        (void)PeerExchange::attach(UniqueFd(::dup(file.get())), place(1), &peer);
+        (void)!::write(attached[1], "1", 1);
+        ::usleep(1000 * 1000);
+        ::_exit(0);
+    }
+    char byte = 0;
+    ASSERT_EQ(::read(attached[0], &byte, 1), 1);
+    ::close(attached[0]);
+    ::close(attached[1]);
+    const auto start = std::chrono::steady_clock::now();
+    const Outcome first = call<CommAllReduce>({comm, {buffer, 0, 16}});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+    const Outcome again = call<CommAllReduce>({comm, {buffer, 0, 16}});
+    ::kill(silent, SIGKILL);
+    ::waitpid(silent, nullptr, 0);
+    EXPECT_EQ(first.status.code(), Code::error);
+    EXPECT_THAT(first.status.message(), HasSubstr("sent nothing"));
+    EXPECT_EQ(again.status.message(), first.status.message()) << "the group stays failed";
+    EXPECT_THAT(get_floats(buffer, 4), ElementsAre(1, 2, 3, 4)) << "nothing was added";
+    EXPECT_TRUE(call<CommLeave>({comm}).status.ok());
+    EXPECT_EQ(call<CommLeave>({comm}).status.code(), Code::not_found);
+}
+
+TEST_F(CpuSessionInGroup, AnAllReduceAddsThePeersValuesInPlace) {
+    const uint64_t comm = joined();
+    const uint64_t buffer = alloc(64);
+    ASSERT_TRUE(set_floats(buffer, {1, 2, 3, 4}).ok());
+    int attached[2];
+    ASSERT_EQ(::pipe(attached), 0);
+    const pid_t peer = ::fork();
+    if (peer == 0) {
+        PeerExchange other;
+        if (!PeerExchange::attach(UniqueFd(::dup(file.get())), place(1), &other).ok()) ::_exit(1);
+        (void)!::write(attached[1], "1", 1);  // every rank joins before the first step
+        float values[4] = {10, 20, 30, 40};
+        ::_exit(other.all_reduce_f32(values, 4, std::chrono::seconds(10)).ok() && values[3] == 44 ? 0 : 2);
+    }
+    char byte = 0;
+    ASSERT_EQ(::read(attached[0], &byte, 1), 1);
+    ::close(attached[0]);
+    ::close(attached[1]);
+    const Outcome outcome = call<CommAllReduce>({comm, {buffer, 0, 16}});
+    int child = 0;
+    ::waitpid(peer, &child, 0);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_THAT(get_floats(buffer, 4), ElementsAre(11, 22, 33, 44));
+    EXPECT_TRUE(WIFEXITED(child) && WEXITSTATUS(child) == 0)
+        << "the peer holds the same sum (exit " << WEXITSTATUS(child) << ", status " << child << ")";
 }
 
 TEST_F(CpuSession, SharedMemoryIsNotGrantedUnlessTheServerAllowsIt) {
