@@ -14,7 +14,8 @@
 #   BENCH_VULKAN=0 skips the Vulkan section (issue 17; BENCH_VULKAN_MODELS="tiny small",
 #   BENCH_VULKAN_REPS=3 rounds) and the RTT section's Vulkan rows; without a Vulkan
 #   device both skip themselves.
-#   BENCH_RTT=0, BENCH_ACCOUNTING=0, BENCH_MANY=0 skip those sections (BENCH_MANY_*: see bench_many.sh)
+#   BENCH_RTT=0, BENCH_ACCOUNTING=0, BENCH_MANY=0, BENCH_TENSOR=0 skip those sections (BENCH_MANY_*:
+#   see bench_many.sh; BENCH_TENSOR_*: bench_tensor.sh)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -219,3 +220,9 @@ if [ "${BENCH_MANY:-1}" = 1 ]; then
 fi
 
 python3 "$here/bench_report.py" report "$out/results.json" <"$raw"
+
+# Tensor parallelism (issue 28): -sm layer against -sm tensor over two servers, ours
+# against ggml-rpc's, and the pinned setup; its own servers, knobs and tables.
+if [ "${BENCH_TENSOR:-1}" = 1 ]; then
+    "$here/bench_tensor.sh" "$build" || echo "bench: the tensor-parallel section failed" >&2
+fi
