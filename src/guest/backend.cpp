@@ -20,10 +20,10 @@ namespace {
 struct RemoteBackend : Restorable {
     RemoteDevice *device = nullptr;
     uint64_t handle = 0;
-    LastGraph last_graph;
-    GraphRetry retry;           // for the last graph: running it again on a new connection
-    int n_threads = 0;          // the last count sent; llama.cpp sets it again before every graph
-    bool host_reorders = true;  // until the host says its backend has no graph_optimize
+    RecentGraphs recent_graphs;  // the graphs of this backend the host keeps, to name again
+    GraphRetry retry;            // for the last graph: running it again on a new connection
+    int n_threads = 0;           // the last count sent; llama.cpp sets it again before every graph
+    bool host_reorders = true;   // until the host says its backend has no graph_optimize
     // In a tensor-parallel group (tensor_parallel.h): ggml's meta backend reaches
     // its buffers only through ggml's calls, so a compute returns at once over
     // shared memory too, and the servers of the group compute side by side.
@@ -38,7 +38,7 @@ struct RemoteBackend : Restorable {
     // A new connection: a new host backend under the same ggml backend.
     void restore(SessionCalls &calls, RestoreReport *report) override {
         handle = 0;
-        last_graph.forget();
+        recent_graphs.forget_all();
         BackendInit::Reply reply{};
         if (!calls.call<BackendInit>({device->remote_index()}).reply(&reply).run()) return;
         handle = reply.backend;
@@ -140,9 +140,9 @@ Status run_graph(RemoteBackend *remote, ggml_cgraph *graph) {
     // whose other servers would not run again with it).
     const bool may_retry = remote->device->shares_memory() && !remote->grouped;
     bool replayed = false;
-    if (remote->last_graph.same_as(graph)) {
+    if (const LastGraph *known = remote->recent_graphs.find(graph)) {
         if (may_retry && remote->retry.safe()) remote->retry.save_inputs();
-        Status status = session.compute_graph_again(remote->handle, remote->last_graph.ticket(), completion, &replayed);
+        Status status = session.compute_graph_again(remote->handle, known->ticket(), completion, &replayed);
         if (replayed) return status;
     }
     if (may_retry) {
@@ -156,9 +156,9 @@ Status run_graph(RemoteBackend *remote, ggml_cgraph *graph) {
     RemoteSession::GraphTicket ticket;
     Status status = session.compute_graph(remote->handle, encoded, completion, &ticket);
     if (status) {
-        remote->last_graph.record(graph, order, ticket);
+        remote->recent_graphs.record(graph, order, ticket);
     } else {
-        remote->last_graph.forget();
+        remote->recent_graphs.forget(graph);
     }
     return status;
 }

@@ -1,5 +1,6 @@
 #include "guest/last_graph.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ggml_remote::guest {
@@ -24,6 +25,40 @@ void LastGraph::record(ggml_cgraph *graph, const std::vector<const ggml_tensor *
     for (size_t k = 0; k < order.size(); ++k) std::memcpy(&contents_[k], order[k], sizeof(ggml_tensor));
     ticket_ = ticket;
     valid_ = true;
+}
+
+const ggml_tensor *first_node_of(ggml_cgraph *graph) {
+    return ggml_graph_n_nodes(graph) > 0 ? ggml_graph_node(graph, 0) : nullptr;
+}
+
+RecentGraphs::Entry *RecentGraphs::entry_for(const ggml_tensor *first_node) {
+    for (Entry &entry : entries_) {
+        if (first_node != nullptr && entry.graph.first_node() == first_node) return &entry;
+    }
+    return nullptr;
+}
+
+const LastGraph *RecentGraphs::find(ggml_cgraph *graph) {
+    Entry *entry = entry_for(first_node_of(graph));
+    if (entry == nullptr || !entry->graph.same_as(graph)) return nullptr;
+    entry->last_used = ++clock_;
+    return &entry->graph;
+}
+
+void RecentGraphs::record(ggml_cgraph *graph, const std::vector<const ggml_tensor *> &order,
+                          const RemoteSession::GraphTicket &ticket) {
+    Entry *entry = entry_for(first_node_of(graph));
+    if (entry == nullptr && entries_.size() < kMaxGraphs) entry = &entries_.emplace_back();
+    if (entry == nullptr) {
+        entry = &*std::min_element(entries_.begin(), entries_.end(),
+                                   [](const Entry &a, const Entry &b) { return a.last_used < b.last_used; });
+    }
+    entry->graph.record(graph, order, ticket);
+    entry->last_used = ++clock_;
+}
+
+void RecentGraphs::forget(ggml_cgraph *graph) {
+    if (Entry *entry = entry_for(first_node_of(graph))) entry->graph.forget();
 }
 
 }  // namespace ggml_remote::guest

@@ -80,5 +80,41 @@ TEST_F(LastGraphTest, AnotherNodeListIsAnotherGraph) {
     EXPECT_FALSE(last.same_as(longer)) << "one node more";
 }
 
+// Two sub-graphs in turn, as ggml's meta backend hands them to each server.
+TEST_F(LastGraphTest, RecentGraphsKeepSeveralGraphsEachWithItsTicket) {
+    ggml_tensor *d = ggml_mul(ctx.get(), a, b);
+    arena.place(d, 96);
+    ggml_cgraph *other = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(other, d);
+    protocol::TensorListEncoder encoder(arena.locator());
+    encoder.add_node(d);
+    ASSERT_FALSE(encoder.failed()) << encoder.error();
+    std::vector<const ggml_tensor *> order_c;
+    {
+        protocol::TensorListEncoder first(arena.locator());
+        first.add_node(c);
+        order_c = first.order();
+    }
+    RecentGraphs recent;
+    recent.record(graph, order_c, RemoteSession::GraphTicket{1, 11});
+    recent.record(other, encoder.order(), RemoteSession::GraphTicket{2, 22});
+    for (int token = 0; token < 3; ++token) {
+        const LastGraph *sum = recent.find(graph);
+        const LastGraph *product = recent.find(other);
+        ASSERT_NE(sum, nullptr);
+        ASSERT_NE(product, nullptr);
+        EXPECT_EQ(sum->ticket().stamp, 11u);
+        EXPECT_EQ(product->ticket().stamp, 22u);
+    }
+    d->op_params[0] = 1;  // a changed node is another graph
+    EXPECT_EQ(recent.find(other), nullptr);
+    recent.forget(graph);
+    EXPECT_EQ(recent.find(graph), nullptr);
+    recent.record(graph, order_c, RemoteSession::GraphTicket{1, 33});
+    EXPECT_EQ(recent.find(graph)->ticket().stamp, 33u) << "recorded again in its place";
+    recent.forget_all();
+    EXPECT_EQ(recent.find(graph), nullptr);
+}
+
 }  // namespace
 }  // namespace ggml_remote::guest
