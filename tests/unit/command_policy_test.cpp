@@ -34,12 +34,16 @@ TEST(CommandPolicy, OnlyTensorWritesKeepTheirTailInTheRingAndAStoreEntryOpen) {
     EXPECT_EQ(commands_with(kWritesWeights), writes);
 }
 
-TEST(CommandPolicy, OnlyGraphComputeFailuresAreLogged) {
-    EXPECT_EQ(commands_with(kFailureLogged), std::set<CommandId>{CommandId::graph_compute});
+// The failures of computes, and of the all-reduces between them (a peer server
+// gone or hostile), reach the server's log.
+TEST(CommandPolicy, OnlyComputeAndAllReduceFailuresAreLogged) {
+    EXPECT_EQ(commands_with(kFailureLogged),
+              (std::set<CommandId>{CommandId::graph_compute, CommandId::comm_all_reduce}));
 }
 
-TEST(CommandPolicy, ReleasesAreTheFrees) {
-    EXPECT_EQ(commands_with(kReleases), (std::set<CommandId>{CommandId::buffer_free, CommandId::backend_free}));
+TEST(CommandPolicy, ReleasesAreTheFreesAndLeavingAGroup) {
+    EXPECT_EQ(commands_with(kReleases),
+              (std::set<CommandId>{CommandId::buffer_free, CommandId::backend_free, CommandId::comm_leave}));
 }
 
 // A column that implies another: a tail read in place is a tail; a one-way command
