@@ -14,7 +14,7 @@ Status bad_endpoint(const std::string &text, const std::string &why) {
     return error(
         Code::bad_request,
         "invalid endpoint '" + text + "': " + why +
-            " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port, tls://host:port, "
+            " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port (or host:port), tls://host:port, "
             "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES[,reuse][,group=NAME])");
 }
 
@@ -110,7 +110,27 @@ bool Endpoint::is_loopback() const {
     return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+namespace {
+
+// "127.0.0.1:50053", "gpu-box:50053", "[::1]:50053": what llama.cpp's --rpc takes,
+// and tcp here too. No scheme, no path, a port of digits after the last colon, and
+// an IPv6 host only in brackets (a bare one cannot be told from its port).
+bool is_bare_host_port(const std::string &text) {
+    if (text.find('/') != std::string::npos) return false;
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
+    for (size_t i = colon + 1; i < text.size(); ++i) {
+        if (text[i] < '0' || text[i] > '9') return false;
+    }
+    const std::string host = text.substr(0, colon);
+    const bool bracketed = host.front() == '[' && host.back() == ']';
+    return bracketed || host.find(':') == std::string::npos;
+}
+
+}  // namespace
+
 Status parse_endpoint(const std::string &text, Endpoint *endpoint) {
+    if (is_bare_host_port(text)) return parse_endpoint("tcp://" + text, endpoint);
     Endpoint result;
     const bool shm = text.rfind("shm:", 0) == 0;
     if (text.rfind("unix:", 0) == 0 || shm) {

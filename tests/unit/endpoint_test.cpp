@@ -79,6 +79,24 @@ TEST(Endpoint, BracketedIpv6HostLosesItsBrackets) {
     EXPECT_EQ(endpoint.port, 8080);
 }
 
+// llama.cpp users write --rpc 127.0.0.1:50052: the same text names a tcp server here.
+TEST(Endpoint, ABareHostAndPortIsTcp) {
+    const Endpoint v4 = parse_ok("127.0.0.1:50153");
+    EXPECT_EQ(v4.kind, Endpoint::Kind::tcp);
+    EXPECT_EQ(v4.host, "127.0.0.1");
+    EXPECT_EQ(v4.port, 50153);
+    EXPECT_EQ(v4.to_string(), "tcp://127.0.0.1:50153");
+    const Endpoint named = parse_ok("gpu-box:50053");
+    EXPECT_EQ(named.kind, Endpoint::Kind::tcp);
+    EXPECT_EQ(named.host, "gpu-box");
+    const Endpoint v6 = parse_ok("[::1]:50053");
+    EXPECT_EQ(v6.kind, Endpoint::Kind::tcp);
+    EXPECT_EQ(v6.host, "::1");
+    for (const char *text : {"::1:50053", "host:", ":50053", "host:port", "host:99999", "a/b:1"}) {
+        EXPECT_EQ(parse_error(text).code(), Code::bad_request) << text;
+    }
+}
+
 TEST(Endpoint, UnknownSchemeIsRefusedNamingTheAcceptedForms) {
     for (const char *text : {"http://host:80", "udp://host:1", "/run/x.sock", "", "UNIX:/x", "tcp:/host:1", "shm"}) {
         Status status = parse_error(text);
