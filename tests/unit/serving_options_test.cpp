@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "host/common/serving_flags.h"
 
 namespace ggml_remote::host {
 namespace {
@@ -62,6 +66,52 @@ TEST_F(ServerEnvironment, MalformedSpinLimitIsNamedAndKeepsItsDefault) {
     EXPECT_FALSE(status.ok());
     EXPECT_THAT(status.message(), HasSubstr("GGML_REMOTE_RING_SPIN_US=fast"));
     EXPECT_EQ(options.waiting.max_spin_ns, 200000u);
+}
+
+// A command line as main() gets it.
+struct Argv {
+    explicit Argv(std::vector<std::string> words) : words(std::move(words)) {
+        for (std::string &word : this->words) pointers.push_back(word.data());
+    }
+    int argc() const { return static_cast<int>(pointers.size()); }
+    char **argv() { return pointers.data(); }
+    std::vector<std::string> words;
+    std::vector<char *> pointers;
+};
+
+TEST(CommandLine, AFlagTakesItsValueAfterItOrAfterAnEqualsSign) {
+    Argv line({"ggml-remote-server", "--threads=3", "--listen", "unix:/x.sock", "--listen=tcp://127.0.0.1:1",
+               "--keep-sessions", "-l", "unix:/y.sock"});
+    CommandLineCursor args(line.argc(), line.argv());
+    std::vector<std::pair<std::string, std::string>> seen;
+    std::vector<std::string> given;
+    while (args.next()) {
+        const std::string flag = args.flag();
+        seen.emplace_back(flag, flag == "--keep-sessions" ? "" : args.value());
+        args.append_given(&given);
+    }
+    EXPECT_THAT(seen,
+                ::testing::ElementsAre(std::make_pair("--threads", "3"), std::make_pair("--listen", "unix:/x.sock"),
+                                       std::make_pair("--listen", "tcp://127.0.0.1:1"),
+                                       std::make_pair("--keep-sessions", ""), std::make_pair("-l", "unix:/y.sock")));
+    EXPECT_THAT(given, ::testing::ElementsAre("--threads=3", "--listen", "unix:/x.sock", "--listen=tcp://127.0.0.1:1",
+                                              "--keep-sessions", "-l", "unix:/y.sock"))
+        << "the workers are handed the flags as given";
+}
+
+TEST(CommandLineDeathTest, AValueForAFlagThatTakesNoneIsAnError) {
+    Argv line({"ggml-remote-server", "--keep-sessions=yes"});
+    CommandLineCursor args(line.argc(), line.argv());
+    ASSERT_TRUE(args.next());
+    EXPECT_EQ(args.flag(), "--keep-sessions");
+    EXPECT_EXIT((void)args.next(), ::testing::ExitedWithCode(2), HasSubstr("--keep-sessions takes no value"));
+}
+
+TEST(CommandLineDeathTest, AFlagAtTheEndWithoutItsValueIsAnError) {
+    Argv line({"ggml-remote-server", "--threads"});
+    CommandLineCursor args(line.argc(), line.argv());
+    ASSERT_TRUE(args.next());
+    EXPECT_EXIT((void)args.value(), ::testing::ExitedWithCode(2), HasSubstr("--threads needs a value"));
 }
 
 }  // namespace

@@ -24,8 +24,14 @@ using ggml_remote::status::ServerReport;
 
 namespace {
 
+// The packaged server's socket (packaging/systemd/ggml-remote.socket): status asks
+// it when no --connect says otherwise.
+constexpr const char *kPackagedSocket = "unix:/run/ggml-remote/ggml-remote.sock";
+
 constexpr const char *kStatusUsage =
-    "usage: ggml-remote-server status --connect unix:/path/to.sock [--json] [--watch [SECONDS]]\n"
+    "usage: ggml-remote-server status [--connect ENDPOINT] [--json] [--watch [SECONDS]]\n"
+    "Asks the server at ENDPOINT (default unix:/run/ggml-remote/ggml-remote.sock, the\n"
+    "packaged server's socket).\n"
     "Prints the server's devices and live sessions (commands, bytes, computes, memory),\n"
     "each session's memory, buffers, backends and mapped files against its limits,\n"
     "its share of the host's cores, and how far the upload of its weights has come.\n"
@@ -38,6 +44,7 @@ constexpr double kMaxWatchSeconds = 86400;
 
 struct StatusArguments {
     std::string endpoint;
+    bool packaged_socket = false;  // no --connect: the packaged server's socket
     bool json = false;
     bool watch = false;
     double watch_seconds = 1;
@@ -64,6 +71,8 @@ std::optional<int> parse_status_arguments(int argc, char **argv, StatusArguments
         const std::string arg = argv[i];
         if ((arg == "--connect" || arg == "-c") && i + 1 < argc) {
             arguments->endpoint = argv[++i];
+        } else if (arg.rfind("--connect=", 0) == 0) {
+            arguments->endpoint = arg.substr(10);
         } else if (arg == "--json") {
             arguments->json = true;
         } else if (arg == "--watch") {
@@ -79,7 +88,10 @@ std::optional<int> parse_status_arguments(int argc, char **argv, StatusArguments
             return complain("unknown argument " + arg + " (see --help)", 2);
         }
     }
-    if (arguments->endpoint.empty()) return complain("--connect unix:/path/to.sock is required", 2);
+    if (arguments->endpoint.empty()) {
+        arguments->endpoint = kPackagedSocket;
+        arguments->packaged_socket = true;
+    }
     return std::nullopt;
 }
 
@@ -172,6 +184,9 @@ int run_status_command(int argc, char **argv) {
     options.reconnect = false;
     std::unique_ptr<guest::RemoteSession> session;
     Status status = guest::RemoteSession::open(endpoint, options, &session);
+    if (!status && arguments.packaged_socket) {
+        return complain(status.message() + " (the packaged server's socket; --connect ENDPOINT names another)", 1);
+    }
     if (!status) return complain(status.message(), 1);
     if (arguments.watch) return watch_server(endpoint, options, arguments, std::move(session));
     ServerReport report;

@@ -56,7 +56,32 @@ std::string absolute_path(const std::string &flag, const std::string &path) {
     return std::string(cwd) + "/" + path;
 }
 
+size_t CommandLineCursor::inline_value_at() const {
+    const std::string argument = argv_[first_];
+    if (argument.rfind("--", 0) != 0) return std::string::npos;
+    return argument.find('=');
+}
+
+bool CommandLineCursor::next() {
+    if (first_ < argc_ && first_ > 0 && inline_value_at() != std::string::npos && !inline_value_taken_) {
+        fail_command_line(flag() + " takes no value");
+    }
+    first_ = ++last_;
+    inline_value_taken_ = false;
+    return first_ < argc_;
+}
+
+std::string CommandLineCursor::flag() const {
+    const std::string argument = argv_[first_];
+    const size_t equals = inline_value_at();
+    return equals == std::string::npos ? argument : argument.substr(0, equals);
+}
+
 std::string CommandLineCursor::value() {
+    if (const size_t equals = inline_value_at(); equals != std::string::npos) {
+        inline_value_taken_ = true;
+        return std::string(argv_[first_]).substr(equals + 1);
+    }
     if (last_ + 1 >= argc_) fail_command_line(flag() + " needs a value");
     return argv_[++last_];
 }

@@ -22,18 +22,18 @@ int parse_int(const std::string &flag, const std::string &text, int min);
 // `path` made absolute against the working directory.
 std::string absolute_path(const std::string &flag, const std::string &path);
 
-// The command line, walked flag by flag; a flag's value is the argument after it.
+// The command line, walked flag by flag; a flag's value is the argument after it,
+// or, GNU style, what follows `=` in `--flag=value`.
 class CommandLineCursor {
   public:
     CommandLineCursor(int argc, char **argv) : argc_(argc), argv_(argv) {}
 
-    // Moves to the next flag; false past the last.
-    bool next() {
-        first_ = ++last_;
-        return first_ < argc_;
-    }
-    std::string flag() const { return argv_[first_]; }
-    // The flag's value: the next argument (fails without one).
+    // Moves to the next flag; false past the last. A `--flag=value` whose flag took
+    // no value (`--insecure=yes`) fails here, when the cursor moves past it.
+    bool next();
+    // The flag, without an `=value` it came with.
+    std::string flag() const;
+    // The flag's value: after its `=`, else the next argument (fails without one).
     std::string value();
     int int_value(int min) { return parse_int(flag(), value(), min); }
     uint64_t size_value() { return parse_size(flag(), value()); }
@@ -41,9 +41,13 @@ class CommandLineCursor {
     void append_given(std::vector<std::string> *command) const;
 
   private:
+    // The `=value` of `--flag=value` at first_, if any: npos otherwise.
+    size_t inline_value_at() const;
+
     int argc_;
     char **argv_;
     int first_ = 0, last_ = 0;
+    bool inline_value_taken_ = false;
 };
 
 // Reads one serving flag at `args` into `options`; false when it is not one.
