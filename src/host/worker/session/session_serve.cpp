@@ -6,6 +6,7 @@
 
 #include "host/worker/session/session.h"
 #include "host/worker/session/watchdog.h"
+#include "protocol/foreign_peers.h"
 
 namespace ggml_remote::host {
 
@@ -180,6 +181,11 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
     stream.set_peer_busy(loop.guest_busy);
     Status status = stream.receive_header(header, limits_.max_message_size);
     stream.set_peer_busy(false);
+    // Another protocol's client says so in its first bytes: told in words, before
+    // its "payload" is waited for.
+    if (!handshaken_ && (status.ok() || status.code() == Code::limit_exceeded)) {
+        if (Status foreign = refuse_foreign_peer(stream, *header); !foreign) return foreign;
+    }
     if (!status) {
         if (watchdog.expired()) return watchdog.failure();
         *ended = status.code() == Code::disconnected;
@@ -208,6 +214,14 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
     counters_.bytes_received += sizeof(*header) + header->payload_size;
     if (recorder_ != nullptr) recorder_->record(*header, ByteView(loop.payload.data(), loop.payload.size()));
     return Status::success();
+}
+
+Status Session::refuse_foreign_peer(FramedStream &stream, const protocol::FrameHeader &first) {
+    const protocol::ForeignPeer peer = protocol::recognise_foreign_peer(first);
+    if (peer == protocol::ForeignPeer::none) return Status::success();
+    // A TLS client stops at an alert with an error of its own; others at the close.
+    if (peer == protocol::ForeignPeer::tls_client) (void)stream.send_frames(protocol::tls_stop_alert());
+    return error(Code::bad_request, protocol::describe_foreign_peer(peer));
 }
 
 uint64_t Session::tail_left_in_ring(const ServeLoop &, const FrameHeader &header) const {
