@@ -44,11 +44,4 @@ std::string describe_foreign_peer(ForeignPeer peer) {
     return std::string();
 }
 
-ByteView tls_stop_alert() {
-    // Record type alert (21), TLS 1.2 on the wire, 2 bytes: level fatal (2),
-    // description protocol_version (70).
-    static const uint8_t kAlert[] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46};
-    return ByteView(kAlert, sizeof(kAlert));
-}
-
 }  // namespace ggml_remote::protocol

@@ -16,8 +16,5 @@ enum class ForeignPeer { none, tls_client, ggml_rpc_client };
 ForeignPeer recognise_foreign_peer(const FrameHeader &first);
 // The server's log line for it, with what the operator can do; empty for none.
 std::string describe_foreign_peer(ForeignPeer peer);
-// What a TLS client is answered so that it stops at once with a clear error of its
-// own: a fatal TLS alert (protocol_version), 7 bytes.
-ByteView tls_stop_alert();
 
 }  // namespace ggml_remote::protocol

@@ -224,9 +224,6 @@ class Session {
     // Waits for the next frame into loop.payload; *ended when the guest hung up.
     // Tensor data is left in the stream for its handler (loop.streamed_tail).
     Status receive_frame(ServeLoop &loop, protocol::FrameHeader *header, bool *ended);
-    // Before the handshake: a peer whose first bytes show another protocol (a TLS
-    // client, a ggml-rpc client) is refused naming it; success for any other.
-    static Status refuse_foreign_peer(FramedStream &stream, const protocol::FrameHeader &first);
 
     // The bytes at the end of this frame's payload that its handler reads from the
     // stream itself (SetTensor's data: in place from a ring, a bounded piece at a

@@ -181,10 +181,13 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
     stream.set_peer_busy(loop.guest_busy);
     Status status = stream.receive_header(header, limits_.max_message_size);
     stream.set_peer_busy(false);
-    // Another protocol's client says so in its first bytes: told in words, before
-    // its "payload" is waited for.
+    // Another protocol's client says so in its first bytes: refused in words, before
+    // its "payload" is waited for. Our refusal frame is no TLS record either, which
+    // is how a tls:// guest knows that it reached a plain endpoint.
     if (!handshaken_ && (status.ok() || status.code() == Code::limit_exceeded)) {
-        if (Status foreign = refuse_foreign_peer(stream, *header); !foreign) return foreign;
+        const protocol::ForeignPeer peer = protocol::recognise_foreign_peer(*header);
+        if (peer != protocol::ForeignPeer::none)
+            status = error(Code::bad_request, protocol::describe_foreign_peer(peer));
     }
     if (!status) {
         if (watchdog.expired()) return watchdog.failure();
@@ -214,14 +217,6 @@ Status Session::receive_frame(ServeLoop &loop, FrameHeader *header, bool *ended)
     counters_.bytes_received += sizeof(*header) + header->payload_size;
     if (recorder_ != nullptr) recorder_->record(*header, ByteView(loop.payload.data(), loop.payload.size()));
     return Status::success();
-}
-
-Status Session::refuse_foreign_peer(FramedStream &stream, const protocol::FrameHeader &first) {
-    const protocol::ForeignPeer peer = protocol::recognise_foreign_peer(first);
-    if (peer == protocol::ForeignPeer::none) return Status::success();
-    // A TLS client stops at an alert with an error of its own; others at the close.
-    if (peer == protocol::ForeignPeer::tls_client) (void)stream.send_frames(protocol::tls_stop_alert());
-    return error(Code::bad_request, protocol::describe_foreign_peer(peer));
 }
 
 uint64_t Session::tail_left_in_ring(const ServeLoop &, const FrameHeader &header) const {
