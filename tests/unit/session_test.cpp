@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -1108,6 +1109,25 @@ class CpuSessionInGroup : public CpuSession {
         return values;
     }
 
+    // Rank 1 in a child process, attached (its lock held) when this returns; then
+    // `work` runs there, and its result is the child's exit status. -1: no child.
+    pid_t start_peer(const std::function<int(PeerExchange &)> &work) {
+        int attached[2];
+        if (::pipe(attached) != 0) return -1;
+        const pid_t child = ::fork();
+        if (child == 0) {
+            PeerExchange peer;
+            const bool joined = PeerExchange::attach(UniqueFd(::dup(file.get())), place(1), &peer).ok();
+            (void)!::write(attached[1], joined ? "1" : "0", 1);
+            ::_exit(joined ? work(peer) : 1);
+        }
+        char byte = 0;
+        const bool told = ::read(attached[0], &byte, 1) == 1;
+        ::close(attached[0]);
+        ::close(attached[1]);
+        return told && byte == '1' ? child : -1;
+    }
+
     UniqueFd file;
 };
 
@@ -1155,20 +1175,11 @@ TEST_F(CpuSessionInGroup, AnAllReduceWhosePeerSendsNothingFailsAtItsWaitAndForGo
     const uint64_t buffer = alloc(64);
     ASSERT_TRUE(set_floats(buffer, {1, 2, 3, 4}).ok());
     // The peer's rank is held (its lock) by another process that sends nothing.
-    int attached[2];
-    ASSERT_EQ(::pipe(attached), 0);
-    const pid_t silent = ::fork();
-    if (silent == 0) {
-        PeerExchange peer;
-        (void)PeerExchange::attach(UniqueFd(::dup(file.get())), place(1), &peer);
-        (void)!::write(attached[1], "1", 1);
+    const pid_t silent = start_peer([](PeerExchange &) {
         ::usleep(1000 * 1000);
-        ::_exit(0);
-    }
-    char byte = 0;
-    ASSERT_EQ(::read(attached[0], &byte, 1), 1);
-    ::close(attached[0]);
-    ::close(attached[1]);
+        return 0;
+    });
+    ASSERT_GT(silent, 0);
     const auto start = std::chrono::steady_clock::now();
     const Outcome first = call<CommAllReduce>({comm, {buffer, 0, 16}});
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
@@ -1187,20 +1198,11 @@ TEST_F(CpuSessionInGroup, AnAllReduceAddsThePeersValuesInPlace) {
     const uint64_t comm = joined();
     const uint64_t buffer = alloc(64);
     ASSERT_TRUE(set_floats(buffer, {1, 2, 3, 4}).ok());
-    int attached[2];
-    ASSERT_EQ(::pipe(attached), 0);
-    const pid_t peer = ::fork();
-    if (peer == 0) {
-        PeerExchange other;
-        if (!PeerExchange::attach(UniqueFd(::dup(file.get())), place(1), &other).ok()) ::_exit(1);
-        (void)!::write(attached[1], "1", 1);  // every rank joins before the first step
+    const pid_t peer = start_peer([](PeerExchange &other) {  // every rank joins before the first step
         float values[4] = {10, 20, 30, 40};
-        ::_exit(other.all_reduce_f32(values, 4, std::chrono::seconds(10)).ok() && values[3] == 44 ? 0 : 2);
-    }
-    char byte = 0;
-    ASSERT_EQ(::read(attached[0], &byte, 1), 1);
-    ::close(attached[0]);
-    ::close(attached[1]);
+        return other.all_reduce_f32(values, 4, std::chrono::seconds(10)).ok() && values[3] == 44 ? 0 : 2;
+    });
+    ASSERT_GT(peer, 0);
     const Outcome outcome = call<CommAllReduce>({comm, {buffer, 0, 16}});
     int child = 0;
     ::waitpid(peer, &child, 0);
