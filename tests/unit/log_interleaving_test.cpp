@@ -62,7 +62,7 @@ std::string read_all(int fd) {
 // Whether `line` is one child's whole line (a long one possibly cut, with its marker).
 bool is_whole(const std::string &line) {
     static const std::regex ggml_line(R"(p\d+ l\d+ ggml begin middle end)");
-    static const std::regex start(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ggml-remote-server: p\d+ l\d+ )");
+    static const std::regex start(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4} INFO ggml-remote-server: p\d+ l\d+ )");
     static const std::regex cut_marker(R"(\.\.\.\(cut \d+ bytes\))");
     if (line.size() < 100 && std::regex_match(line, ggml_line)) return true;
     std::smatch prefix;

@@ -15,6 +15,28 @@ namespace {
 using ::testing::EndsWith;
 using ::testing::StartsWith;
 
+TEST(ServerLog, ALineHasItsTimeZoneAndLevel) {
+    setenv("TZ", "UTC", 1);
+    tzset();
+    const std::time_t when = 1796529600;  // 2026-12-06 04:00:00 UTC
+    EXPECT_EQ(format_log_line("serving CPU", LogLevel::info, false, when),
+              "2026-12-06 04:00:00 +0000 INFO ggml-remote-server: serving CPU");
+    EXPECT_EQ(format_log_line("worker died", LogLevel::error, false, when),
+              "2026-12-06 04:00:00 +0000 ERROR ggml-remote-server: worker died");
+    EXPECT_EQ(format_log_line("refused", LogLevel::warning, false, when),
+              "2026-12-06 04:00:00 +0000 WARN ggml-remote-server: refused");
+}
+
+// Under systemd the journal stamps each line itself and reads its priority from
+// a <N> prefix (sd-daemon.h).
+TEST(ServerLog, ForTheJournalALineHasItsPriorityAndNoTime) {
+    EXPECT_EQ(format_log_line("worker died", LogLevel::error, true, 0), "<3>ggml-remote-server: worker died");
+    EXPECT_EQ(format_log_line("refused", LogLevel::warning, true, 0), "<4>ggml-remote-server: refused");
+    EXPECT_EQ(format_log_line("serving", LogLevel::info, true, 0), "<6>ggml-remote-server: serving");
+    EXPECT_EQ(format_log_line("a\nforged", LogLevel::info, true, 0), "<6>ggml-remote-server: a\\x0aforged")
+        << "still one line";
+}
+
 TEST(ServerLog, AShortLineIsKeptAndEnded) { EXPECT_EQ(whole_log_line("hello"), "hello\n"); }
 
 TEST(ServerLog, ALongLineIsCutToFitOneAtomicWrite) {

@@ -328,13 +328,13 @@ void check_key_file(const host::ListenerOptions &options) {
     for (PreSharedKey &key : keys) ::explicit_bzero(key.key.data(), key.key.size());
     if (options.sandbox &&
         host::policy_lets_read(host::worker_filesystem_policy(host::worker_paths(options)), options.tls_psk_file)) {
-        host::log_line("warning: the key file " + options.tls_psk_file +
-                       " lies where session workers may read (their sandbox allows it); move it, e.g. to "
-                       "/etc/ggml-remote/");
+        host::log_warning("the key file " + options.tls_psk_file +
+                          " lies where session workers may read (their sandbox allows it); move it, e.g. to "
+                          "/etc/ggml-remote/");
     }
     if (psk_file_readable_by_others(options.tls_psk_file)) {
-        host::log_line("warning: every user of this machine can read the key file " + options.tls_psk_file +
-                       " (chmod o-r it)");
+        host::log_warning("every user of this machine can read the key file " + options.tls_psk_file +
+                          " (chmod o-r it)");
     }
 }
 
@@ -407,6 +407,6 @@ int main(int argc, char **argv) {
     if (const std::optional<int> answered = parse_command_line(argc, argv, &line)) return *answered;
     // Read once, here; the listener names a malformed value, its workers keep quiet.
     const Status environment = host::read_server_environment(&line.options);
-    if (!environment) host::log_line("warning: " + environment.message());
+    if (!environment) host::log_warning(environment.message());
     return serve(&line);
 }

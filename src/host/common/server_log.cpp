@@ -1,7 +1,10 @@
 #include "host/common/server_log.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include "protocol/printable.h"
@@ -64,16 +67,49 @@ void GgmlLogJoiner::emit(std::string_view line) {
     if (shown_(level_)) write_log_line(fd_, one_line(line));
 }
 
-void log_line(const std::string &text) {
-    char stamp[32];
-    const std::time_t now = std::time(nullptr);
-    std::tm local{};
-    localtime_r(&now, &local);
-    std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
+namespace {
+
+const char *level_word(LogLevel level) {
+    switch (level) {
+        case LogLevel::error:
+            return "ERROR";
+        case LogLevel::warning:
+            return "WARN";
+        case LogLevel::info:
+            break;
+    }
+    return "INFO";
+}
+
+}  // namespace
+
+std::string format_log_line(const std::string &text, LogLevel level, bool for_journal, std::time_t now) {
     // Guest strings are escaped where they enter a message (printable()); this is
     // the guard behind that, so that no entry can ever start a line of its own.
+    const std::string body = "ggml-remote-server: " + one_line(text);
+    if (for_journal) return "<" + std::to_string(static_cast<int>(level)) + ">" + body;
+    char stamp[40];
+    std::tm local{};
+    localtime_r(&now, &local);
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S %z", &local);
+    return std::string(stamp) + " " + level_word(level) + " " + body;
+}
+
+bool stderr_is_journal() {
+    static const bool journal = [] {
+        const char *stream = std::getenv("JOURNAL_STREAM");
+        unsigned long long device = 0, inode = 0;
+        if (stream == nullptr || std::sscanf(stream, "%llu:%llu", &device, &inode) != 2) return false;
+        struct stat info{};
+        return ::fstat(STDERR_FILENO, &info) == 0 && static_cast<unsigned long long>(info.st_dev) == device &&
+               static_cast<unsigned long long>(info.st_ino) == inode;
+    }();
+    return journal;
+}
+
+void log_line(const std::string &text, LogLevel level) {
     // One write per line: other processes' lines never land inside it (server_log.h).
-    write_log_line(STDERR_FILENO, std::string(stamp) + " ggml-remote-server: " + one_line(text));
+    write_log_line(STDERR_FILENO, format_log_line(text, level, stderr_is_journal(), std::time(nullptr)));
 }
 
 }  // namespace ggml_remote::host

@@ -12,6 +12,7 @@
 #include <ggml.h>
 
 #include <cstddef>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -54,7 +55,20 @@ class GgmlLogJoiner {
     ggml_log_level level_ = GGML_LOG_LEVEL_INFO;  // of the line in pending_
 };
 
-// Server log line on stderr: "<time> ggml-remote-server: <text>", in one write.
-void log_line(const std::string &text);
+// How much a line matters: the journal's priorities (sd-daemon.h) and a word for
+// other readers.
+enum class LogLevel { error = 3, warning = 4, info = 6 };
+
+// The line as it is written: "<time> <zone> <LEVEL> ggml-remote-server: <text>", or
+// for the journal "<N>ggml-remote-server: <text>" (N the priority; the journal
+// stamps lines itself). `text` is made one line.
+std::string format_log_line(const std::string &text, LogLevel level, bool for_journal, std::time_t now);
+// Whether stderr is the journal: JOURNAL_STREAM names its device and inode.
+bool stderr_is_journal();
+
+// Server log line on stderr, in one write.
+void log_line(const std::string &text, LogLevel level = LogLevel::info);
+inline void log_warning(const std::string &text) { log_line(text, LogLevel::warning); }
+inline void log_error(const std::string &text) { log_line(text, LogLevel::error); }
 
 }  // namespace ggml_remote::host

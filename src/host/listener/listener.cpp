@@ -61,7 +61,7 @@ std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const 
     std::string refusal = known ? std::string() : "cannot tell who the peer is: " + known.message();
     if (known && authenticated) refusal = peers.refusal(*account);
     if (refusal.empty()) return std::nullopt;
-    log_line("refused " + peer + ": " + refusal);
+    log_warning("refused " + peer + ": " + refusal);
     refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
     return known ? GuestRefusal::peer_limit : GuestRefusal::server_error;
 }
@@ -142,7 +142,7 @@ class Listener {
         // Workers run as the same user: without this, code in one could open the
         // listener's /proc/PID/mem.
         Status undumpable = make_undumpable();
-        if (!undumpable) log_line("warning: the listener stays dumpable: " + undumpable.message());
+        if (!undumpable) log_warning("the listener stays dumpable: " + undumpable.message());
         if (!open_sockets() || !open_metrics() || !load_keys("")) return 1;
         open_store();
         adopt_sessions();
@@ -185,7 +185,7 @@ class Listener {
             if (socket.endpoint.uses_tls()) socket.endpoint.kind = Endpoint::Kind::tcp;  // TLS is the workers' part
             if (status) status = listen_endpoint(&socket.endpoint, &socket.fd);
             if (!status) {
-                log_line(status.message());
+                log_error(status.message());
                 return false;
             }
             log_line("listening on " + describe(socket.endpoint));
@@ -200,7 +200,7 @@ class Listener {
         open_model_library();
         if (options_.weight_store.directory.empty()) return;
         Status status = store_owner_.open(options_.weight_store);
-        if (!status) log_line("no weight store: " + status.message());
+        if (!status) log_warning("no weight store: " + status.message());
     }
 
     // --models: indexed on a thread of its own, so that the server serves at once
@@ -209,7 +209,7 @@ class Listener {
         if (options_.models.empty()) return;
         auto library = std::make_unique<ModelLibrary>();
         if (Status status = library->open(options_.models); !status) {
-            log_line("no model library: " + status.message());
+            log_warning("no model library: " + status.message());
             return;
         }
         library->start_indexing();
@@ -222,7 +222,7 @@ class Listener {
         UniqueFd worker_end;
         if (!store_owner_.serves_workers()) return worker_end;
         Status status = store_owner_.connect(tenant, tenant_from_worker, &worker_end);
-        if (!status) log_line("no weight store for this session: " + status.message());
+        if (!status) log_warning("no weight store for this session: " + status.message());
         return worker_end;
     }
 
@@ -230,7 +230,7 @@ class Listener {
         RegionPort port;
         Status status = RegionPort::open(endpoint, &port);
         if (!status) {
-            log_line(status.message());
+            log_error(status.message());
             return false;
         }
         log_line("serving one VM at a time on " + endpoint.path + " (" + std::to_string(endpoint.size >> 20) +
@@ -247,14 +247,14 @@ class Listener {
             case RegionPort::Event::claimed:
                 return true;
             case RegionPort::Event::resized:
-                log_line(port.name() + ": the region's file changed size (" + std::to_string(port.file_size()) +
-                         " bytes): its session ends");
+                log_warning(port.name() + ": the region's file changed size (" + std::to_string(port.file_size()) +
+                            " bytes): its session ends");
                 jail_.kill(port.worker());
                 return false;
             case RegionPort::Event::repaired:
-                log_line(port.name() +
-                         ": the region's file changed size while idle: sized again, wiped, "
-                         "ready for the next session");
+                log_warning(port.name() +
+                            ": the region's file changed size while idle: sized again, wiped, "
+                            "ready for the next session");
                 return false;
             default:
                 return false;
@@ -268,8 +268,8 @@ class Listener {
             if (!claimed_region(port)) continue;
             const std::string peer = port.name();
             if (admission_.sessions_full()) {
-                log_line("refused " + peer + ": " + std::to_string(admission_.sessions()) +
-                         " sessions already (--max-sessions)");
+                log_warning("refused " + peer + ": " + std::to_string(admission_.sessions()) +
+                            " sessions already (--max-sessions)");
                 count_refusal(GuestRefusal::server_full);
                 port.ended(-1);
                 continue;
@@ -284,7 +284,7 @@ class Listener {
             const UniqueFd store = store_channel(peer, false);  // the region's tenant, as its worker's peer
             const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1, store.get()}, &pid);
             if (!spawned) {
-                log_line("refused " + peer + ": " + spawned.message());
+                log_warning("refused " + peer + ": " + spawned.message());
                 count_refusal(GuestRefusal::server_error);
                 port.ended(-1);
                 continue;
@@ -304,7 +304,7 @@ class Listener {
         Status status = parse_endpoint(options_.metrics, &endpoint);
         if (status) status = metrics_.open(&endpoint);
         if (!status) {
-            log_line("--metrics: " + status.message());
+            log_error("--metrics: " + status.message());
             return false;
         }
         log_line("metrics on " + endpoint.to_string() + " (GET /metrics, no authentication)");
@@ -339,7 +339,7 @@ class Listener {
                               "sessions): " +
                                   stored.message());
         }
-        if (!status) log_line("no status board (status queries will list no sessions): " + status.message());
+        if (!status) log_warning("no status board (status queries will list no sessions): " + status.message());
         return board;
     }
 
@@ -352,7 +352,7 @@ class Listener {
         if (previous->valid()) {
             status = SessionLedger::attach(previous->release(), &previous_ledger);
             if (status && previous_ledger.capacity() >= capacity) return previous_ledger;
-            if (!status) log_line("cannot take over the previous listener's session ledger: " + status.message());
+            if (!status) log_warning("cannot take over the previous listener's session ledger: " + status.message());
         }
         // A larger --max-sessions than the last listener's: its records, in a larger ledger.
         status = status ? previous_ledger.grown(capacity, &ledger) : SessionLedger::create(capacity, &ledger);
@@ -361,8 +361,8 @@ class Listener {
             status = store_with_service_manager(ledger.fd(), kHandedLedgerName);
         }
         if (!status)
-            log_line("the session ledger is not kept (a restart will not count the live sessions): " +
-                     status.message());
+            log_warning("the session ledger is not kept (a restart will not count the live sessions): " +
+                        status.message());
         return ledger;
     }
 
@@ -375,8 +375,8 @@ class Listener {
         if (pidfd.valid() && has_service_manager()) {
             const Status stored = store_with_service_manager(pidfd.get(), kHandedWorkerPrefix + std::to_string(pid));
             if (!stored)
-                log_line("session of worker " + std::to_string(pid) + ": not kept by systemd (" + stored.message() +
-                         "); a restart will not count it");
+                log_warning("session of worker " + std::to_string(pid) + ": not kept by systemd (" + stored.message() +
+                            "); a restart will not count it");
         }
         pidfds_[pid] = std::move(pidfd);
     }
@@ -403,7 +403,7 @@ class Listener {
                                regions_.empty() ? -1 : kRegionPollMs);
         if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
             if (errno == EINTR) return true;
-            log_line(std::string("poll: ") + std::strerror(errno));
+            log_error(std::string("poll: ") + std::strerror(errno));
             return false;
         }
         if ((polled[0].revents & POLLIN) && !handle_signal()) return false;
@@ -430,7 +430,7 @@ class Listener {
             case SIGUSR2:
                 return replace_listener();
             case SIGHUP:
-                if (!tls_) log_line("SIGHUP: no --tls-psk file to re-read");
+                if (!tls_) log_warning("SIGHUP: no --tls-psk file to re-read");
                 if (tls_) (void)load_keys("SIGHUP: ");
                 return true;
             default:
@@ -445,7 +445,7 @@ class Listener {
         size_t count = 0;
         const Status loaded = keys_.load(options_.tls_psk_file, &count);
         if (!loaded) {
-            log_line(why + loaded.message() + (keys_.fd() >= 0 ? "; the keys read before stay" : ""));
+            log_error(why + loaded.message() + (keys_.fd() >= 0 ? "; the keys read before stay" : ""));
             return keys_.fd() >= 0;
         }
         if (!why.empty())
@@ -511,8 +511,8 @@ class Listener {
     // serve on. False (the listener stops) only when the exec failed half-way.
     bool replace_listener() {
         if (::access(program_.c_str(), X_OK) != 0) {
-            log_line("SIGUSR2: cannot replace the listener with " + program_ + ": " + std::strerror(errno) +
-                     "; this one serves on");
+            log_error("SIGUSR2: cannot replace the listener with " + program_ + ": " + std::strerror(errno) +
+                      "; this one serves on");
             return true;
         }
         log_line("SIGUSR2: replacing the listener with " + program_ + "; " + std::to_string(admission_.sessions()) +
@@ -533,7 +533,7 @@ class Listener {
             handed.push_back({session.pidfd.get(), kHandedWorkerPrefix + std::to_string(pid)});
         }
         const Status failed = exec_with_fds(program_, listener_command_, handed, original_mask_);
-        log_line("cannot replace the listener: " + failed.message() + "; it stops, its sessions go on");
+        log_error("cannot replace the listener: " + failed.message() + "; it stops, its sessions go on");
         handover_failed_ = true;
         return false;
     }
@@ -553,9 +553,9 @@ class Listener {
     // open never keep out a guest that holds the key.
     void make_room_for_unauthenticated() {
         if (const std::optional<pid_t> oldest = admission_.evict_oldest_unauthenticated_if_full()) {
-            log_line(session_label(*oldest) + ": ended unauthenticated to make room (" +
-                     std::to_string(admission_.unauthenticated()) +
-                     " others in their handshake, --max-unauthenticated)");
+            log_warning(session_label(*oldest) + ": ended unauthenticated to make room (" +
+                        std::to_string(admission_.unauthenticated()) +
+                        " others in their handshake, --max-unauthenticated)");
             jail_.kill(*oldest);
             count_refusal(GuestRefusal::unauthenticated_full);
         }
@@ -563,8 +563,8 @@ class Listener {
 
     void end_overdue_unauthenticated() {
         for (pid_t pid : admission_.take_overdue(Admission::Clock::now())) {
-            log_line(session_label(pid) + ": ended, not authenticated within " +
-                     std::to_string(kUnauthenticatedDeadlineMs) + " ms");
+            log_warning(session_label(pid) + ": ended, not authenticated within " +
+                        std::to_string(kUnauthenticatedDeadlineMs) + " ms");
             jail_.kill(pid);
             count_refusal(GuestRefusal::unauthenticated_timeout);
         }
@@ -584,11 +584,11 @@ class Listener {
             if (answer.admitted && it != unauthenticated_peers_.end()) {
                 peers_.opened(answer.pid, it->second);  // the worker logs its session
             } else if (answer.peer_full && it != unauthenticated_peers_.end()) {
-                log_line("refused " + session_label(answer.pid) +
-                         " after its handshake: " + peers_.refusal(it->second));
+                log_warning("refused " + session_label(answer.pid) +
+                            " after its handshake: " + peers_.refusal(it->second));
             } else if (!answer.admitted) {
-                log_line("refused " + session_label(answer.pid) + " after its handshake: " +
-                         std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
+                log_warning("refused " + session_label(answer.pid) + " after its handshake: " +
+                            std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
             }
             if (!answer.admitted) {
                 count_refusal(answer.peer_full ? GuestRefusal::peer_limit : GuestRefusal::server_full);
@@ -625,10 +625,10 @@ class Listener {
         const std::string label = describe_worker(ended.pid, &ended.record);
         const int wait_status = ended.wait_status;
         if (WIFSIGNALED(wait_status) && !admission_.ended_by_listener(ended.pid)) {
-            log_line(label + ": worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
-                     strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
+            log_error(label + ": worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
+                      strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
         } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
-            log_line(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
+            log_warning(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
         }
     }
 
@@ -638,15 +638,15 @@ class Listener {
         std::string peer;
         Status status = accept_connection(socket.fd.get(), socket.endpoint, &client, &peer);
         if (!status) {
-            log_line(status.message());
+            log_error(status.message());
             return;
         }
         if (tls_ && peer.rfind("tcp://", 0) == 0) peer.replace(0, 3, "tls");
         // A TLS guest authenticates in its worker; everyone else at accept.
         const bool authenticated = !(tls_ && peer.rfind("tls://", 0) == 0);
         if (authenticated && admission_.sessions_full()) {
-            log_line("refused " + peer + ": " + std::to_string(admission_.sessions()) +
-                     " sessions already (--max-sessions)");
+            log_warning("refused " + peer + ": " + std::to_string(admission_.sessions()) +
+                        " sessions already (--max-sessions)");
             refuse(client.get(), Code::limit_exceeded,
                    "the server is serving its maximum of " + std::to_string(options_.max_sessions) + " sessions");
             count_refusal(GuestRefusal::server_full);
@@ -666,7 +666,7 @@ class Listener {
         if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
-            log_line("refused " + peer + ": socketpair: " + std::strerror(errno));
+            log_warning("refused " + peer + ": socketpair: " + std::strerror(errno));
             count_refusal(GuestRefusal::server_error);
             return;
         }
@@ -682,7 +682,7 @@ class Listener {
         const Status spawned =
             jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get()}, &pid);
         if (!spawned) {
-            log_line("refused " + peer + ": " + spawned.message());
+            log_warning("refused " + peer + ": " + spawned.message());
             refuse(client, Code::error, "the server could not start a session worker");
             count_refusal(GuestRefusal::server_error);
             return;

@@ -138,7 +138,7 @@ void ModelLibrary::run() {
     queue_directory();
     std::string name;
     while (take_queued(false, &name)) {
-        if (Status s = index_file(name); !s) log_line("models: " + name + ": not served: " + s.message());
+        if (Status s = index_file(name); !s) log_warning("models: " + name + ": not served: " + s.message());
     }
     const ModelLibraryFigures figures = this->figures();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -160,7 +160,7 @@ void ModelLibrary::queue_directory() {
     DIR *dir = listing >= 0 ? ::fdopendir(listing) : nullptr;
     if (dir == nullptr) {
         if (listing >= 0) ::close(listing);
-        log_line(failure("list " + directory_).message());
+        log_error(failure("list " + directory_).message());
         return;
     }
     std::vector<std::string> names;

@@ -99,7 +99,7 @@ void WorkerJail::shut_down(std::chrono::milliseconds grace) {
     for (auto waited = std::chrono::milliseconds(0); !workers_.empty(); waited += kShutdownPoll) {
         if (!forget_ended() || workers_.empty()) break;
         if (!killed && waited >= grace) {
-            log_line(std::to_string(workers_.size()) + " session worker(s) did not stop; killing them");
+            log_warning(std::to_string(workers_.size()) + " session worker(s) did not stop; killing them");
             signal_all(SIGKILL);
             killed = true;
         }

@@ -45,7 +45,7 @@ void FrameRecorder::record(const protocol::FrameHeader &header, protocol::ByteVi
                    (payload.size == 0 || std::fwrite(payload.data, payload.size, 1, file.get()) == 1);
     if (file != nullptr && std::fclose(file.release()) != 0) written = false;
     if (!written) {
-        log_line("recording frames: cannot write " + path + ": " + std::strerror(errno) + "; recording stops");
+        log_warning("recording frames: cannot write " + path + ": " + std::strerror(errno) + "; recording stops");
         directory_.clear();
     }
 }

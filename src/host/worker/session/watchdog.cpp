@@ -101,8 +101,8 @@ void Watchdog::end_a_compute_that_will_not_stop(std::unique_lock<std::mutex> *lo
         wake_.wait_until(*lock, give_up);
         return;
     }
-    log_line("the guest is gone and its compute did not stop within " + std::to_string(kAbandonedComputeGraceMs) +
-             " ms; ending the worker");
+    log_warning("the guest is gone and its compute did not stop within " + std::to_string(kAbandonedComputeGraceMs) +
+                " ms; ending the worker");
     ::_exit(3);
 }
 

@@ -128,7 +128,7 @@ bool authenticate(const std::string &label, const WorkerLaunch &launch, const Se
                   std::vector<PreSharedKey> *keys, FramedStream *stream, SessionSlot *slot) {
     Status status = accept_tls(keys, stream);
     if (!status) {
-        log_line(label + ": " + status.message());
+        log_error(label + ": " + status.message());
         if (slot != nullptr) record_turned_away(slot, GuestRefusal::tls_failed);
         return false;
     }
@@ -167,7 +167,7 @@ std::string prepare_shader_cache(const std::string &label, int client_fd, const 
     const std::string directory = tenant_shader_cache(options.shader_cache, peer.key);
     Status status = prepare_tenant_shader_cache(directory);
     if (!status) {
-        log_line(label + ": no shader cache for this session: " + status.message());
+        log_warning(label + ": no shader cache for this session: " + status.message());
         return "";
     }
     return directory;
@@ -195,7 +195,7 @@ int confine_worker(const std::string &label, const WorkerLaunch &launch, const S
                    std::vector<PreSharedKey> *keys) {
     // First of all: exec made this process dumpable again.
     Status status = make_undumpable();
-    if (!status) log_line(label + ": " + status.message());
+    if (!status) log_warning(label + ": " + status.message());
     // Only the guest's socket, the status board and the admission socket: nothing the
     // listener or the listener's parents happened to leave open.
     std::vector<int> kept{launch.client_fd};
@@ -212,7 +212,7 @@ int confine_worker(const std::string &label, const WorkerLaunch &launch, const S
                                      : read_psk_file(options.tls_psk_file, keys);
         if (launch.keys_fd >= 0) ::close(launch.keys_fd);  // the keys are in memory now
         if (!status) {
-            log_line(label + ": cannot start TLS: " + status.message());
+            log_error(label + ": cannot start TLS: " + status.message());
             return 2;
         }
     }
@@ -221,7 +221,7 @@ int confine_worker(const std::string &label, const WorkerLaunch &launch, const S
         status = find_worker_identity(options.worker_user, &identity);
         if (status) status = become(identity);
         if (!status) {
-            log_line(label + ": refused: cannot run the worker as " + options.worker_user + ": " + status.message());
+            log_error(label + ": refused: cannot run the worker as " + options.worker_user + ": " + status.message());
             return 1;
         }
     }
@@ -230,7 +230,7 @@ int confine_worker(const std::string &label, const WorkerLaunch &launch, const S
     if (options.sandbox) {
         status = sandbox_worker(label, launch.client_fd, options, needs_tls);
         if (!status) {
-            log_line(label + ": refused: cannot sandbox the worker: " + status.message());
+            log_error(label + ": refused: cannot sandbox the worker: " + status.message());
             return 1;
         }
     }
@@ -280,7 +280,7 @@ void offer_weight_store(const std::string &label, const FramedStream &stream, co
     if (launch.store_fd < 0) return;
     const std::string identity = stream.tls() != nullptr ? stream.tls()->peer_identity() : std::string();
     Status status = session->use_weight_store(UniqueFd(launch.store_fd), identity);
-    if (!status) log_line(label + ": no weight store for this session: " + status.message());
+    if (!status) log_warning(label + ": no weight store for this session: " + status.message());
 }
 
 // This worker's slot of the listener's status board (mapped into `board`), or null.
@@ -299,7 +299,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, const WorkerL
     if (region.mapping != nullptr) {
         session.use_region_heap(region.mapping, region.layout.heap_offset, region.layout.heap_size);
     }
-    session.log_compute_failures([&label](const std::string &message) { log_line(label + ": " + message); });
+    session.log_compute_failures([&label](const std::string &message) { log_warning(label + ": " + message); });
     offer_weight_store(label, *stream, launch, &session);
     if (!options.models.empty()) session.offer_model_library();
     int domain = 0;
@@ -320,7 +320,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, const WorkerL
         if (recording) {
             session.record_frames(&recorder);
         } else {
-            log_line(label + ": " + recording.message());
+            log_warning(label + ": " + recording.message());
         }
     }
     Status outcome = session.serve(*stream);
@@ -371,7 +371,7 @@ int log_session_end(const std::string &label, const Status &outcome, const Sessi
         log_line(label + ": disconnected after " + summary);
         return 0;
     }
-    log_line(label + ": closed by the server: " + outcome.message() + " (after " + summary + ")");
+    log_warning(label + ": closed by the server: " + outcome.message() + " (after " + summary + ")");
     return 2;
 }
 
@@ -401,7 +401,7 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
         region_file.reset(client_fd);
         Status opened = region_stream(client_fd, peer, &stream, &region, &watchdog_end);
         if (!opened) {
-            log_line(label + ": " + opened.message());
+            log_error(label + ": " + opened.message());
             return 1;
         }
     } else {
@@ -416,7 +416,7 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
     std::vector<ggml_backend_dev_t> devices;
     Status status = select_devices(options.devices, &devices);
     if (!status) {
-        log_line(label + ": " + status.message());
+        log_error(label + ": " + status.message());
         return 1;
     }
     SessionCounters counters;
