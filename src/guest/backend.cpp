@@ -166,7 +166,7 @@ Status run_graph(RemoteBackend *remote, ggml_cgraph *graph) {
 enum ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
     RemoteBackend *remote = context_of(backend);
     if (std::string why; remote->grouped && tensor_parallel_compute_refused(remote->device, &why)) {
-        log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: the tensor-parallel group lost a server (%s)",
+        log(GGML_LOG_LEVEL_ERROR, "%s: graph compute failed: a server of its tensor-parallel group failed (%s)",
             remote->device->name().c_str(), why.c_str());
         return GGML_STATUS_FAILED;
     }

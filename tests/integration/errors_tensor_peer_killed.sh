@@ -36,7 +36,7 @@ took=$(($(now_ms) - killed_at))
 rc=0
 wait "$victim" || rc=$?
 [ "$rc" != 0 ] || fail "the guest exited with 0 though a server of its group died mid-generation"
-failure=$(grep -m1 'the tensor-parallel group lost a server' "$WORK/victim.err") ||
+failure=$(grep -m1 'a server of its tensor-parallel group failed' "$WORK/victim.err") ||
     { tail -n 20 "$WORK/victim.err" >&2; fail "the guest's compute did not fail naming the lost server"; }
 note "the guest exited with $rc ${took} ms after the kill: ${failure#* E }"
 
