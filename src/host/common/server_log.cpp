@@ -3,7 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <ctime>
 
@@ -98,8 +98,15 @@ std::string format_log_line(const std::string &text, LogLevel level, bool for_jo
 bool stderr_is_journal() {
     static const bool journal = [] {
         const char *stream = std::getenv("JOURNAL_STREAM");
-        unsigned long long device = 0, inode = 0;
-        if (stream == nullptr || std::sscanf(stream, "%llu:%llu", &device, &inode) != 2) return false;
+        if (stream == nullptr) return false;
+        // "DEVICE:INODE", both decimal.
+        char *end = nullptr;
+        errno = 0;
+        const unsigned long long device = std::strtoull(stream, &end, 10);
+        if (errno != 0 || end == stream || *end != ':') return false;
+        const char *inode_text = end + 1;
+        const unsigned long long inode = std::strtoull(inode_text, &end, 10);
+        if (errno != 0 || end == inode_text || *end != '\0') return false;
         struct stat info{};
         return ::fstat(STDERR_FILENO, &info) == 0 && static_cast<unsigned long long>(info.st_dev) == device &&
                static_cast<unsigned long long>(info.st_ino) == inode;
