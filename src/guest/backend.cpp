@@ -430,12 +430,9 @@ void remote_backend_set_grouped(ggml_backend_t backend, bool grouped) {
     context_of(backend)->grouped = grouped;
 }
 
-bool remote_backend_target(ggml_backend_t backend, RemoteDevice **device, uint64_t *handle) {
-    if (backend == nullptr || backend->iface.get_name != backend_get_name) return false;  // not one of ours
-    const RemoteBackend *remote = context_of(backend);
-    *device = remote->device;
-    *handle = remote->handle;
-    return true;
+RemoteDevice *remote_device_of(ggml_backend_t backend) {
+    if (backend == nullptr || backend->iface.get_name != backend_get_name) return nullptr;  // not one of ours
+    return context_of(backend)->device;
 }
 
 }  // namespace ggml_remote::guest

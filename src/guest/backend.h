@@ -18,7 +18,7 @@ void remote_event_synchronize(RemoteDevice *device, ggml_backend_event_t event);
 void remote_backend_set_n_threads(ggml_backend_t backend, int n_threads);
 // A backend of ours in a tensor-parallel group: its computes return at once.
 void remote_backend_set_grouped(ggml_backend_t backend, bool grouped);
-// The device and host handle of a backend of ours; false for any other backend.
-bool remote_backend_target(ggml_backend_t backend, RemoteDevice **device, uint64_t *handle);
+// The device of a backend of ours; null for any other backend.
+RemoteDevice *remote_device_of(ggml_backend_t backend);
 
 }  // namespace ggml_remote::guest

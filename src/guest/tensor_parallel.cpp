@@ -63,8 +63,8 @@ bool gather_members(ggml_backend_t *backends, size_t n_backends, std::vector<Mem
     for (size_t i = 0; i < n_backends; ++i) {
         Member member;
         member.backend = backends[i];
-        uint64_t handle = 0;
-        if (!remote_backend_target(backends[i], &member.device, &handle)) return false;
+        member.device = remote_device_of(backends[i]);
+        if (member.device == nullptr) return false;
         RemoteSession &session = member.device->session();
         if (!session.peer_exchange()) {
             log(GGML_LOG_LEVEL_INFO,

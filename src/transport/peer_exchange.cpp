@@ -88,8 +88,12 @@ Status PeerExchange::create_area(const Place &place, UniqueFd *file) {
 
 Status PeerExchange::watch(int fd, const Place &place, PeerExchange *exchange) {
     if (Status s = check_place(place); !s) return s;
-    if (Status s = Mapping::map(fd, 0, area_bytes(place), true, &exchange->mapping_); !s) return s;
-    exchange->place_ = place;
+    return exchange->map_area(fd, place);
+}
+
+Status PeerExchange::map_area(int fd, const Place &place) {
+    if (Status s = Mapping::map(fd, 0, area_bytes(place), true, &mapping_); !s) return s;
+    place_ = place;
     return Status::success();
 }
 
@@ -101,7 +105,7 @@ Status PeerExchange::attach(UniqueFd file, const Place &place, PeerExchange *exc
         return error(Code::bad_request, "rank " + std::to_string(place.rank) +
                                             " of the group is another process's already: " + std::strerror(errno));
     }
-    if (Status s = watch(file.get(), place, exchange); !s) return s;
+    if (Status s = exchange->map_area(file.get(), place); !s) return s;
     exchange->file_ = std::move(file);
     exchange->watch_peer_processes_ = true;
     Header *own = exchange->header(place.rank);

@@ -79,6 +79,8 @@ class PeerExchange {
 
   private:
     struct Header;
+    // Maps the file for a place already checked.
+    Status map_area(int fd, const Place &place);
     Header *header(uint32_t rank) const;
     float *slot(uint32_t rank, uint32_t step) const;
     // Waits until `rank` has published `step`, and checks its header.

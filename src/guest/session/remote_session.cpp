@@ -107,11 +107,8 @@ void RemoteSession::note_compute_in_flight(uint64_t backend) {
 Status RemoteSession::finish_compute_in_flight() {
     std::lock_guard<std::mutex> lock(mutex_);
     const uint64_t backend = std::exchange(in_flight_backend_, 0);
-    if (backend == 0 || pipeline_.passed(pipeline_.last_compute())) return Status::success();
-    if (Status status = reconnector_.refuse_if_lost(pipeline_, &terms_); !status) return status;
-    Status status = pipeline_.synchronize(backend, pipeline_.last_compute());
-    reconnector_.recover(pipeline_, &terms_);
-    return status;
+    if (backend == 0) return Status::success();
+    return wait_for_mark_locked(pipeline_.last_compute(), backend);
 }
 
 uint64_t RemoteSession::mark() {
@@ -121,6 +118,10 @@ uint64_t RemoteSession::mark() {
 
 Status RemoteSession::wait_for_mark(uint64_t mark, uint64_t backend) {
     std::lock_guard<std::mutex> lock(mutex_);
+    return wait_for_mark_locked(mark, backend);
+}
+
+Status RemoteSession::wait_for_mark_locked(uint64_t mark, uint64_t backend) {
     if (pipeline_.passed(mark)) return Status::success();
     if (Status status = reconnector_.refuse_if_lost(pipeline_, &terms_); !status) return status;
     Status status = pipeline_.synchronize(backend, mark);

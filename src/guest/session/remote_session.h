@@ -128,6 +128,9 @@ class RemoteSession : public SessionCalls {
     std::string endpoint_;
     GuestOptions options_;
     HandshakeAsk ask_;
+    // wait_for_mark's work, with mutex_ held.
+    Status wait_for_mark_locked(uint64_t mark, uint64_t backend);
+
     SessionTerms terms_;
     uint64_t in_flight_backend_ = 0;       // note_compute_in_flight's, until finished
     std::shared_ptr<GuestRegion> region_;  // ivshmem: the region the session runs in

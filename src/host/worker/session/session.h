@@ -332,11 +332,11 @@ class Session {
     HandleTable<SessionBuffer> buffers_;
     HandleTable<SessionBackend> backends_;
     GraphSlots graph_slots_;
-    // Tensor parallelism (session_comm.cpp): the groups this session joined.
+    // Tensor parallelism (session_comm.cpp): the groups this session joined; each
+    // file's bytes (PeerExchange::area_bytes) count against the memory quota.
     struct Group {
         PeerExchange exchange;
         std::chrono::milliseconds wait{0};  // for the other servers, each step
-        uint64_t charged = 0;               // the file's bytes, against the memory quota
     };
     HandleTable<Group> groups_;
     bool peer_exchange_granted_ = false;

@@ -45,8 +45,7 @@ Status Session::handle(const CommJoin::Request &request, Call<CommJoin> &call) {
     UniqueFd file = std::move(call.fds.front());
     call.fds.clear();
     if (Status s = PeerExchange::attach(std::move(file), place, &group.exchange); !s) return s;
-    group.charged = PeerExchange::area_bytes(place);
-    memory_in_use_ += group.charged;
+    memory_in_use_ += PeerExchange::area_bytes(place);
     call.reply.comm = groups_.insert(std::move(group));
     return Status::success();
 }
@@ -79,7 +78,7 @@ Status Session::handle(const CommAllReduce::Request &request, Call<CommAllReduce
 Status Session::handle(const CommLeave::Request &request, Call<CommLeave> &) {
     Group *group = groups_.find(request.comm);
     if (group == nullptr) return error(Code::not_found, "no tensor-parallel group " + std::to_string(request.comm));
-    memory_in_use_ -= group->charged;
+    memory_in_use_ -= PeerExchange::area_bytes(group->exchange.place());
     groups_.erase(request.comm);
     return Status::success();
 }
