@@ -52,7 +52,7 @@ void connect_servers(Registry *registry, const GuestOptions &options) {
     if (options.servers.empty()) {
         log(GGML_LOG_LEVEL_WARN,
             "GGML_REMOTE_SERVERS is not set: no remote devices (e.g. "
-            "GGML_REMOTE_SERVERS=unix:/run/ggml-remote.sock or tcp://host:50053)");
+            "GGML_REMOTE_SERVERS=shm:/run/ggml-remote/ggml-remote.sock or tcp://host:50053)");
         return;
     }
     std::vector<Endpoint> endpoints;
