@@ -18,7 +18,7 @@ for spec in "tiny f16" "small f16"; do
         llama-simple -m "$path" -n "$N" -ngl 99 "$PROMPT" >"$WORK/$name-unset.out" 2>"$WORK/$name-unset.err" || rc=$?
     [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name-unset.err" >&2; fail "$name-unset: llama-simple exited with $rc"; }
     grep -q 'loaded REMOTE backend' "$WORK/$name-unset.err" || fail "$name-unset: the plugin was not loaded at all"
-    assert_one_plugin_line "$name-unset" "^ggml-remote: GGML_REMOTE_SERVERS is not set" "GGML_REMOTE_SERVERS=unix:" "tcp://"
+    assert_one_plugin_line "$name-unset" "^ggml-remote: GGML_REMOTE_SERVERS is not set" "GGML_REMOTE_SERVERS=shm:/run/ggml-remote/ggml-remote.sock" "tcp://"
     assert_not_offloaded "$name-unset"
     assert_same_tokens "$name-local" "$name-unset"
 
