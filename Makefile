@@ -62,13 +62,16 @@ tidy: build
 clean:
 	rm -rf $(BUILD)
 
-# make deb: $(BUILD)/ggml-remote_<version>-1_<arch>.deb (CPack; see packaging/).
-# make deb-test: installs it into a fresh Debian sid root and runs the installed
+# make deb: $(BUILD)/ggml-remote-{plugin,server}_<version>-1_<arch>.deb (CPack; see
+# packaging/). dpkg-shlibdeps writes their Depends:, so dpkg-dev (and file, which
+# CPack runs on each file first) is installed in the build root when missing.
+# make deb-test: installs them into a fresh Debian sid root and runs the installed
 # server and plugin there, in a chroot and booted by systemd-nspawn (a few minutes,
 # needs root, mmdebstrap and systemd-container; not in `make test`).
 .PHONY: deb deb-test
 
 deb: build
+	$(RUN) sh -c 'command -v dpkg-shlibdeps >/dev/null && command -v file >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends dpkg-dev file >/dev/null; }'
 	$(RUN) sh -c 'cd $(BUILD) && cpack -G DEB'
 
 deb-test: deb
