@@ -39,6 +39,9 @@ OTHER_PROGRAMS_FLAGS = {
     "--init-groups": "setpriv",
     "--load-mode": "test-backend-ops",
     "--local": "ggml-remote-rtt",
+    "--rm": "podman",
+    "--device": "podman (a CDI device)",
+    "--group-add": "podman",
 }
 
 
