@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# make deb-test: installs the built ggml-remote .deb with apt into a FRESH Debian sid
-# root (mmdebstrap, as scripts/make-sysroot makes the build root) that has llama.cpp
-# but nothing of this build, and checks the INSTALLED files there, in two phases:
-#  1. in a chroot: the package's files and user, the man page, the systemd units
+# make deb-test: installs the built ggml-remote-plugin and ggml-remote-server .debs
+# with apt into a FRESH Debian sid root (mmdebstrap, as scripts/make-sysroot makes
+# the build root) that has llama.cpp but nothing of this build, and checks the
+# INSTALLED files there, in three phases:
+#  0. in a chroot, the plugin package alone: nothing of the server or of systemd
+#     comes with it (dpkg -L, the packages apt added), ggml bounded to 0.27, and
+#     llama-simple loads the installed plugin;
+#  1. in a chroot, the server package: its files and user, the man page, the systemd units
 #     (systemd-analyze verify), then the installed server, run as the user
 #     ggml-remote on /run/ggml-remote/ggml-remote.sock, serving llama-simple guests
 #     of another user through the installed plugin (same tokens as the local CPU,
 #     over unix and shm), `status` during a generation, the socket's permissions,
-#     socket activation (systemd-socket-activate);
+#     socket activation (systemd-socket-activate); the conffiles (kept, with a local
+#     change, across an upgrade and a remove; purge removes them), the server
+#     reading /etc/ggml-remote/server.conf (SKIP where this build has no --config),
+#     the CDI spec /etc/cdi/ggml-remote.yaml (parsed; its paths), and a container
+#     given the CDI device by podman (SKIP, with the reason, where podman cannot
+#     be installed or run a container here);
 #  2. the same root booted by systemd-nspawn (systemd as PID 1, a private network,
 #     /sys and /proc/sys read-only), the checks run by a unit that powers the
 #     container off when they end: ggml-remote.socket enabled and listening, the
@@ -21,14 +30,16 @@
 #          (needs root, mmdebstrap, systemd-nspawn and the network; installs the
 #          Debian packages mmdebstrap and systemd-container when they are missing)
 #   GGML_REMOTE_MIRROR      Debian mirror (default: http://deb.debian.org/debian)
-#   GGML_REMOTE_DEB         the package to test (default: the newest BUILD_DIR/ggml-remote_*.deb)
+#   GGML_REMOTE_PLUGIN_DEB, GGML_REMOTE_SERVER_DEB   the packages to test (default: the
+#                           newest BUILD_DIR/ggml-remote-{plugin,server}_*.deb)
 #   GGML_REMOTE_KEEP_ROOT=1 keep the root (its path is printed) instead of removing it
 set -euo pipefail
 
 # ---------------------------------------------------------------------------
-# Inside the test root, as its root user: deb-test.sh --inside PHASE PACKAGE.deb MODEL
-# PHASE: chroot (phase 1), systemd (phase 2, a unit under systemd as PID 1) or
-# purge (the purge alone, when phase 2 cannot run).
+# Inside the test root, as its root user:
+#   deb-test.sh --inside PHASE PLUGIN.deb SERVER.deb MODEL
+# PHASE: plugin (phase 0), chroot (phase 1), systemd (phase 2, a unit under systemd
+# as PID 1) or purge (the purge alone, when phase 2 cannot run).
 # ---------------------------------------------------------------------------
 LOGS=/root/deb-test
 SERVER_LOG=$LOGS/server.log  # the server's log: a file in the chroot, the journal under systemd
@@ -37,6 +48,8 @@ SOCK_DIR=/run/ggml-remote
 SOCK=$SOCK_DIR/ggml-remote.sock
 ACTIVATED_SOCK=$SOCK_DIR/activated.sock
 PLUGIN=/usr/lib/x86_64-linux-gnu/ggml-remote/libggml-remote.so
+CONF=/etc/ggml-remote/server.conf
+CDI_SPEC=/etc/cdi/ggml-remote.yaml
 PROMPT="Hello world"
 # The long generation: long enough that a restart lands inside it on an idle
 # machine too (600 tokens took under a second), within the model's 2048 context.
@@ -53,7 +66,9 @@ stop_all() {
 }
 
 # check NAME FUNCTION [ARGS...]: runs a check (in this shell: checks share state,
-# such as the server's pid) and records PASS or FAIL.
+# such as the server's pid) and records PASS, FAIL, or SKIP when the function
+# returns 77 (see skip) with its reason in SKIP_REASON.
+SKIP_REASON=""
 check() {
     local name=$1 rc=0 started=$SECONDS
     shift
@@ -61,6 +76,9 @@ check() {
     "$@" || rc=$?
     if [ "$rc" = 0 ]; then
         RESULTS+=("PASS  $name ($((SECONDS - started)) s)")
+    elif [ "$rc" = 77 ]; then
+        RESULTS+=("SKIP  $name: $SKIP_REASON")
+        echo "   -> SKIP: $SKIP_REASON"
     else
         RESULTS+=("FAIL  $name")
         echo "   -> FAIL"
@@ -75,6 +93,7 @@ failed() {
 say() { printf '   %s\n' "$@"; }
 indent() { sed 's/^/   /'; }
 die() { say "$*"; return 1; }
+skip() { SKIP_REASON="$*"; return 77; }
 
 # as USER CMD...: CMD as USER, with its groups, from /tmp.
 as() {
@@ -128,30 +147,98 @@ listens_only_on_systemds_socket() {
     ! grep -q 'listening on tcp://' "$2" || die "the server also listened on TCP"
 }
 
+installed_packages() { dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' | awk '$1 == "ii" { print $2 }' | sort; }
+
+# --- Phase 0 (in a chroot: the plugin package alone) ---------------------------
+
+# plugin_alone: apt installs ggml-remote-plugin without the server, systemd or
+# anything that creates users or units.
+plugin_alone() {
+    local status added
+    installed_packages >"$LOGS/packages-before-plugin"
+    apt-get install -y --no-install-recommends "$PLUGIN_DEB" >"$LOGS/apt-install-plugin.log" 2>&1 ||
+        { tail -n 30 "$LOGS/apt-install-plugin.log" | indent; die "apt-get install $PLUGIN_DEB failed"; return; }
+    status=$(dpkg-query -W -f '${Status} ${Version}' ggml-remote-plugin)
+    say "dpkg: ggml-remote-plugin $status"
+    [[ $status == "install ok installed "* ]] || die "not installed" || return
+    added=$(installed_packages | comm -13 "$LOGS/packages-before-plugin" -)
+    say "apt added: $(paste -sd' ' <<<"$added")"
+    ! grep -qxE 'ggml-remote-server|systemd|systemd-sysusers|systemd-standalone-sysusers|init-system-helpers|systemd-sysv' <<<"$added" ||
+        die "the plugin pulled in the server or systemd" || return
+    ! dpkg-query -W ggml-remote-server >/dev/null 2>&1 || die "ggml-remote-server is known to dpkg"
+}
+
+# plugin_files: the plugin and its documents, nothing else (no /etc, no programs, no units).
+plugin_files() {
+    local files other
+    files=$(dpkg -L ggml-remote-plugin | while read -r path; do [ -d "$path" ] || echo "$path"; done)
+    indent <<<"$files"
+    grep -qx "$PLUGIN" <<<"$files" || die "no $PLUGIN" || return
+    for doc in copyright changelog.Debian.gz README.Debian; do
+        grep -qx "/usr/share/doc/ggml-remote-plugin/$doc" <<<"$files" || die "no /usr/share/doc/ggml-remote-plugin/$doc" || return
+    done
+    other=$(grep -vxE "$PLUGIN|/usr/share/doc/ggml-remote-plugin/.*" <<<"$files" || true)
+    [ -z "$other" ] || die "files beyond the plugin and its documents: $other" || return
+    [ ! -e /var/lib/dpkg/info/ggml-remote-plugin.postinst ] || die "the plugin package has a postinst"
+}
+
+# plugin_depends: ggml bounded to the 0.27 series (its private layouts), from dpkg-shlibdeps the rest.
+plugin_depends() {
+    local depends
+    depends=$(dpkg-query -W -f '${Depends}' ggml-remote-plugin)
+    say "Depends: $depends"
+    grep -qF 'libggml0 (>= 0.27.0)' <<<"$depends" || die "no libggml0 (>= 0.27.0)" || return
+    grep -qF 'libggml0 (<< 0.28~)' <<<"$depends" || die "no libggml0 (<< 0.28~)" || return
+    grep -qE '(^|, )libc6 \(>= ' <<<"$depends" || die "no versioned libc6: was dpkg-shlibdeps run?" || return
+    grep -qE '(^|, )libstdc\+\+6 \(>= ' <<<"$depends" || die "no versioned libstdc++6: was dpkg-shlibdeps run?"
+}
+
+# plugin_loads: llama-simple loads the installed plugin, which says it has no servers.
+plugin_loads() {
+    GGML_BACKEND_PATH="$PLUGIN" timeout 120 llama-simple -m "$MODEL" -n 4 "$PROMPT" >"$LOGS/plugin-alone.out" 2>"$LOGS/plugin-alone.err" ||
+        { tail -n 10 "$LOGS/plugin-alone.err" | indent; die "llama-simple failed with the plugin"; return; }
+    grep '^ggml-remote:' "$LOGS/plugin-alone.err" | head -n 2 | indent
+    grep -q '^ggml-remote: GGML_REMOTE_SERVERS is not set' "$LOGS/plugin-alone.err" || die "the plugin did not load"
+}
+
+phase_plugin() {
+    echo "-- phase 0: the plugin package alone, in a chroot"
+    check "apt installs ggml-remote-plugin alone: no server, no systemd" plugin_alone
+    failed && return 1
+    check "ggml-remote-plugin holds the plugin and its documents only" plugin_files
+    check "ggml-remote-plugin depends on libggml0 0.27.x, and dpkg-shlibdeps' libraries" plugin_depends
+    check "llama-simple loads the installed plugin" plugin_loads
+}
+
 # --- Phase 1 (in a chroot) --------------------------------------------------
 
 install_package() {
-    apt-get install -y --no-install-recommends "$DEB" >"$LOGS/apt-install.log" 2>&1 ||
-        { tail -n 30 "$LOGS/apt-install.log" | indent; die "apt-get install $DEB failed"; return; }
+    apt-get install -y --no-install-recommends "$SERVER_DEB" >"$LOGS/apt-install.log" 2>&1 ||
+        { tail -n 30 "$LOGS/apt-install.log" | indent; die "apt-get install $SERVER_DEB failed"; return; }
     grep -E '^Setting up ' "$LOGS/apt-install.log" | grep -E 'ggml|systemd' | indent || true
     local status
-    status=$(dpkg-query -W -f '${Status} ${Version}' ggml-remote)
-    say "dpkg: ggml-remote $status"
-    [[ $status == "install ok installed "* ]]
+    status=$(dpkg-query -W -f '${Status} ${Version}' ggml-remote-server)
+    say "dpkg: ggml-remote-server $status"
+    [[ $status == "install ok installed "* ]] || return
+    say "Depends: $(dpkg-query -W -f '${Depends}' ggml-remote-server)"
+    dpkg-query -W -f '${Depends}' ggml-remote-server | grep -qF "ggml-remote-plugin (= $(dpkg-query -W -f '${Version}' ggml-remote-plugin))" ||
+        die "ggml-remote-server does not depend on ggml-remote-plugin of its version"
 }
 
 files_installed() {
-    local path owner
+    local path owner expected
     for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker "$PLUGIN" /usr/share/man/man1/ggml-remote-server.1.gz \
         /usr/lib/systemd/system/ggml-remote.service /usr/lib/systemd/system/ggml-remote.socket \
-        /usr/lib/sysusers.d/ggml-remote.conf /usr/share/doc/ggml-remote/README.Debian \
-        /usr/share/doc/ggml-remote/changelog.Debian.gz /usr/share/doc/ggml-remote/copyright; do
+        /usr/lib/sysusers.d/ggml-remote.conf "$CONF" "$CDI_SPEC" /usr/share/doc/ggml-remote-server/README.Debian \
+        /usr/share/doc/ggml-remote-server/changelog.Debian.gz /usr/share/doc/ggml-remote-server/copyright; do
         [ -f "$path" ] || die "missing: $path" || return
         owner=$(dpkg -S "$path" | cut -d: -f1)
-        [ "$owner" = ggml-remote ] || die "$path belongs to '$owner'" || return
-        say "ok: $path"
+        expected=ggml-remote-server
+        [ "$path" != "$PLUGIN" ] || expected=ggml-remote-plugin
+        [ "$owner" = "$expected" ] || die "$path belongs to '$owner'" || return
+        say "ok: $path ($owner)"
     done
-    grep -qx 'License: Expat' /usr/share/doc/ggml-remote/copyright || die "the copyright file names no licence" || return
+    grep -qx 'License: Expat' /usr/share/doc/ggml-remote-server/copyright || die "the copyright file names no licence" || return
     /usr/bin/ggml-remote-server --version | indent
     /usr/bin/ggml-remote-server --help >/dev/null
     [ -L /etc/systemd/system/sockets.target.wants/ggml-remote.socket ] || die "postinst did not enable ggml-remote.socket" || return
@@ -355,17 +442,162 @@ socket_activation() {
     say "the same tokens through a socket passed in LISTEN_FDS; the socket file was left to systemd"
 }
 
+# conffiles_registered: dpkg knows the server's two files under /etc as conffiles.
+conffiles_registered() {
+    local conffiles path
+    conffiles=$(dpkg-query -W -f '${Conffiles}' ggml-remote-server)
+    indent <<<"$conffiles"
+    for path in "$CONF" "$CDI_SPEC"; do
+        grep -q "^ $path " <<<"$conffiles" || die "$path is not a conffile" || return
+    done
+    grep -qx 'keep-sessions' "$CONF" || die "$CONF lacks keep-sessions" || return
+    grep -qx 'shader-cache = /var/cache/ggml-remote/shaders' "$CONF" || die "$CONF lacks shader-cache" || return
+    grep -q "^ExecStart=/usr/bin/ggml-remote-server --config $CONF\$" /usr/lib/systemd/system/ggml-remote.service ||
+        die "ggml-remote.service does not run the server with --config $CONF"
+}
+
+# server_reads_conf: the installed server starts with --config /etc/ggml-remote/server.conf.
+# A server without --config (this branch may predate it) is a SKIP, and phase 2
+# then runs the service with the flags the conffile holds, from a drop-in.
+server_reads_conf() {
+    local pid sock=$SOCK_DIR/config-test.sock
+    if ! /usr/bin/ggml-remote-server --help 2>&1 | grep -q -- '--config'; then
+        mkdir -p /etc/systemd/system/ggml-remote.service.d
+        printf '%s\n' '# deb-test: this build of ggml-remote-server has no --config' '[Service]' 'ExecStart=' \
+            'ExecStart=/usr/bin/ggml-remote-server --keep-sessions --shader-cache %C/ggml-remote/shaders' \
+            >/etc/systemd/system/ggml-remote.service.d/deb-test-no-config.conf
+        skip "ggml-remote-server --help does not mention --config (this build predates it); phase 2 runs" \
+            "the service with the conffile's flags from a drop-in"
+        return
+    fi
+    install -d -o ggml-remote -g ggml-remote -m 0755 "$SOCK_DIR" /var/cache/ggml-remote
+    setpriv --reuid=ggml-remote --regid=ggml-remote --init-groups -- \
+        /usr/bin/ggml-remote-server --config "$CONF" --listen "unix:$sock" >"$LOGS/config-server.log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    wait_for_socket "$sock" "$pid" || { indent <"$LOGS/config-server.log"; die "the server did not start with --config $CONF"; return; }
+    guest_like_local config "shm:$sock" || return
+    kill "$pid"
+    wait "$pid" || true
+    sed 's/^/   server: /' "$LOGS/config-server.log" | head -n 5
+    say "the server started with --config $CONF and served a guest"
+}
+
+# upgrade_and_remove_keep_conffile: a local change to server.conf survives an upgrade
+# (a newer version of the same package, repacked here) and a remove; purge (at the
+# end) removes it. dpkg runs with no terminal: a conffile prompt would fail it.
+upgrade_and_remove_keep_conffile() {
+    local work=/root/deb-test-upgrade version
+    echo '# deb-test: a local change' >>"$CONF"
+    rm -rf "$work"
+    dpkg-deb -R "$SERVER_DEB" "$work/root"
+    version="$(dpkg-query -W -f '${Version}' ggml-remote-server)+debtest1"
+    sed -i "s/^Version: .*/Version: $version/" "$work/root/DEBIAN/control"
+    dpkg-deb -b "$work/root" "$work/upgrade.deb" >/dev/null || die "could not repack the package" || return
+    dpkg -i "$work/upgrade.deb" </dev/null >"$LOGS/dpkg-upgrade.log" 2>&1 ||
+        { indent <"$LOGS/dpkg-upgrade.log"; die "the upgrade to $version failed"; return; }
+    [ "$(dpkg-query -W -f '${Version}' ggml-remote-server)" = "$version" ] || die "not upgraded" || return
+    grep -qx '# deb-test: a local change' "$CONF" || die "the upgrade lost the local change" || return
+    say "upgraded to $version: the local change is kept"
+    dpkg --remove ggml-remote-server </dev/null >"$LOGS/dpkg-remove.log" 2>&1 ||
+        { indent <"$LOGS/dpkg-remove.log"; die "dpkg --remove failed"; return; }
+    [ "$(dpkg-query -W -f '${db:Status-Abbrev}' ggml-remote-server)" = "rc " ] || die "not in config-files state" || return
+    [ ! -e /usr/bin/ggml-remote-server ] || die "dpkg --remove left the server" || return
+    grep -qx '# deb-test: a local change' "$CONF" || die "dpkg --remove removed or changed $CONF" || return
+    [ -f "$CDI_SPEC" ] || die "dpkg --remove removed $CDI_SPEC" || return
+    say "removed (config-files): $CONF and $CDI_SPEC are kept"
+    dpkg -i "$work/upgrade.deb" </dev/null >"$LOGS/dpkg-reinstall.log" 2>&1 ||
+        { indent <"$LOGS/dpkg-reinstall.log"; die "installing it again failed"; return; }
+    grep -qx '# deb-test: a local change' "$CONF" || die "installing it again lost the local change" || return
+    [ -L /etc/systemd/system/sockets.target.wants/ggml-remote.socket ] || die "ggml-remote.socket is no longer enabled" || return
+    say "installed again: the local change is kept, the socket still enabled"
+    rm -rf "$work"
+}
+
+# cdi_spec: /etc/cdi/ggml-remote.yaml parses (python3-yaml) as a CDI spec whose
+# device ggml-remote/server=socket mounts the socket's directory and the plugin,
+# and sets the two variables to them.
+cdi_spec() {
+    apt-get install -y --no-install-recommends python3-yaml >"$LOGS/apt-yaml.log" 2>&1 ||
+        { tail -n 5 "$LOGS/apt-yaml.log" | indent; die "apt-get install python3-yaml failed"; return; }
+    python3 - "$CDI_SPEC" "$SOCK" "$PLUGIN" <<'EOF' 2>&1 | indent
+import os, sys, yaml
+path, sock, plugin = sys.argv[1:]
+spec = yaml.safe_load(open(path))
+problems = []
+def expect(what, ok):
+    if not ok:
+        problems.append(what)
+expect("cdiVersion 0.x", str(spec.get("cdiVersion", "")).startswith("0."))
+expect("kind ggml-remote/server", spec.get("kind") == "ggml-remote/server")
+devices = {d.get("name"): d for d in spec.get("devices", [])}
+expect("a device named socket", "socket" in devices)
+edits = devices.get("socket", {}).get("containerEdits", {})
+env = edits.get("env", [])
+expect(f"GGML_BACKEND_PATH={plugin}", f"GGML_BACKEND_PATH={plugin}" in env)
+expect(f"GGML_REMOTE_SERVERS=shm:{sock}", f"GGML_REMOTE_SERVERS=shm:{sock}" in env)
+mounts = {(m.get("hostPath"), m.get("containerPath")) for m in edits.get("mounts", [])}
+expect(f"a mount of {os.path.dirname(sock)}", (os.path.dirname(sock), os.path.dirname(sock)) in mounts)
+expect(f"a mount of {plugin}", (plugin, plugin) in mounts)
+expect(f"{plugin} exists", os.path.isfile(plugin))
+for p in problems:
+    print("missing or wrong:", p)
+print(f"{path}: cdiVersion {spec.get('cdiVersion')}, kind {spec.get('kind')}, devices {sorted(devices)}, "
+      f"{len(env)} variables, {len(mounts)} mounts" + ("" if problems else ": as expected"))
+sys.exit(1 if problems else 0)
+EOF
+    [ "${PIPESTATUS[0]}" = 0 ]
+}
+
+# podman_device: a container (rootful podman, from `podman import` of a minimal root:
+# symlinks into /usr, which comes from this root read-only) given the CDI device
+# ggml-remote/server=socket runs llama-simple as alice's uid in the group
+# ggml-remote, through the plugin and socket the device brings: the local CPU's
+# tokens. SKIP, with the reason, where podman cannot be installed or cannot run a
+# container here (e.g. nested in another container).
+podman_device() {
+    local min=/root/deb-test-min gid podman
+    apt-get install -y --no-install-recommends podman runc >"$LOGS/apt-podman.log" 2>&1 ||
+        { skip "podman is not installable here: $(tail -n 1 "$LOGS/apt-podman.log")"; return; }
+    # runc: crun refuses a host with hybrid cgroups; vfs: no overlay on overlay;
+    # no systemd, no journal here.
+    podman=(env PODMAN_IGNORE_CGROUPSV1_WARNING=1 podman --runtime runc --root /var/tmp/deb-test-podman --runroot /run/deb-test-podman --storage-driver vfs
+        --cgroup-manager cgroupfs --events-backend file)
+    rm -rf "$min"
+    mkdir -p "$min"/{etc,tmp,proc,sys,dev,run,srv/ggml-remote-test,usr}
+    for dir in bin sbin lib lib64; do ln -s "usr/$dir" "$min/$dir"; done
+    cp /etc/passwd /etc/group "$min/etc/"
+    tar -C "$min" -c . | "${podman[@]}" import - deb-test-min >"$LOGS/podman.log" 2>&1 ||
+        { skip "podman import failed: $(tail -n 1 "$LOGS/podman.log")"; return; }
+    local run=("${podman[@]}" run --rm --network none -v /usr:/usr:ro
+        -v /srv/ggml-remote-test:/srv/ggml-remote-test:ro)
+    timeout 120 "${run[@]}" deb-test-min /bin/true >>"$LOGS/podman.log" 2>&1 ||
+        { skip "podman cannot run a container here: $(grep -v '^$' "$LOGS/podman.log" | tail -n 1)"; return; }
+    gid=$(getent group ggml-remote | cut -d: -f3)
+    timeout 120 "${run[@]}" --device ggml-remote/server=socket --user "$ALICE_UID:$(id -g alice)" --group-add "$gid" \
+        deb-test-min sh -c 'echo "in the container: $GGML_REMOTE_SERVERS $GGML_BACKEND_PATH" >&2; ls -l /run/ggml-remote >&2;
+            exec llama-simple -m "$0" -n 16 -ngl 99 "$1"' "$MODEL" "$PROMPT" >"$LOGS/podman-guest.out" 2>"$LOGS/podman-guest.err" ||
+        { tail -n 15 "$LOGS/podman-guest.err" | indent; die "the container with --device ggml-remote/server=socket failed"; return; }
+    grep -E '^in the container|ggml-remote.sock' "$LOGS/podman-guest.err" | indent
+    grep -q 'assigned to device REMOTE0' "$LOGS/podman-guest.err" || die "no layer was assigned to REMOTE0" || return
+    [ -s "$LOGS/local.out" ] || local_run local 16 || return
+    cmp -s "$LOGS/local.out" "$LOGS/podman-guest.out" || die "other tokens than the local CPU's" || return
+    say "podman $(podman --version | cut -d' ' -f3): the container got the socket and the plugin from the CDI device; the same 16 tokens"
+}
+
 purge_package() {
     local path
-    apt-get purge -y ggml-remote >"$LOGS/apt-purge.log" 2>&1 ||
+    apt-get purge -y ggml-remote-server ggml-remote-plugin >"$LOGS/apt-purge.log" 2>&1 ||
         { tail -n 20 "$LOGS/apt-purge.log" | indent; die "apt-get purge failed"; return; }
     for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker "$PLUGIN" /usr/lib/systemd/system/ggml-remote.service \
-        /usr/share/man/man1/ggml-remote-server.1.gz; do
+        /usr/share/man/man1/ggml-remote-server.1.gz "$CONF" /etc/ggml-remote "$CDI_SPEC"; do
         [ ! -e "$path" ] || die "$path is still there" || return
     done
-    ! dpkg-query -W -f '${Status}\n' ggml-remote 2>/dev/null | grep -qx 'install ok installed' ||
-        die "still installed" || return
-    say "purged, its files are gone; the user stays: $(getent passwd ggml-remote)"
+    for package in ggml-remote-server ggml-remote-plugin; do
+        ! dpkg-query -W -f '${Status}\n' "$package" 2>/dev/null | grep -q 'installed' ||
+            die "$package is still (half-)installed or has config-files" || return
+    done
+    say "purged, their files and conffiles are gone; the user stays: $(getent passwd ggml-remote)"
 }
 
 # --- Phase 2 (a unit under systemd as PID 1) ----------------------------------
@@ -482,7 +714,7 @@ purge_under_systemd() {
 
 phase_chroot() {
     echo "-- phase 1: the package in a chroot"
-    check "apt installs the package and its dependencies" install_package
+    check "apt installs ggml-remote-server and its dependencies" install_package
     failed && return 1
     check "installed files, owned by ggml-remote" files_installed
     check "system user ggml-remote" system_user
@@ -495,9 +727,14 @@ phase_chroot() {
         check "llama-simple through the installed plugin, shm: same tokens as local" same_tokens shm
         check "a user outside the group ggml-remote cannot connect" outsider_refused
         check "status shows the live session during a generation" status_during_generation
+        check "podman --device ggml-remote/server=socket: a container's guest, same tokens" podman_device
         check "SIGTERM stops the server, which removes its socket" stop_server
     fi
     check "socket activation (LISTEN_FDS), with systemd-socket-activate" socket_activation
+    check "conffiles: $CONF, $CDI_SPEC; the unit runs --config" conffiles_registered
+    check "the installed server reads $CONF (--config)" server_reads_conf
+    check "$CDI_SPEC: a CDI spec with the socket and plugin paths" cdi_spec
+    check "a local change to $CONF survives upgrade and remove" upgrade_and_remove_keep_conffile
 }
 
 phase_systemd() {
@@ -520,13 +757,15 @@ phase_systemd() {
 
 run_inside() {
     local phase=$1
-    DEB=$2
-    MODEL=$3
+    PLUGIN_DEB=$2
+    SERVER_DEB=$3
+    MODEL=$4
     mkdir -p "$LOGS"
     export LC_ALL=C.UTF-8
     trap stop_all EXIT
     ALICE_UID=$(id -u alice 2>/dev/null || true)
     case $phase in
+    plugin) phase_plugin || return ;;
     chroot) phase_chroot || return ;;
     systemd) phase_systemd || return ;;
     purge) check "apt-get purge removes the package" purge_package ;;
@@ -560,13 +799,19 @@ need() {
 [ "$(id -u)" = 0 ] || { echo "deb-test: needs root (mmdebstrap, chroot, mounts, systemd-nspawn)" >&2; exit 1; }
 need mmdebstrap mmdebstrap
 need systemd-nspawn systemd-container || echo "deb-test: no systemd-nspawn: phase 2 will be skipped" >&2
-deb=${GGML_REMOTE_DEB:-$(ls -t "$build"/ggml-remote_*.deb 2>/dev/null | head -n 1 || true)}
-[ -n "$deb" ] && [ -f "$deb" ] || { echo "deb-test: no ggml-remote_*.deb in $build (make deb)" >&2; exit 1; }
-deb=$(cd "$(dirname "$deb")" && pwd)/$(basename "$deb")
+# newest_deb NAME: the newest BUILD/NAME_*.deb, as an absolute path.
+newest_deb() {
+    local deb
+    deb=$(ls -t "$build/$1"_*.deb 2>/dev/null | head -n 1 || true)
+    [ -n "$deb" ] && [ -f "$deb" ] || { echo "deb-test: no $1_*.deb in $build (make deb)" >&2; return 1; }
+    echo "$(cd "$(dirname "$deb")" && pwd)/$(basename "$deb")"
+}
+plugin_deb=${GGML_REMOTE_PLUGIN_DEB:-$(newest_deb ggml-remote-plugin)} || exit 1
+server_deb=${GGML_REMOTE_SERVER_DEB:-$(newest_deb ggml-remote-server)} || exit 1
 logs=$build/deb-test
 rm -rf "$logs"
 mkdir -p "$logs"
-echo "deb-test: package $deb"
+echo "deb-test: packages $plugin_deb $server_deb"
 
 # The synthetic model comes from this build (scripts/in-sysroot runs the tool
 # where it was built); the test root has only the package and llama.cpp.
@@ -615,11 +860,11 @@ if ! mmdebstrap --variant=apt --mode=root \
 fi
 echo "deb-test: root ready after $((SECONDS - started)) s"
 
-cp "$deb" "$root/root/"
+cp "$plugin_deb" "$server_deb" "$root/root/"
 install -d -m 0755 "$root/srv/ggml-remote-test"
 install -m 0644 "$model" "$root/srv/ggml-remote-test/tiny-f16.gguf"
 cp "${BASH_SOURCE[0]}" "$root/root/deb-test.sh"
-inside_args=("/root/$(basename "$deb")" /srv/ggml-remote-test/tiny-f16.gguf)
+inside_args=("/root/$(basename "$plugin_deb")" "/root/$(basename "$server_deb")" /srv/ggml-remote-test/tiny-f16.gguf)
 # No getty on the container's console (the test's output is all it shows).
 ln -sf /dev/null "$root/etc/systemd/system/console-getty.service"
 
@@ -628,6 +873,8 @@ run_chroot() {
     unshare --mount --propagation private --fork -- /bin/bash -c '
         set -e
         root=$1; path=$2; shift 2
+        # The root a mount point of its own: container runtimes (podman_device) need one.
+        mount --bind "$root" "$root"
         mount --rbind /dev "$root/dev"
         mount -t proc proc "$root/proc"
         mount --rbind /sys "$root/sys"
@@ -694,8 +941,9 @@ host_devices() { stat -c '%n %a %U:%G %t:%T' /dev/null /dev/zero /dev/full /dev/
 devices_before=$(host_devices)
 
 rc=0
-run_chroot chroot "${inside_args[@]}" || rc=$?
-if grep -q '^PASS  apt installs' "$results" 2>/dev/null; then
+run_chroot plugin "${inside_args[@]}" || rc=$?
+grep -q '^PASS  apt installs ggml-remote-plugin' "$results" 2>/dev/null && { run_chroot chroot "${inside_args[@]}" || rc=$?; }
+if grep -q '^PASS  apt installs ggml-remote-server' "$results" 2>/dev/null; then
     echo
     if ! boot_and_test; then
         echo "-- phase 2 (systemd as PID 1) SKIPPED: $boot_failure"
@@ -711,7 +959,7 @@ fi
 
 echo
 echo "deb-test summary ($(grep -c '^PASS' "$logs/results" 2>/dev/null || true) passed," \
-    "$(grep -c '^FAIL' "$logs/results" 2>/dev/null || true) failed):"
+    "$(grep -c '^FAIL' "$logs/results" 2>/dev/null || true) failed, $(grep -c '^SKIP' "$logs/results" 2>/dev/null || true) skipped):"
 sed 's/^/  /' "$logs/results" 2>/dev/null || true
 grep -q '^FAIL' "$logs/results" 2>/dev/null && rc=1
 if [ "$rc" = 0 ]; then
