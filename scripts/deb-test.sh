@@ -103,15 +103,19 @@ as() {
 }
 # guest NAME USER SERVERS N [ARGS...]: llama-simple of USER through the installed
 # plugin, every layer offered to the remote devices; output in $LOGS/NAME.{out,err}.
+# The time limit grows with N: on a loaded machine (2 cores shared with builds)
+# the $LONG_TOKENS-token generations under systemd took more than 120 s.
 guest() {
-    local name=$1 user=$2 servers=$3 n=$4
+    local name=$1 user=$2 servers=$3 n=$4 rc=0
     shift 4
     as "$user" env GGML_BACKEND_PATH="$PLUGIN" GGML_REMOTE_SERVERS="$servers" \
-        timeout 120 llama-simple -m "$MODEL" -n "$n" -ngl 99 "$@" "$PROMPT" >"$LOGS/$name.out" 2>"$LOGS/$name.err"
+        timeout $((120 + n / 5)) llama-simple -m "$MODEL" -n "$n" -ngl 99 "$@" "$PROMPT" >"$LOGS/$name.out" 2>"$LOGS/$name.err" || rc=$?
+    [ "$rc" != 124 ] || say "$name: llama-simple ran out of time ($((120 + n / 5)) s)"
+    return "$rc"
 }
 # local_run NAME N: the reference: llama-simple of alice on the local CPU, no plugin.
 local_run() {
-    as alice timeout 120 llama-simple -m "$MODEL" -n "$2" "$PROMPT" >"$LOGS/$1.out" 2>"$LOGS/$1.err" ||
+    as alice timeout $((120 + $2 / 5)) llama-simple -m "$MODEL" -n "$2" "$PROMPT" >"$LOGS/$1.out" 2>"$LOGS/$1.err" ||
         { tail -n 5 "$LOGS/$1.err" | indent; die "local llama-simple failed"; }
 }
 # guest_like_local NAME SERVERS: 16 tokens of alice through the plugin, which must
@@ -490,6 +494,7 @@ upgrade_and_remove_keep_conffile() {
     local work=/root/deb-test-upgrade version
     echo '# deb-test: a local change' >>"$CONF"
     rm -rf "$work"
+    mkdir -p "$work"
     dpkg-deb -R "$SERVER_DEB" "$work/root"
     version="$(dpkg-query -W -f '${Version}' ggml-remote-server)+debtest1"
     sed -i "s/^Version: .*/Version: $version/" "$work/root/DEBIAN/control"
