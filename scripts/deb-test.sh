@@ -707,6 +707,39 @@ stop_and_reactivate() {
     say "the next guest started the service again, and got the same tokens"
 }
 
+# operator_walkthrough: what the README tells a new operator, under systemd: one
+# changed setting is one line of server.conf (here: metrics on loopback), a
+# restart applies it, 20 guest sessions later a scrape has as many series as after
+# one (labels are bounded) and counts 20 more sessions, and the journal has the
+# server's lines with their priority.
+operator_walkthrough() {
+    local scrape1 scrape20 series1 series20 started1 started20 i
+    echo 'metrics = tcp://127.0.0.1:9464' >>"$CONF"
+    systemctl restart ggml-remote.service 2>&1 | indent
+    guest_like_local operator-first "shm:$SOCK" || return
+    scrape1=$(metrics_scrape) || die "no answer on http://127.0.0.1:9464/metrics" || return
+    for i in $(seq 2 20); do
+        guest "operator-$i" alice "shm:$SOCK" 4 || { tail -n 5 "$LOGS/operator-$i.err" | indent; die "guest $i failed"; return; }
+    done
+    scrape20=$(metrics_scrape) || die "no answer on http://127.0.0.1:9464/metrics" || return
+    series1=$(grep -cv '^#' <<<"$scrape1")
+    series20=$(grep -cv '^#' <<<"$scrape20")
+    started1=$(awk '$1 == "ggml_remote_sessions_started_total" { print $2 }' <<<"$scrape1")
+    started20=$(awk '$1 == "ggml_remote_sessions_started_total" { print $2 }' <<<"$scrape20")
+    say "echo 'metrics = tcp://127.0.0.1:9464' >>$CONF; systemctl restart ggml-remote.service" \
+        "after 1 session: $series1 series, sessions_started_total $started1" \
+        "after 20 sessions: $series20 series, sessions_started_total $started20"
+    grep -E '^ggml_remote_(build_info|sessions_started_total|device_memory_total_bytes)' <<<"$scrape20" | indent
+    [ "$series20" = "$series1" ] || die "the series grew with the sessions" || return
+    [ "$((started20 - started1))" = 19 ] || die "sessions_started_total did not count the 19 guests" || return
+    journalctl -u ggml-remote.service -o short-iso -p info --no-pager -n 4 2>&1 | indent
+    journalctl -u ggml-remote.service -o verbose --no-pager -n 1 2>/dev/null | grep -E '^ *PRIORITY=' | indent
+}
+# metrics_scrape: the server's /metrics page, with the Python of the test root.
+metrics_scrape() {
+    python3 -c 'import urllib.request, sys; sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=10).read().decode())'
+}
+
 purge_under_systemd() {
     purge_package || return
     say "ggml-remote.socket: $(unit_state ggml-remote.socket), ggml-remote.service: $(unit_state ggml-remote.service)"
@@ -756,6 +789,7 @@ phase_systemd() {
     check "status (as root) shows the live session during a generation" status_during_generation
     check "systemctl restart during a generation keeps the session; the new listener serves" restart_keeps_session
     check "systemctl stop ggml-remote.service, then a guest starts it again" stop_and_reactivate
+    check "an operator: one line of $CONF, a restart, 20 sessions, a bounded scrape, the journal" operator_walkthrough
     check "apt-get purge stops and removes the units" purge_under_systemd
     journalctl --no-pager -b >"$LOGS/journal.log" 2>&1 || true
 }
