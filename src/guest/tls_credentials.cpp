@@ -25,8 +25,8 @@ std::string identities_of(const std::vector<PreSharedKey> &keys) {
     return names;
 }
 
-}  // namespace
-
+// The key of `identity` among `keys` (a bare key takes that identity); with no
+// identity, the one key there is. `source` names where the keys came from.
 Status choose_psk(std::vector<PreSharedKey> *keys, const std::string &identity, const std::string &source,
                   PreSharedKey *key) {
     if (identity.empty()) {
@@ -52,6 +52,8 @@ Status choose_psk(std::vector<PreSharedKey> *keys, const std::string &identity, 
     return error(Code::bad_request,
                  source + ": no key for identity '" + identity + "' (it has " + identities_of(*keys) + ")");
 }
+
+}  // namespace
 
 Status tls_key_from_options(const GuestOptions &options, PreSharedKey *key) {
     const std::string &file = options.tls_psk_file;

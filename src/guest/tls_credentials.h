@@ -17,9 +17,4 @@ Status tls_key_from_options(const GuestOptions &options, PreSharedKey *key);
 // The key to present to `endpoint`: its psk-file= when it has one, else the global key.
 Status tls_key_for(const Endpoint &endpoint, const GuestOptions &options, PreSharedKey *key);
 
-// The key of `identity` among `keys` (a bare key takes that identity); with no
-// identity, the one key there is. `source` names where the keys came from.
-Status choose_psk(std::vector<PreSharedKey> *keys, const std::string &identity, const std::string &source,
-                  PreSharedKey *key);
-
 }  // namespace ggml_remote::guest
