@@ -4,7 +4,9 @@
 // Applications normally load it as a plugin, with no code change:
 //   GGML_BACKEND_PATH=/path/to/libggml-remote.so
 //   GGML_REMOTE_SERVERS=unix:/run/ggml-remote.sock,tcp://gpu-box:50053
-// Each device of each server appears as a ggml device named REMOTE0, REMOTE1, ...
+// Each device of each server appears as a ggml device: the first of the i-th server
+// in GGML_REMOTE_SERVERS is REMOTE<i>, its others REMOTE<i>.1, REMOTE<i>.2, ...
+// (a server that is down leaves a gap; the others keep their names).
 #pragma once
 
 #include <ggml-backend.h>

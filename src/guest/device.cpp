@@ -115,6 +115,11 @@ std::string op_signature(const ggml_tensor *op) {
 
 }  // namespace
 
+std::string remote_device_name(size_t server_index, uint32_t device_index) {
+    const std::string server = "REMOTE" + std::to_string(server_index);
+    return device_index == 0 ? server : server + "." + std::to_string(device_index);
+}
+
 Status RemoteDevice::create(std::shared_ptr<RemoteSession> session, uint32_t remote_index, const std::string &name,
                             ggml_backend_reg_t reg, std::unique_ptr<RemoteDevice> *out) {
     std::unique_ptr<RemoteDevice> device(new RemoteDevice());

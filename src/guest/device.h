@@ -63,6 +63,11 @@ class RemoteDevice {
     AnswerCache<protocol::AllocSize> alloc_size_cache_;
 };
 
+// The ggml name of device `device_index` of the server at `server_index` in
+// GGML_REMOTE_SERVERS: "REMOTE<server>" for its first device, "REMOTE<server>.<device>"
+// for the others. Fixed by the list alone, so a server that is down renames no other.
+std::string remote_device_name(size_t server_index, uint32_t device_index);
+
 // An event of a remote device: a position in one session's line of commands,
 // set by event_record; the host has passed it once a later reply has come.
 struct RemoteEvent {

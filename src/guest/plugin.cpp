@@ -61,7 +61,8 @@ void connect_servers(Registry *registry, const GuestOptions &options) {
         log(GGML_LOG_LEVEL_ERROR, "GGML_REMOTE_SERVERS: %s", status.message().c_str());
         return;
     }
-    for (const Endpoint &endpoint : endpoints) {
+    for (size_t server = 0; server < endpoints.size(); ++server) {
+        const Endpoint &endpoint = endpoints[server];
         std::unique_ptr<RemoteSession> opened;
         status = RemoteSession::open(endpoint, options, &opened);
         if (!status) {
@@ -72,8 +73,7 @@ void connect_servers(Registry *registry, const GuestOptions &options) {
         size_t added = 0;
         for (uint32_t i = 0; i < session->device_count(); ++i) {
             std::unique_ptr<RemoteDevice> device;
-            const std::string name = "REMOTE" + std::to_string(registry->devices.size());
-            status = RemoteDevice::create(session, i, name, &registry->reg, &device);
+            status = RemoteDevice::create(session, i, remote_device_name(server, i), &registry->reg, &device);
             if (!status) {
                 log(GGML_LOG_LEVEL_ERROR, "%s: device %u: %s", endpoint.to_string().c_str(), i,
                     status.message().c_str());

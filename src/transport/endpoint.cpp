@@ -14,7 +14,8 @@ Status bad_endpoint(const std::string &text, const std::string &why) {
     return error(
         Code::bad_request,
         "invalid endpoint '" + text + "': " + why +
-            " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port (or host:port), tls://host:port, "
+            " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port (or host:port), "
+            "tls://host:port[?psk-file=/path[&psk-identity=NAME]], "
             "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES[,reuse][,group=NAME])");
 }
 
@@ -95,6 +96,76 @@ Status parse_ivshmem(const std::string &text, Endpoint *result) {
     return Status::success();
 }
 
+// A key identity as psktool writes it: visible ASCII, no separators of ours.
+bool is_psk_identity(const std::string &text) {
+    constexpr size_t kMaxIdentity = 255;
+    if (text.empty() || text.size() > kMaxIdentity) return false;
+    for (char c : text) {
+        if (c <= ' ' || c > '~' || c == ':' || c == '&' || c == ',') return false;
+    }
+    return true;
+}
+
+// The options after a tls:// endpoint's '?': psk-file=PATH and psk-identity=NAME,
+// joined by '&', each at most once.
+Status parse_tls_options(const std::string &text, const std::string &options, Endpoint *result) {
+    size_t start = 0;
+    while (start <= options.size()) {
+        const size_t end = std::min(options.find('&', start), options.size());
+        const std::string option = options.substr(start, end - start);
+        start = end + 1;
+        const size_t equals = option.find('=');
+        const std::string name = option.substr(0, equals);
+        const std::string value = equals == std::string::npos ? "" : option.substr(equals + 1);
+        std::string *slot = name == "psk-file"       ? &result->psk_file
+                            : name == "psk-identity" ? &result->psk_identity
+                                                     : nullptr;
+        if (slot == nullptr) return bad_endpoint(text, "unknown option '" + name + "' (psk-file=, psk-identity=)");
+        if (!slot->empty()) return bad_endpoint(text, name + "= given twice");
+        if (value.empty()) return bad_endpoint(text, name + "= needs a value");
+        *slot = value;
+    }
+    if (result->psk_file.empty()) return bad_endpoint(text, "psk-identity= goes with psk-file=");
+    if (result->psk_file[0] != '/') return bad_endpoint(text, "psk-file= must be an absolute path");
+    if (!result->psk_identity.empty() && !is_psk_identity(result->psk_identity)) {
+        return bad_endpoint(text, "psk-identity= must be 1 to 255 visible characters, without ':', '&' or ','");
+    }
+    return Status::success();
+}
+
+// "host:port" or "[v6]:port", with the options after '?' (tls:// only).
+Status parse_host_port(const std::string &text, std::string rest, Endpoint *result) {
+    const size_t question = rest.find('?');
+    if (question != std::string::npos) {
+        if (result->kind != Endpoint::Kind::tls) return bad_endpoint(text, "options after '?' go with tls:// only");
+        Status status = parse_tls_options(text, rest.substr(question + 1), result);
+        if (!status) return status;
+        rest.resize(question);
+    }
+    std::string port_text;
+    if (!rest.empty() && rest[0] == '[') {
+        const size_t close = rest.find(']');
+        if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+            return bad_endpoint(text, "bad [IPv6]:port");
+        }
+        result->host = rest.substr(1, close - 1);
+        port_text = rest.substr(close + 2);
+    } else {
+        const size_t colon = rest.rfind(':');
+        if (colon == std::string::npos) return bad_endpoint(text, "missing port");
+        result->host = rest.substr(0, colon);
+        port_text = rest.substr(colon + 1);
+    }
+    if (result->host.empty()) return bad_endpoint(text, "empty host");
+    char *end = nullptr;
+    const long port = std::strtol(port_text.c_str(), &end, 10);
+    if (port_text.empty() || *end != '\0' || port < 0 || port > 65535) {
+        return bad_endpoint(text, "port must be a number from 0 to 65535");
+    }
+    result->port = static_cast<int>(port);
+    return Status::success();
+}
+
 }  // namespace
 
 std::string Endpoint::to_string() const {
@@ -143,28 +214,8 @@ Status parse_endpoint(const std::string &text, Endpoint *endpoint) {
         if (!status) return status;
     } else if (text.rfind("tcp://", 0) == 0 || text.rfind("tls://", 0) == 0) {
         result.kind = text.rfind("tls://", 0) == 0 ? Endpoint::Kind::tls : Endpoint::Kind::tcp;
-        std::string rest = text.substr(6);
-        std::string port_text;
-        if (!rest.empty() && rest[0] == '[') {
-            const size_t close = rest.find(']');
-            if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-                return bad_endpoint(text, "bad [IPv6]:port");
-            }
-            result.host = rest.substr(1, close - 1);
-            port_text = rest.substr(close + 2);
-        } else {
-            const size_t colon = rest.rfind(':');
-            if (colon == std::string::npos) return bad_endpoint(text, "missing port");
-            result.host = rest.substr(0, colon);
-            port_text = rest.substr(colon + 1);
-        }
-        if (result.host.empty()) return bad_endpoint(text, "empty host");
-        char *end = nullptr;
-        const long port = std::strtol(port_text.c_str(), &end, 10);
-        if (port_text.empty() || *end != '\0' || port < 0 || port > 65535) {
-            return bad_endpoint(text, "port must be a number from 0 to 65535");
-        }
-        result.port = static_cast<int>(port);
+        Status status = parse_host_port(text, text.substr(6), &result);
+        if (!status) return status;
     } else {
         return bad_endpoint(text, "unknown scheme");
     }

@@ -3,7 +3,8 @@
 // "tls://host:port" (IPv6 hosts in brackets). shm: is a unix socket over which the
 // guest also asks for shared-memory buffers; a server's unix socket serves both.
 // tls: is TCP with TLS and a pre-shared key; a server started with --tls-psk speaks
-// it on its tcp:// listeners.
+// it on its tcp:// listeners. A guest may give one server a key of its own:
+// "tls://host:port?psk-file=/path/to/keyfile[&psk-identity=NAME]".
 // ivshmem: is a memory region shared with a virtual machine (ivshmem_region.h): a
 // server listens on "ivshmem:/dev/shm/NAME,size=64M[,reuse][,group=NAME]" (a memory
 // file it creates, see host/region_port.h); a
@@ -22,14 +23,17 @@ namespace ggml_remote {
 struct Endpoint {
     enum class Kind { unix_socket, shared_memory, tcp, tls, ivshmem };
     Kind kind = Kind::unix_socket;
-    std::string path;         // unix, shared_memory
-    std::string host;         // tcp, tls
-    int port = 0;             // tcp, tls
-    std::string pci_address;  // ivshmem guest: a PCI device; empty with neither it nor path: the first one
-    uint64_t size = 0;        // ivshmem server: the region's bytes
-    bool reuse = false;       // ivshmem server: may take over an existing file of its own (region_port.h)
-    std::string group;        // ivshmem server: the group the region file is given (mode 0660), for QEMU
+    std::string path;          // unix, shared_memory
+    std::string host;          // tcp, tls
+    int port = 0;              // tcp, tls
+    std::string pci_address;   // ivshmem guest: a PCI device; empty with neither it nor path: the first one
+    uint64_t size = 0;         // ivshmem server: the region's bytes
+    bool reuse = false;        // ivshmem server: may take over an existing file of its own (region_port.h)
+    std::string group;         // ivshmem server: the group the region file is given (mode 0660), for QEMU
+    std::string psk_file;      // tls guest: this server's key file (empty: the guest's global key)
+    std::string psk_identity;  // tls guest, with psk_file: which identity of the file to present
 
+    // The endpoint without its options: what logs and errors name (never a key file).
     std::string to_string() const;
     bool uses_unix_socket() const { return kind == Kind::unix_socket || kind == Kind::shared_memory; }
     bool uses_tls() const { return kind == Kind::tls; }

@@ -37,6 +37,28 @@ Status bad_line(size_t number, const std::string &why) {
 
 }  // namespace
 
+void PreSharedKey::wipe() {
+    if (!key.empty()) ::explicit_bzero(key.data(), key.size());
+}
+
+PreSharedKey &PreSharedKey::operator=(const PreSharedKey &other) {
+    if (this != &other) {
+        wipe();
+        identity = other.identity;
+        key = other.key;
+    }
+    return *this;
+}
+
+PreSharedKey &PreSharedKey::operator=(PreSharedKey &&other) noexcept {
+    if (this != &other) {
+        wipe();
+        identity = std::move(other.identity);
+        key = std::move(other.key);
+    }
+    return *this;
+}
+
 // The text is only looked at, never copied, and each key is decoded into a buffer of
 // its final size: no copy of a key is left behind in freed memory.
 Status parse_psk_text(const std::string &text, std::vector<PreSharedKey> *keys) {
@@ -85,31 +107,62 @@ Status parse_psk_text(const std::string &text, std::vector<PreSharedKey> *keys) 
     return Status::success();
 }
 
+namespace {
+
+// Zeroes a buffer that held key text when it goes, whichever way the read ends.
+class WipedText {
+  public:
+    explicit WipedText(size_t capacity) { text_.reserve(capacity); }
+    ~WipedText() {
+        text_.resize(text_.capacity());  // within the buffer: no move, and all of it is zeroed
+        ::explicit_bzero(text_.data(), text_.size());
+    }
+    WipedText(const WipedText &) = delete;
+    WipedText &operator=(const WipedText &) = delete;
+    std::string &text() { return text_; }
+
+  private:
+    std::string text_;
+};
+
+}  // namespace
+
 Status read_psk_fd(int fd, const std::string &name, std::vector<PreSharedKey> *keys) {
-    std::string text;
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) return error(Code::error, "key file " + name + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) return error(Code::error, "key file " + name + ": not a regular file");
+    if (static_cast<uint64_t>(st.st_size) > kMaxKeyFileSize) {
+        return error(Code::error, "key file " + name + ": too large for a key file");
+    }
+    // Room for the largest accepted file and one chunk more: the text never moves,
+    // so no copy of it is left in memory given back.
     char chunk[4096];
+    WipedText buffer(kMaxKeyFileSize + sizeof(chunk));
+    std::string &text = buffer.text();
+    Status status = Status::success();
     for (off_t offset = 0;;) {
         // pread: other processes may read the same open file (a listener's key copy).
         const ssize_t got = ::pread(fd, chunk, sizeof(chunk), offset);
-        if (got < 0) {
-            if (errno == EINTR) continue;
-            return error(Code::error, "key file " + name + ": " + std::strerror(errno));
-        }
-        if (got == 0) break;
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) status = error(Code::error, "key file " + name + ": " + std::strerror(errno));
+        if (got <= 0) break;
         offset += got;
         text.append(chunk, static_cast<size_t>(got));
-        if (text.size() > kMaxKeyFileSize) return error(Code::error, "key file " + name + ": too large for a key file");
+        if (text.size() > kMaxKeyFileSize) {
+            status = error(Code::error, "key file " + name + ": too large for a key file");
+            break;
+        }
     }
-    Status status = parse_psk_text(text, keys);
-    // The text held the key: leave no copy of it in freed memory.
-    ::explicit_bzero(text.data(), text.size());
     ::explicit_bzero(chunk, sizeof(chunk));
+    if (!status) return status;
+    status = parse_psk_text(text, keys);
     if (!status) return error(status.code(), "key file " + name + ": " + status.message());
     return Status::success();
 }
 
 Status read_psk_file(const std::string &path, std::vector<PreSharedKey> *keys) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    // O_NONBLOCK: a FIFO in the key file's place must not hang the open.
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) return error(Code::error, "key file " + path + ": " + std::strerror(errno));
     return read_psk_fd(fd.get(), path, keys);
 }

@@ -74,6 +74,9 @@ expect_refusal tls-missing-key "--tls-psk: key file .*missing\.psk: No such file
     --listen "tcp://0.0.0.0:$port" --tls-psk "$WORK/missing.psk"
 expect_refusal tls-listen-without-key "--listen tls://127\.0\.0\.1:$port needs --tls-psk FILE" -- \
     --listen "tls://127.0.0.1:$port"
+# A key file per endpoint is the guest's: a server takes its keys from --tls-psk.
+expect_refusal listen-psk-file "psk-file= is for guests; a server takes its keys from --tls-psk FILE" -- \
+    --listen "tls://127.0.0.1:$port?psk-file=$WORK/short.psk"
 expect_refusal unknown-flag "unknown argument: --frobnicate" "--help" -- --frobnicate
 expect_refusal missing-value "--listen needs a value" -- --listen
 expect_refusal bad-threads "--threads" "got 'many'" -- --threads many --listen "unix:$WORK/x.sock"

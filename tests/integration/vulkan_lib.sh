@@ -38,8 +38,9 @@ run_local_vulkan() {
     assert_generated "$name"
 }
 
-# assert_remote_device NAME INDEX PATTERN: the guest's REMOTE<INDEX> is the server's
-# device whose description matches PATTERN (llvmpipe: lavapipe's Vulkan device).
+# assert_remote_device NAME SUFFIX PATTERN: the guest's REMOTE<SUFFIX> (0: the first
+# server's first device, 0.1 its second) is the server's device whose description
+# matches PATTERN (llvmpipe: lavapipe's Vulkan device).
 assert_remote_device() {
     grep -q "using device REMOTE$2 ($3" "$WORK/$1.err" ||
         fail "$1: REMOTE$2 is not the server's $3: $(grep -m2 'using device' "$WORK/$1.err")"

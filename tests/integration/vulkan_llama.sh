@@ -3,8 +3,9 @@
 # Vulkan0:
 #  - a server serving only Vulkan0, over unix, shm and tcp: every layer on REMOTE0,
 #    which is the server's Vulkan device, and the session computed every token;
-#  - a server serving Vulkan0 and the CPU: REMOTE0 and REMOTE1, llama.cpp splits the
-#    layers across them (the layers on REMOTE0, the output layer on REMOTE1), and the
+#  - a server serving Vulkan0 and the CPU: REMOTE0 and REMOTE0.1 (two devices of the
+#    first server), llama.cpp splits the layers across them (the layers on REMOTE0,
+#    the output layer on REMOTE0.1), and the
 #    tokens equal the same split run locally (-ngl 2: both layers on Vulkan0, the
 #    output layer on the CPU);
 #  - --memory-quota covers Vulkan buffers: a guest whose model does not fit gets a
@@ -42,11 +43,12 @@ start_vulkan_server both
 run_local_vulkan split-local "$path" "$N" -ngl 2
 run_guest_ok split-remote "$both_UNIX" "$path" "$N"
 assert_remote_device split-remote 0 llvmpipe
-assert_remote_device split-remote 1 "$(sed -n 's/.*serving CPU: \(.*\)/\1/p' "$both_LOG" | head -n1)"
-grep -q 'assigned to device REMOTE0' "$WORK/split-remote.err" && grep -q 'assigned to device REMOTE1' "$WORK/split-remote.err" ||
-    fail "the layers were not split across REMOTE0 and REMOTE1: $(grep 'assigned to device' "$WORK/split-remote.err")"
+assert_remote_device split-remote 0.1 "$(sed -n 's/.*serving CPU: \(.*\)/\1/p' "$both_LOG" | head -n1)"
+grep -q 'assigned to device REMOTE0,' "$WORK/split-remote.err" &&
+    grep -q 'assigned to device REMOTE0\.1,' "$WORK/split-remote.err" ||
+    fail "the layers were not split across REMOTE0 and REMOTE0.1: $(grep 'assigned to device' "$WORK/split-remote.err")"
 assert_same_tokens split-local split-remote
-note "REMOTE0 (Vulkan0) and REMOTE1 (CPU) of one server: same $N tokens as the same split locally"
+note "REMOTE0 (Vulkan0) and REMOTE0.1 (CPU) of one server: same $N tokens as the same split locally"
 
 # The session's memory quota counts device buffers as it counts CPU ones.
 start_vulkan_server quota -d Vulkan0 --memory-quota 100K

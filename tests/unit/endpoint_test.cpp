@@ -10,6 +10,7 @@
 namespace ggml_remote {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 Endpoint parse_ok(const std::string &text) {
@@ -65,6 +66,63 @@ TEST(Endpoint, TlsFormIsTcpWithTls) {
     EXPECT_FALSE(parse_ok("tcp://gpu-box.lan:50053").uses_tls());
     EXPECT_EQ(parse_ok("tls://[::1]:9").to_string(), "tls://[::1]:9");
     EXPECT_TRUE(parse_ok("tls://127.0.0.1:9").is_loopback());
+}
+
+TEST(Endpoint, TlsKeyFileOptionGivesTheServerItsOwnKey) {
+    const Endpoint endpoint = parse_ok("tls://gpu-box.lan:50053?psk-file=/etc/ggml-remote/gpu-box.psk");
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::tls);
+    EXPECT_EQ(endpoint.host, "gpu-box.lan");
+    EXPECT_EQ(endpoint.port, 50053);
+    EXPECT_EQ(endpoint.psk_file, "/etc/ggml-remote/gpu-box.psk");
+    EXPECT_EQ(endpoint.psk_identity, "");
+    // Logs and errors name the server, not where its key lies.
+    EXPECT_EQ(endpoint.to_string(), "tls://gpu-box.lan:50053");
+    EXPECT_EQ(parse_ok("tls://gpu-box.lan:50053").psk_file, "");
+}
+
+TEST(Endpoint, TlsKeyIdentityOptionPicksALineOfTheKeyFile) {
+    const Endpoint endpoint = parse_ok("tls://[::1]:9?psk-file=/k.psk&psk-identity=guest-2");
+    EXPECT_EQ(endpoint.host, "::1");
+    EXPECT_EQ(endpoint.port, 9);
+    EXPECT_EQ(endpoint.psk_file, "/k.psk");
+    EXPECT_EQ(endpoint.psk_identity, "guest-2");
+    EXPECT_EQ(parse_ok("tls://h:9?psk-identity=a&psk-file=/k.psk").psk_identity, "a");
+}
+
+TEST(Endpoint, UnknownTlsOptionIsRefusedNamingTheKnownOnes) {
+    for (const char *text : {"tls://h:1?psk=/k", "tls://h:1?psk-file=/k&verify=no", "tls://h:1?", "tls://h:1?&"}) {
+        Status status = parse_error(text);
+        EXPECT_EQ(status.code(), Code::bad_request) << text;
+        EXPECT_THAT(status.message(), AllOf(HasSubstr("unknown option"), HasSubstr("psk-file="))) << text;
+    }
+}
+
+TEST(Endpoint, TlsOptionsAreRefusedOnOtherSchemes) {
+    EXPECT_THAT(parse_error("tcp://h:1?psk-file=/k").message(), HasSubstr("go with tls:// only"));
+    EXPECT_FALSE(parse_error("h:1?psk-file=/k").ok());
+}
+
+TEST(Endpoint, MalformedTlsOptionsAreRefusedWithTheReason) {
+    EXPECT_THAT(parse_error("tls://h:1?psk-file=").message(), HasSubstr("psk-file= needs a value"));
+    EXPECT_THAT(parse_error("tls://h:1?psk-file=/a&psk-file=/b").message(), HasSubstr("psk-file= given twice"));
+    EXPECT_THAT(parse_error("tls://h:1?psk-file=keys/a.psk").message(), HasSubstr("absolute path"));
+    EXPECT_THAT(parse_error("tls://h:1?psk-identity=guest").message(), HasSubstr("goes with psk-file="));
+    EXPECT_THAT(parse_error("tls://h:1?psk-file=/a&psk-identity=a:b").message(), HasSubstr("visible characters"));
+    EXPECT_THAT(parse_error("tls://h:1?psk-file=/a&psk-identity=" + std::string(256, 'x')).message(),
+                HasSubstr("1 to 255"));
+    EXPECT_THAT(parse_error("tls://h:x?psk-file=/a").message(), HasSubstr("port must be a number"));
+}
+
+TEST(Endpoint, ListGivesEachTlsServerItsOwnKey) {
+    std::vector<Endpoint> endpoints;
+    ASSERT_TRUE(parse_endpoint_list("tls://a:1?psk-file=/a.psk, tls://b:2?psk-file=/b.psk&psk-identity=g, tls://c:3",
+                                    &endpoints)
+                    .ok());
+    ASSERT_EQ(endpoints.size(), 3u);
+    EXPECT_EQ(endpoints[0].psk_file, "/a.psk");
+    EXPECT_EQ(endpoints[1].psk_file, "/b.psk");
+    EXPECT_EQ(endpoints[1].psk_identity, "g");
+    EXPECT_EQ(endpoints[2].psk_file, "");
 }
 
 TEST(Endpoint, TcpPortZeroAndMaximumAreAccepted) {

@@ -105,6 +105,14 @@ class ServedRemoteSession : public ::testing::Test {
     std::unique_ptr<RemoteSession> session;
 };
 
+TEST(RemoteDeviceName, FollowsTheServersPositionInTheList) {
+    EXPECT_EQ(remote_device_name(0, 0), "REMOTE0");
+    EXPECT_EQ(remote_device_name(1, 0), "REMOTE1");
+    EXPECT_EQ(remote_device_name(1, 1), "REMOTE1.1");
+    EXPECT_EQ(remote_device_name(11, 0), "REMOTE11");
+    EXPECT_EQ(remote_device_name(1, 12), "REMOTE1.12");
+}
+
 TEST_F(ServedRemoteSession, HostErrorOfAOneWayCommandComesWithTheNextReply) {
     const std::vector<uint8_t> data = {1, 2, 3};
     EXPECT_TRUE(session->post<SetTensor>({{42, 0, 3}}, ByteView(data)).ok()) << "queued: nothing to report yet";

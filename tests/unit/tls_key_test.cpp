@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -120,6 +121,31 @@ TEST(TlsKey, FileErrorsNameTheFile) {
     ASSERT_EQ(keys.size(), 1u);
     EXPECT_EQ(keys[0].identity, "guest");
     std::remove(path);
+}
+
+TEST(TlsKey, OnlyARegularFileOfAtMostOneMebibyteIsAKeyFile) {
+    char dir[] = "/tmp/ggml-remote-psk-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    std::vector<PreSharedKey> keys;
+    EXPECT_THAT(read_psk_file(dir, &keys).message(), AllOf(HasSubstr(dir), HasSubstr("not a regular file")));
+    // A FIFO is refused, not waited on.
+    const std::string fifo = std::string(dir) + "/fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_THAT(read_psk_file(fifo, &keys).message(), HasSubstr("not a regular file"));
+    const std::string huge = std::string(dir) + "/huge";
+    std::ofstream(huge) << "guest:" << kHex32 << "\n";
+    ASSERT_EQ(::truncate(huge.c_str(), (1 << 20) + 1), 0);
+    EXPECT_THAT(read_psk_file(huge, &keys).message(), HasSubstr("too large"));
+    std::remove(fifo.c_str());
+    std::remove(huge.c_str());
+    ::rmdir(dir);
+}
+
+TEST(TlsKey, WipeZeroesTheKeyBytesAndKeepsTheIdentity) {
+    PreSharedKey key("guest", std::vector<uint8_t>(32, 0xaa));
+    key.wipe();
+    EXPECT_EQ(key.key, std::vector<uint8_t>(32, 0));
+    EXPECT_EQ(key.identity, "guest");
 }
 
 }  // namespace

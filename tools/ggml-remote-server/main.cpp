@@ -309,6 +309,9 @@ void check_listen_endpoints(host::ListenerOptions *options, bool insecure) {
         Endpoint endpoint;
         Status status = parse_endpoint(text, &endpoint);
         if (!status) fail(status.message());
+        if (!endpoint.psk_file.empty()) {
+            fail("--listen " + text + ": psk-file= is for guests; a server takes its keys from --tls-psk FILE");
+        }
         if (endpoint.uses_tls() && options->tls_psk_file.empty()) {
             fail("--listen " + text + " needs --tls-psk FILE (the pre-shared key guests must hold)");
         }

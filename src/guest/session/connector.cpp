@@ -82,7 +82,7 @@ Status connect_stream(const Endpoint &endpoint, const GuestOptions &options, int
     const std::string name = endpoint.to_string();
     PreSharedKey key;
     if (endpoint.uses_tls()) {
-        Status status = tls_key_from_options(options, &key);
+        Status status = tls_key_for(endpoint, options, &key);
         if (!status) return error(status.code(), name + ": " + status.message());
     }
     UniqueFd fd;
@@ -91,8 +91,8 @@ Status connect_stream(const Endpoint &endpoint, const GuestOptions &options, int
     FramedStream stream(std::move(fd), name);
     set_io_timeout(stream.fd(), timeout_ms);
     if (endpoint.uses_tls()) {
+        // The key wipes itself on every return (tls_key.h).
         status = start_tls(endpoint, timeout_ms, key, &stream);
-        ::explicit_bzero(key.key.data(), key.key.size());
         if (!status) return status;
     }
     *out = std::move(stream);
