@@ -35,7 +35,7 @@ grep -q -- '--metrics ENDPOINT' "$WORK/help.txt" || failures+=("--help does not 
 
 # --max-sessions 2 gives an address one session (--max-sessions-per-peer's default);
 # the server's own user on the unix socket is not limited.
-start_server srv --max-sessions 2 --max-backends 1 --metrics tcp://127.0.0.1:0
+start_server srv --max-sessions 2 --max-backends 1 --metrics tcp://127.0.0.1:0 --metrics-per-session
 METRICS=$(wait_for_line "$srv_LOG" 'metrics on tcp://127\.0\.0\.1:[0-9]+' 10 | grep -oE 'tcp://127\.0\.0\.1:[0-9]+') ||
     { cat "$srv_LOG" >&2; fail "the server did not say where it serves metrics"; }
 note "metrics on $METRICS"

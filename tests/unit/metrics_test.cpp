@@ -90,6 +90,7 @@ TEST(MetricsText, OtherControlAndNonAsciiBytesBecomeQuestionMarks) {
 
 TEST(MetricsText, EveryLineFollowsTheExpositionFormat) {
     MetricsSnapshot snapshot;
+    snapshot.per_session = true;
     snapshot.sessions = {session(1, "unix:/tmp/a.sock pid 1 uid 0", 5),
                          session(2, "tcp://\"quoted\"\\slash\nnewline", 7)};
     const std::string text = render_metrics(snapshot);
@@ -104,25 +105,38 @@ TEST(MetricsText, TheCheckerRejectsWhatTheFormatDoesNotAllow) {
     EXPECT_THAT(exposition_errors("# HELP a x\n# TYPE a gauge\na 1\n# HELP a y\n"), Not(IsEmpty()));
 }
 
-TEST(MetricsText, EachSessionIsLabelledWithItsIdAndPeer) {
+TEST(MetricsText, EachSessionIsLabelledWithItsIdAndPeerOnlyWhenAskedFor) {
     MetricsSnapshot snapshot;
     snapshot.sessions = {session(3, "tcp://127.0.0.1:4000", 11)};
     snapshot.sessions[0].commands_refused[static_cast<size_t>(CommandRefusal::limit_reached)] = 2;
+    EXPECT_THAT(render_metrics(snapshot), Not(HasSubstr("session=")));
+    snapshot.per_session = true;
     const std::string text = render_metrics(snapshot);
     const std::string labels = R"({session="3",peer="tcp://127.0.0.1:4000")";
     EXPECT_EQ(value_of(text, "ggml_remote_session_commands_total" + labels + "}"), "11");
     EXPECT_EQ(value_of(text, "ggml_remote_session_commands_refused_total" + labels + R"(,reason="limit_reached"})"),
               "2");
-    EXPECT_EQ(value_of(text, "ggml_remote_session_buffers_max" + labels + "}"), "65536");
+    EXPECT_THAT(text, Not(HasSubstr("ggml_remote_session_buffers_max")));  // limits: once, unlabelled
 }
 
-TEST(MetricsText, AMemoryQuotaOfNoneIsInfinite) {
+TEST(MetricsText, LimitsAreListedOnceFromTheServersSettings) {
     MetricsSnapshot snapshot;
+    snapshot.per_session = true;
     snapshot.sessions = {session(1, "p", 0), session(2, "q", 0)};
-    snapshot.sessions[1].memory_quota = 1 << 20;
-    const std::string text = render_metrics(snapshot);
-    EXPECT_EQ(value_of(text, R"(ggml_remote_session_memory_quota_bytes{session="1",peer="p"})"), "+Inf");
-    EXPECT_EQ(value_of(text, R"(ggml_remote_session_memory_quota_bytes{session="2",peer="q"})"), "1048576");
+    SessionLimits limits;
+    limits.max_buffers = 77;
+    limits.mapped_file_quota = 0;  // the host's memory, as a worker resolves it
+    snapshot.limits = limit_figures(limits);
+    std::string text = render_metrics(snapshot);
+    EXPECT_EQ(value_of(text, "ggml_remote_buffers_max"), "77");
+    EXPECT_EQ(value_of(text, "ggml_remote_memory_quota_bytes"), "+Inf");
+    EXPECT_EQ(value_of(text, "ggml_remote_mapped_file_quota_bytes"), std::to_string(physical_memory()));
+    EXPECT_EQ(snapshot.limits.commands, 0u);  // no other figure
+    limits.memory_quota = 1 << 20;
+    snapshot.limits = limit_figures(limits);
+    text = render_metrics(snapshot);
+    EXPECT_EQ(value_of(text, "ggml_remote_memory_quota_bytes"), "1048576");
+    EXPECT_THAT(text, Not(HasSubstr("quota_bytes{")));
 }
 
 TEST(MetricsText, CounterTotalsIncludeEndedSessionsAndGaugeTotalsOnlyLiveOnes) {
@@ -147,6 +161,7 @@ TEST(MetricsText, CounterTotalsIncludeEndedSessionsAndGaugeTotalsOnlyLiveOnes) {
 
 TEST(MetricsText, WeightUploadsAreGaugesPerSessionAndSummedOverLiveOnes) {
     MetricsSnapshot snapshot;
+    snapshot.per_session = true;
     snapshot.sessions = {session(1, "p", 0), session(2, "q", 0)};
     snapshot.sessions[0].weights_expected = 620;
     snapshot.sessions[0].weights_received = 412;

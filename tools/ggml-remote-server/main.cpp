@@ -59,6 +59,9 @@ options:
          --metrics ENDPOINT     answer Prometheus scrapes (HTTP GET /metrics) on
                                 tcp://host:port or unix:/path.sock; no authentication:
                                 keep it on loopback or a unix socket
+         --metrics-per-session  also list each live session's own series, labelled
+                                with its id and peer (one set per session: the
+                                number of series grows with the sessions)
   -d,    --device NAME          expose only this host device; repeatable (default: all)
          --list-devices         print the host devices and exit
   -t,    --threads N            threads of each CPU backend (default: all cores)
@@ -251,6 +254,8 @@ bool parse_listener_flag(host::CommandLineCursor &args, CommandLine *line) {
         line->options.listen.push_back(args.value());
     } else if (flag == "--metrics") {
         line->options.metrics = args.value();
+    } else if (flag == "--metrics-per-session") {
+        line->options.metrics_per_session = true;
     } else if (flag == "--insecure") {
         line->insecure = true;
     } else if (flag == "--keep-sessions") {

@@ -726,6 +726,8 @@ class Listener {
     // the listener's own records, the figures from the board.
     MetricsSnapshot snapshot() const {
         MetricsSnapshot snapshot;
+        snapshot.per_session = options_.metrics_per_session;
+        snapshot.limits = limit_figures(options_.limits);
         snapshot.sessions_live = static_cast<uint64_t>(admission_.sessions());
         snapshot.max_sessions = static_cast<uint64_t>(options_.max_sessions);
         snapshot.sessions_started = sessions_started_;

@@ -19,6 +19,8 @@ struct ListenerOptions : ServingOptions {
     int max_unauthenticated = 16;
     // --metrics: where the listener answers Prometheus scrapes (metrics_endpoint.h); empty: nowhere.
     std::string metrics;
+    // --metrics-per-session: /metrics also lists each live session's own series.
+    bool metrics_per_session = false;
     // --keep-sessions: SIGTERM and SIGINT stop only the listener; live sessions go on
     // in their workers until their guests leave (a service manager's restart).
     bool keep_sessions = false;

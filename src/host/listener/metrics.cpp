@@ -63,6 +63,15 @@ void render_server(const MetricsSnapshot &snapshot, Exposition *out) {
     }
 }
 
+void render_limits(const SessionFigureValues &limits, Exposition *out) {
+    for (const SessionFigure &figure : kSessionFigures) {
+        if (!is_limit(figure.kind)) continue;
+        const std::string name = std::string(kPrefix) + figure.metric;
+        out->family(name, "gauge", std::string(figure.help) + ", per session");
+        out->sample(name, "", value_text(limits.*figure.value, figure.kind));
+    }
+}
+
 void render_totals(const MetricsSnapshot &snapshot, Exposition *out) {
     for (const SessionFigure &figure : kSessionFigures) {
         if (is_limit(figure.kind)) continue;
@@ -85,10 +94,11 @@ void render_totals(const MetricsSnapshot &snapshot, Exposition *out) {
 
 void render_sessions(const std::vector<SessionFigures> &sessions, Exposition *out) {
     for (const SessionFigure &figure : kSessionFigures) {
+        if (is_limit(figure.kind)) continue;  // the same for all: render_limits
         const std::string name = std::string(kSessionPrefix) + figure.metric;
         out->family(name, type_name(figure.kind), std::string(figure.help) + ", per session");
         for (const SessionFigures &session : sessions) {
-            out->sample(name, session_labels(session), value_text(session.*figure.value, figure.kind));
+            out->sample(name, session_labels(session), std::to_string(session.*figure.value));
         }
     }
     const std::string refused = std::string(kSessionPrefix) + "commands_refused_total";
@@ -111,6 +121,17 @@ SessionFigures read_figures(const SessionSlot &slot) {
     return figures;
 }
 
+SessionFigureValues limit_figures(const SessionLimits &limits) {
+    SessionLimits limits_ = limits;  // the name the list's `from` expressions use
+    if (limits_.mapped_file_quota == 0) limits_.mapped_file_quota = physical_memory();
+    SessionFigureValues figures;
+#define GGML_REMOTE_FIGURE_LIMIT(field, kind, reply, metric, from, help) \
+    GGML_REMOTE_FIGURE_IF_LIMIT_##kind(figures.field = (from);)
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_LIMIT)
+#undef GGML_REMOTE_FIGURE_LIMIT
+    return figures;
+}
+
 void add_counters(const SessionFigures &session, SessionFigures *total) {
     for (const SessionFigure &figure : kSessionFigures) {
         if (figure.kind == FigureKind::counter) total->*figure.value += session.*figure.value;
@@ -123,8 +144,9 @@ void add_counters(const SessionFigures &session, SessionFigures *total) {
 std::string render_metrics(const MetricsSnapshot &snapshot) {
     Exposition out;
     render_server(snapshot, &out);
+    render_limits(snapshot.limits, &out);
     render_totals(snapshot, &out);
-    render_sessions(snapshot.sessions, &out);
+    if (snapshot.per_session) render_sessions(snapshot.sessions, &out);
     return out.take();
 }
 

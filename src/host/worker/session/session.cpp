@@ -18,12 +18,6 @@ int hardware_threads() {
     return n == 0 ? 1 : static_cast<int>(n);
 }
 
-uint64_t physical_memory() {
-    const long pages = ::sysconf(_SC_PHYS_PAGES);
-    const long page = ::sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
-}
-
 }  // namespace
 
 namespace {
