@@ -88,6 +88,10 @@ expect start ggml_remote_sessions_live -eq 0
 expect start ggml_remote_sessions_max -eq 2
 expect start ggml_remote_commands_total -eq 0
 expect start "$(refused version_mismatch)" -eq 0
+grep -qE '^ggml_remote_build_info\{version="[0-9]+\.[0-9]+\.[0-9]+",ggml="[^"]+"\} 1$' "$WORK/start.txt" ||
+    failures+=("start: no build_info with the server's and ggml's versions")
+expect start 'ggml_remote_device_memory_total_bytes{device="CPU"}' -gt 0
+expect start 'ggml_remote_device_memory_free_bytes{device="CPU"}' -gt 0
 
 # A guest that ends: its figures stay in the totals.
 "$RTT" "$srv_UNIX" 200 >"$WORK/rtt.out" 2>&1 || { cat "$WORK/rtt.out" >&2; fail "ggml-remote-rtt failed"; }

@@ -139,6 +139,26 @@ TEST(MetricsText, LimitsAreListedOnceFromTheServersSettings) {
     EXPECT_THAT(text, Not(HasSubstr("quota_bytes{")));
 }
 
+TEST(MetricsText, BuildInfoAndEachDevicesMemory) {
+    MetricsSnapshot snapshot;
+    snapshot.version = "1.2.3";
+    snapshot.ggml_version = "0.9.\"x\"";
+    ProbedDevice cpu;
+    cpu.name = "CPU";
+    cpu.total_bytes = 64;
+    cpu.free_bytes = 32;
+    ProbedDevice gpu = cpu;
+    gpu.name = "Vulkan0";
+    gpu.total_bytes = 8;
+    snapshot.devices = {cpu, gpu};
+    const std::string text = render_metrics(snapshot);
+    EXPECT_THAT(exposition_errors(text), IsEmpty()) << text;
+    EXPECT_EQ(value_of(text, R"(ggml_remote_build_info{version="1.2.3",ggml="0.9.\"x\""})"), "1");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_device_memory_total_bytes{device="CPU"})"), "64");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_device_memory_total_bytes{device="Vulkan0"})"), "8");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_device_memory_free_bytes{device="Vulkan0"})"), "32");
+}
+
 TEST(MetricsText, CounterTotalsIncludeEndedSessionsAndGaugeTotalsOnlyLiveOnes) {
     MetricsSnapshot snapshot;
     snapshot.sessions = {session(1, "p", 5), session(2, "q", 7)};

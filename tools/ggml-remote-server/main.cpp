@@ -352,9 +352,11 @@ std::string resolve_worker_user(const host::ListenerOptions &options, host::Work
     return ", as " + identity->user + " (uid " + std::to_string(identity->uid) + ")";
 }
 
-// Fails early on a --device that does not exist, and says what is served.
-void announce_devices(const std::string &worker, const host::ListenerOptions &options) {
-    for (const host::ProbedDevice &device : probed_devices(worker, options)) {
+// Fails early on a --device that does not exist, and says what is served; the
+// devices stay in `options` for /metrics.
+void announce_devices(const std::string &worker, host::ListenerOptions *options) {
+    options->devices = probed_devices(worker, *options);
+    for (const host::ProbedDevice &device : options->devices) {
         host::log_line("serving " + device.name + ": " + device.description);
     }
 }
@@ -398,7 +400,7 @@ int serve(CommandLine *line) {
     line->worker_command.insert(line->worker_command.begin(), worker_program());
     prepare_weight_store(options);
     check_models_directory(options);
-    announce_devices(line->worker_command.front(), options);
+    announce_devices(line->worker_command.front(), &options);
     prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
     host::log_line(describe_core_scheduling(options.limits));
     return host::run_listener(options, line->worker_command, line->listener_command);

@@ -1,5 +1,6 @@
 #include "host/listener/listener.h"
 
+#include <ggml.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -728,6 +729,9 @@ class Listener {
         MetricsSnapshot snapshot;
         snapshot.per_session = options_.metrics_per_session;
         snapshot.limits = limit_figures(options_.limits);
+        snapshot.version = GGML_REMOTE_VERSION;
+        snapshot.ggml_version = ggml_version();
+        snapshot.devices = options_.devices;
         snapshot.sessions_live = static_cast<uint64_t>(admission_.sessions());
         snapshot.max_sessions = static_cast<uint64_t>(options_.max_sessions);
         snapshot.sessions_started = sessions_started_;

@@ -63,6 +63,31 @@ void render_server(const MetricsSnapshot &snapshot, Exposition *out) {
     }
 }
 
+void render_build(const MetricsSnapshot &snapshot, Exposition *out) {
+    const std::string name = std::string(kPrefix) + "build_info";
+    out->family(name, "gauge", "Always 1, labelled with the server's version and the ggml version it runs with");
+    out->sample(name, label("version", snapshot.version) + "," + label("ggml", snapshot.ggml_version), "1");
+}
+
+void render_devices(const std::vector<ProbedDevice> &devices, Exposition *out) {
+    const struct {
+        const char *metric;
+        uint64_t ProbedDevice::*value;
+        const char *help;
+    } figures[] = {
+        {"device_memory_total_bytes", &ProbedDevice::total_bytes, "Memory of each device served, in bytes"},
+        {"device_memory_free_bytes", &ProbedDevice::free_bytes,
+         "Free memory of each device served, in bytes, as the server found it at start"},
+    };
+    for (const auto &figure : figures) {
+        const std::string name = std::string(kPrefix) + figure.metric;
+        out->family(name, "gauge", figure.help);
+        for (const ProbedDevice &device : devices) {
+            out->sample(name, label("device", device.name), std::to_string(device.*figure.value));
+        }
+    }
+}
+
 void render_limits(const SessionFigureValues &limits, Exposition *out) {
     for (const SessionFigure &figure : kSessionFigures) {
         if (!is_limit(figure.kind)) continue;
@@ -143,7 +168,9 @@ void add_counters(const SessionFigures &session, SessionFigures *total) {
 
 std::string render_metrics(const MetricsSnapshot &snapshot) {
     Exposition out;
+    render_build(snapshot, &out);
     render_server(snapshot, &out);
+    render_devices(snapshot.devices, &out);
     render_limits(snapshot.limits, &out);
     render_totals(snapshot, &out);
     if (snapshot.per_session) render_sessions(snapshot.sessions, &out);

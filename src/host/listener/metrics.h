@@ -14,6 +14,7 @@
 #include "host/common/session_figures.h"
 #include "host/common/session_limits.h"
 #include "host/common/status_board.h"
+#include "host/common/worker_contract.h"
 
 namespace ggml_remote::host {
 
@@ -43,6 +44,9 @@ struct MetricsSnapshot {
     // The limits every session is held against (FigureKind::limit*), from the
     // server's own settings: rendered once, unlabelled.
     SessionFigureValues limits;
+    std::string version;                // this server's
+    std::string ggml_version;           // the ggml it runs with
+    std::vector<ProbedDevice> devices;  // as probed at start
     uint64_t sessions_live = 0;
     uint64_t max_sessions = 0;
     uint64_t sessions_started = 0;
