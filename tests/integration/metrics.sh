@@ -7,13 +7,16 @@
 #    session's limit;
 #  - anything but GET /metrics, and a request that never ends, get 404;
 #  - a scraper that connects and sends nothing holds up neither guests nor scrapes;
-#  - a unix: endpoint (here of a TLS server) serves the same.
-# usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT
+#  - a unix: endpoint (here of a TLS server) serves the same;
+#  - without --metrics-per-session no series names a session; a guest that
+#    computes fills the histograms (in seconds), and its session's length is timed.
+# usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
 CLIENT=${1:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT}
-MEMORY_CLIENT=${2:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT}
+MEMORY_CLIENT=${2:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT}
+ASYNC_CLIENT=${3:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT}
 RTT=$BUILD/bin/ggml-remote-rtt
 SCRAPE="python3 $(dirname "$0")/metrics_scrape.py"
 failures=()
@@ -100,7 +103,7 @@ await ggml_remote_commands_total -gt 1200
 expect await ggml_remote_sessions_started_total -eq 1
 expect await ggml_remote_received_bytes_total -gt $((320 << 20))
 expect await ggml_remote_sent_bytes_total -gt $((320 << 20))
-grep -q '^ggml_remote_session_' "$WORK/await.txt" && failures+=("a session that ended is still listed")
+grep -q 'session="' "$WORK/await.txt" && failures+=("a session that ended is still listed")
 note "after ggml-remote-rtt: $(grep -E '^ggml_remote_(commands|received_bytes|sent_bytes)_total ' "$WORK/await.txt" |
     tr '\n' ' ')"
 
@@ -182,6 +185,23 @@ timeout 20 "$CLIENT" "$tls_TCP" >"$WORK/plain.out" 2>&1 || true
 timeout 20 "$CLIENT" "$tls_TCP" --psk "$WORK/wrong.psk" >"$WORK/wrong-key.out" 2>&1 || true
 await "$(refused tls_failed)" -eq 2
 expect await ggml_remote_sessions_started_total -eq 0
+
+# Bounded labels: a server without --metrics-per-session.
+start_server bounded --metrics "unix:$WORK/bounded-metrics.sock"
+wait_for_line "$bounded_LOG" "metrics on unix:$WORK/bounded-metrics.sock" 10 >/dev/null || fail "no bounded endpoint"
+METRICS=unix:$WORK/bounded-metrics.sock
+
+# A guest that computes: its computes, their waits for cores and its round trips
+# fill the histograms; its session's length is counted when it ends.
+GGML_REMOTE_SERVERS=$bounded_UNIX timeout 60 "$ASYNC_CLIENT" "$PLUGIN" deferred >"$WORK/async.out" 2>&1 ||
+    { cat "$WORK/async.out" >&2; fail "the computing guest failed"; }
+await ggml_remote_session_length_seconds_count -eq 1
+expect await ggml_remote_graph_compute_seconds_count -ge 3
+expect await 'ggml_remote_graph_compute_seconds_bucket{le="+Inf"}' -ge 3
+expect await ggml_remote_cores_wait_seconds_count -ge 1
+expect await ggml_remote_compute_round_trip_seconds_count -ge 1
+grep -q 'session=' "$WORK/await.txt" && failures+=("a series names a session without --metrics-per-session")
+note "histograms: $(grep -E '^ggml_remote_[a-z_]+_seconds_(count|sum) ' "$WORK/await.txt" | tr '\n' ' ')"
 
 kill -0 "$srv_PID" 2>/dev/null || failures+=("the server exited")
 finish "$srv_LOG"

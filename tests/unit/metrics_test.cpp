@@ -34,9 +34,10 @@ std::vector<std::string> exposition_errors(const std::string &text) {
     static const std::string value = R"((?:[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|[-+]Inf|NaN))";
     static const std::regex help("# HELP (" + name + R"() (?:[^\\]|\\[\\n])*)");
     static const std::regex type("# TYPE (" + name + ") (counter|gauge|histogram|summary|untyped)");
+    static const std::regex histogram_part("(" + name + ")_(?:bucket|sum|count)");
     static const std::regex sample("(" + name + ")(?:" + labels + ")? " + value);
     std::vector<std::string> errors;
-    std::set<std::string> described, typed;
+    std::set<std::string> described, typed, histograms;
     std::string family;  // the family whose samples may follow
     std::smatch match;
     if (text.empty() || text.back() != '\n') errors.push_back("the text does not end with a newline");
@@ -46,8 +47,16 @@ std::vector<std::string> exposition_errors(const std::string &text) {
             family = match[1];
         } else if (std::regex_match(line, match, type)) {
             if (match[1] != family || !typed.insert(match[1]).second) errors.push_back("TYPE out of place: " + line);
+            if (match[2] == "histogram") histograms.insert(match[1]);
         } else if (std::regex_match(line, match, sample)) {
-            if (match[1] != family || typed.count(family) == 0) errors.push_back("sample outside its family: " + line);
+            std::string sample_family = match[1];
+            std::smatch part;
+            if (histograms.count(family) != 0 && std::regex_match(sample_family, part, histogram_part)) {
+                sample_family = part[1];
+            }
+            if (sample_family != family || typed.count(family) == 0) {
+                errors.push_back("sample outside its family: " + line);
+            }
         } else {
             errors.push_back("not a line of the format: " + line);
         }
@@ -230,6 +239,63 @@ TEST(MetricsText, ErrorCodesFallIntoTheirRefusalClasses) {
     EXPECT_EQ(handshake_refusal_for(Code::bad_request), GuestRefusal::handshake_failed);
 }
 
+TEST(MetricsHistogram, AnObservationOnABoundCountsInThatBucket) {
+    HistogramCounts counts;
+    counts.observe(kShortBoundsNs, 0);
+    counts.observe(kShortBoundsNs, 100'000);  // on the first bound: le="0.0001"
+    counts.observe(kShortBoundsNs, 100'001);
+    counts.observe(kShortBoundsNs, 20'000'000'000);  // above every bound
+    EXPECT_EQ(counts.buckets[0], 2u);
+    EXPECT_EQ(counts.buckets[1], 1u);
+    EXPECT_EQ(counts.buckets[kHistogramBounds], 1u);
+    EXPECT_EQ(counts.count(), 4u);
+    EXPECT_EQ(counts.sum_ns, 20'000'200'001u);
+}
+
+TEST(MetricsHistogram, BucketsAreCumulativeInSecondsAndInfEqualsTheCount) {
+    HistogramCounts counts;
+    counts.observe(kShortBoundsNs, 250'000);
+    counts.observe(kShortBoundsNs, 3'000'000'000);
+    counts.observe(kShortBoundsNs, 20'000'000'000);
+    const std::string text = render_histogram(kSessionHistogramSpecs[0], counts);
+    EXPECT_THAT(exposition_errors(text), IsEmpty()) << text;
+    EXPECT_THAT(text, HasSubstr("# TYPE ggml_remote_graph_compute_seconds histogram\n"));
+    const std::string bucket = "ggml_remote_graph_compute_seconds_bucket";
+    EXPECT_EQ(value_of(text, bucket + R"({le="0.0001"})"), "0");
+    EXPECT_EQ(value_of(text, bucket + R"({le="0.0005"})"), "1");
+    EXPECT_EQ(value_of(text, bucket + R"({le="1"})"), "1");
+    EXPECT_EQ(value_of(text, bucket + R"({le="10"})"), "2");
+    EXPECT_EQ(value_of(text, bucket + R"({le="+Inf"})"), "3");
+    EXPECT_EQ(value_of(text, "ggml_remote_graph_compute_seconds_count"), "3");
+    EXPECT_EQ(value_of(text, "ggml_remote_graph_compute_seconds_sum"), "23.00025");
+}
+
+TEST(MetricsHistogram, SecondsAreWrittenExactly) {
+    EXPECT_EQ(seconds_text(0), "0");
+    EXPECT_EQ(seconds_text(250'000), "0.00025");
+    EXPECT_EQ(seconds_text(1'500'000'000), "1.5");
+    EXPECT_EQ(seconds_text(86400 * kSecondNs), "86400");
+    EXPECT_EQ(seconds_text(1), "0.000000001");
+}
+
+TEST(MetricsHistogram, TotalsIncludeEndedSessionsAndTheListenersSessionLengths) {
+    MetricsSnapshot snapshot;
+    snapshot.sessions = {session(1, "p", 0)};
+    const auto round_trip = static_cast<size_t>(SessionHistogram::compute_round_trip);
+    snapshot.sessions[0].histograms[round_trip].observe(kShortBoundsNs, 1'000'000);
+    SessionFigures ended = session(0, "", 0);
+    ended.histograms[round_trip].observe(kShortBoundsNs, 2'000'000);
+    add_counters(ended, &snapshot.ended);
+    snapshot.session_lengths.observe(kSessionBoundsNs, 90 * kSecondNs);
+    const std::string text = render_metrics(snapshot);
+    EXPECT_THAT(exposition_errors(text), IsEmpty()) << text;
+    EXPECT_EQ(value_of(text, "ggml_remote_compute_round_trip_seconds_count"), "2");
+    EXPECT_EQ(value_of(text, "ggml_remote_compute_round_trip_seconds_sum"), "0.003");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_session_length_seconds_bucket{le="60"})"), "0");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_session_length_seconds_bucket{le="300"})"), "1");
+    EXPECT_EQ(value_of(text, "ggml_remote_cores_wait_seconds_count"), "0");
+}
+
 // The status board: what the listener reads of a worker's slot.
 
 class MetricsBoard : public ::testing::Test {
@@ -267,6 +333,22 @@ TEST_F(MetricsBoard, ClearingASlotForItsNextSessionZeroesEveryFigure) {
     EXPECT_EQ(figures.store_bytes_saved, 0u);
     EXPECT_EQ(figures.commands_refused[0], 0u);
     EXPECT_FALSE(turned_away(*slot).has_value());
+}
+
+TEST_F(MetricsBoard, HistogramsAreReadFromTheSlotAndForgedOnesClamped) {
+    SessionFigures figures;
+    figures.histograms[1].observe(kShortBoundsNs, 3'000'000);
+    store_figures(slot, figures);
+    EXPECT_EQ(read_figures(*slot).histograms[1].buckets, figures.histograms[1].buckets);
+    EXPECT_EQ(read_figures(*slot).histograms[1].sum_ns, 3'000'000u);
+    // What a compromised worker might write: more than a session observes, a sum
+    // longer than its observations could be.
+    slot->histogram_buckets[0][0].store(UINT64_MAX);
+    slot->histogram_buckets[2][3].store(5);
+    slot->histogram_sum_ns[2].store(UINT64_MAX);
+    const SessionFigures read = read_figures(*slot);
+    EXPECT_EQ(read.histograms[0].buckets[0], kMaxBucketCount);
+    EXPECT_EQ(read.histograms[2].sum_ns, 5 * kMaxObservationNs);
 }
 
 TEST_F(MetricsBoard, ATurnedAwayReasonOutsideTheListReadsAsNone) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 
+#include "host/common/figure_histograms.h"
 #include "host/common/refusals.h"
 
 namespace ggml_remote::host {
@@ -84,6 +85,8 @@ struct SessionFigureValues {
     // By CommandRefusal: one counter per reason rather than a line of the list,
     // since every place that handles them loops over the reasons.
     std::array<uint64_t, kCommandRefusalReasons> commands_refused{};
+    // By SessionHistogram: counters too (the listener keeps those of ended sessions).
+    std::array<HistogramCounts, kSessionHistograms> histograms{};
 };
 
 // A line of the list, for the code that walks it at run time.

@@ -28,6 +28,9 @@ struct SessionSlot {
 #undef GGML_REMOTE_FIGURE_ATOMIC
     // Commands answered with an error, by CommandRefusal.
     std::atomic<uint64_t> commands_refused[kCommandRefusalReasons];
+    // By SessionHistogram (figure_histograms.h): the count in each bucket, and the sum.
+    std::atomic<uint64_t> histogram_buckets[kSessionHistograms][kHistogramBounds + 1];
+    std::atomic<uint64_t> histogram_sum_ns[kSessionHistograms];
     // GuestRefusal + 1 when the worker turned its guest away before the handshake
     // completed; 0 when it did not. The listener reads it when it reaps the worker.
     std::atomic<uint32_t> turned_away;
@@ -47,7 +50,7 @@ struct SessionSlot {
 void clear_figures(SessionSlot *slot);
 // The worker's publication of its session's figures, and anyone's reading of them.
 // What is read was written by a worker, which its guest may have taken over: each
-// figure is any number.
+// figure is any number, but for the histograms, clamped (HistogramCounts::clamp).
 void store_figures(SessionSlot *slot, const SessionFigureValues &figures);
 SessionFigureValues load_figures(const SessionSlot &slot);
 // A new session's slot starts idle, whatever its last worker left there.

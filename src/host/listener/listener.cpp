@@ -372,6 +372,7 @@ class Listener {
     // handed over or kept by systemd, so that it is counted there too.
     void hold_place(pid_t pid, const LedgerEntry &entry) {
         ledger_.record(entry);
+        admitted_at_[pid] = std::chrono::steady_clock::now();
         UniqueFd pidfd = open_pidfd(pid);
         if (pidfd.valid() && has_service_manager()) {
             const Status stored = store_with_service_manager(pidfd.get(), kHandedWorkerPrefix + std::to_string(pid));
@@ -611,6 +612,7 @@ class Listener {
         for (const EndedWorker &ended : jail_.reap()) {
             log_unexpected_end(ended);
             keep_figures_of_ended(ended.record);
+            time_session(ended.pid);
             if (admission_.holds_session(ended.pid)) drop_place(ended.pid);
             admission_.release(ended.pid);
             peers_.closed(ended.pid);
@@ -723,6 +725,15 @@ class Listener {
         if (const std::optional<GuestRefusal> reason = turned_away(*slot)) count_refusal(*reason);
     }
 
+    // A session of this listener's ended: its length, timed by the listener itself
+    // (sessions adopted from a replaced listener are not timed).
+    void time_session(pid_t pid) {
+        const auto it = admitted_at_.find(pid);
+        if (it == admitted_at_.end()) return;
+        session_lengths_.observe(kSessionBoundsNs, nanoseconds_since(it->second));
+        admitted_at_.erase(it);
+    }
+
     // The figures of /metrics. Which sessions are live, their ids and peers come from
     // the listener's own records, the figures from the board.
     MetricsSnapshot snapshot() const {
@@ -738,6 +749,7 @@ class Listener {
         snapshot.unauthenticated = static_cast<uint64_t>(admission_.unauthenticated());
         snapshot.guests_refused = refused_;
         snapshot.ended = ended_;
+        snapshot.session_lengths = session_lengths_;
         const auto list = [&](pid_t pid, int id, const std::string &peer, int slot_index) {
             const SessionSlot *slot = slot_index >= 0 ? board_.slot(slot_index) : nullptr;
             if (slot == nullptr || !admission_.holds_session(pid)) return;
@@ -805,8 +817,10 @@ class Listener {
     int next_session_ = 1;
     MetricsEndpoint metrics_;
     uint64_t sessions_started_ = 0;
-    std::array<uint64_t, kGuestRefusalReasons> refused_{};  // by GuestRefusal
-    SessionFigures ended_;                                  // the counters of the sessions that ended
+    std::array<uint64_t, kGuestRefusalReasons> refused_{};                // by GuestRefusal
+    SessionFigures ended_;                                                // the counters of the sessions that ended
+    std::map<pid_t, std::chrono::steady_clock::time_point> admitted_at_;  // this listener's sessions
+    HistogramCounts session_lengths_;                                     // of those that ended
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "host/listener/metrics.h"
 
+#include <cstdio>
+
 namespace ggml_remote::host {
 
 namespace {
@@ -88,6 +90,29 @@ void render_devices(const std::vector<ProbedDevice> &devices, Exposition *out) {
     }
 }
 
+void render_histogram_to(const HistogramSpec &spec, const HistogramCounts &counts, Exposition *out) {
+    const std::string name = std::string(kPrefix) + spec.metric;
+    out->family(name, "histogram", spec.help);
+    uint64_t cumulative = 0;
+    for (size_t bucket = 0; bucket < kHistogramBounds; ++bucket) {
+        cumulative = saturating_add(cumulative, counts.buckets[bucket]);
+        out->sample(name + "_bucket", label("le", seconds_text((*spec.bounds)[bucket])), std::to_string(cumulative));
+    }
+    out->sample(name + "_bucket", label("le", "+Inf"), std::to_string(counts.count()));
+    out->sample(name + "_sum", "", seconds_text(counts.sum_ns));
+    out->sample(name + "_count", "", std::to_string(counts.count()));
+}
+
+// Totals over all sessions, ended ones included.
+void render_histograms(const MetricsSnapshot &snapshot, Exposition *out) {
+    for (size_t h = 0; h < kSessionHistograms; ++h) {
+        HistogramCounts total = snapshot.ended.histograms[h];
+        for (const SessionFigures &session : snapshot.sessions) total.add(session.histograms[h]);
+        render_histogram_to(kSessionHistogramSpecs[h], total, out);
+    }
+    render_histogram_to(kSessionLengthSpec, snapshot.session_lengths, out);
+}
+
 void render_limits(const SessionFigureValues &limits, Exposition *out) {
     for (const SessionFigure &figure : kSessionFigures) {
         if (!is_limit(figure.kind)) continue;
@@ -164,6 +189,24 @@ void add_counters(const SessionFigures &session, SessionFigures *total) {
     for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
         total->commands_refused[reason] += session.commands_refused[reason];
     }
+    for (size_t h = 0; h < kSessionHistograms; ++h) total->histograms[h].add(session.histograms[h]);
+}
+
+std::string render_histogram(const HistogramSpec &spec, const HistogramCounts &counts) {
+    Exposition out;
+    render_histogram_to(spec, counts, &out);
+    return out.take();
+}
+
+std::string seconds_text(uint64_t ns) {
+    const std::string whole = std::to_string(ns / kSecondNs);
+    const uint64_t fraction = ns % kSecondNs;
+    if (fraction == 0) return whole;
+    char digits[16];
+    std::snprintf(digits, sizeof(digits), "%09llu", static_cast<unsigned long long>(fraction));
+    std::string decimals(digits);
+    while (decimals.back() == '0') decimals.pop_back();
+    return whole + "." + decimals;
 }
 
 std::string render_metrics(const MetricsSnapshot &snapshot) {
@@ -173,6 +216,7 @@ std::string render_metrics(const MetricsSnapshot &snapshot) {
     render_devices(snapshot.devices, &out);
     render_limits(snapshot.limits, &out);
     render_totals(snapshot, &out);
+    render_histograms(snapshot, &out);
     if (snapshot.per_session) render_sessions(snapshot.sessions, &out);
     return out.take();
 }

@@ -53,12 +53,20 @@ struct MetricsSnapshot {
     uint64_t unauthenticated = 0;                                 // connections still in their TLS handshake
     std::array<uint64_t, kGuestRefusalReasons> guests_refused{};  // by GuestRefusal
     SessionFigures ended;                                         // counters of the sessions that ended
+    HistogramCounts session_lengths;                              // of the guest sessions that ended
     std::vector<SessionFigures> sessions;                         // the live ones
 };
 
 // The whole /metrics answer: server figures, the sessions' limits, totals over all
 // sessions, then (per_session) each live session's figures labelled with its id and peer.
 std::string render_metrics(const MetricsSnapshot &snapshot);
+
+// One histogram family, in seconds: a cumulative _bucket line for each bound (le),
+// one for +Inf that equals _count, then _sum and _count.
+std::string render_histogram(const HistogramSpec &spec, const HistogramCounts &counts);
+
+// A duration in seconds, written exactly (no float rounding): 0.00025, 10, 1.5.
+std::string seconds_text(uint64_t ns);
 
 // A label value as the format wants it: backslash, double quote and newline
 // escaped; any other byte that is not printable ASCII becomes '?', so that a

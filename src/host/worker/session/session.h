@@ -354,6 +354,11 @@ class Session {
     bool status_query_allowed_ = false;
     uint32_t max_sessions_ = 0;
     void publish_status();
+    // One observation of a histogram that /metrics shows (figure_histograms.h).
+    void observe(SessionHistogram which, uint64_t ns) {
+        const auto index = static_cast<size_t>(which);
+        counters_.histograms[index].observe(*kSessionHistogramSpecs[index].bounds, ns);
+    }
     SessionCounters counters_;  // only what the session counts itself; see counters()
     WeightRepack weight_repack_;
     WeightUpload weight_upload_;
