@@ -8,8 +8,9 @@
 #  - anything but GET /metrics, and a request that never ends, get 404;
 #  - a scraper that connects and sends nothing holds up neither guests nor scrapes;
 #  - a unix: endpoint (here of a TLS server) serves the same;
-#  - without --metrics-per-session no series names a session; a guest that
-#    computes fills the histograms (in seconds), and its session's length is timed.
+#  - without --metrics-per-session no series names a session, and 20 guests do not
+#    add a series; sessions_started_total counts the 20 guests, not a status query;
+#    guests that compute fill the histograms (in seconds), their sessions' lengths too.
 # usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
@@ -191,12 +192,26 @@ start_server bounded --metrics "unix:$WORK/bounded-metrics.sock"
 wait_for_line "$bounded_LOG" "metrics on unix:$WORK/bounded-metrics.sock" 10 >/dev/null || fail "no bounded endpoint"
 METRICS=unix:$WORK/bounded-metrics.sock
 
-# A guest that computes: its computes, their waits for cores and its round trips
-# fill the histograms; its session's length is counted when it ends.
-GGML_REMOTE_SERVERS=$bounded_UNIX timeout 60 "$ASYNC_CLIENT" "$PLUGIN" deferred >"$WORK/async.out" 2>&1 ||
-    { cat "$WORK/async.out" >&2; fail "the computing guest failed"; }
-await ggml_remote_session_length_seconds_count -eq 1
-expect await ggml_remote_graph_compute_seconds_count -ge 3
+scrape bounded-start
+series_before=$(grep -c . "$WORK/bounded-start.txt")
+
+# 20 guests that compute: their computes, their waits for cores and their round
+# trips fill the histograms; each session's length is counted when it ends.
+for i in $(seq 20); do
+    GGML_REMOTE_SERVERS=$bounded_UNIX timeout 60 "$ASYNC_CLIENT" "$PLUGIN" deferred >"$WORK/async.out" 2>&1 ||
+        { cat "$WORK/async.out" >&2; fail "computing guest $i failed"; }
+done
+# A status query is served by a worker too, but is no guest's session.
+"$SERVER_BIN" status --connect "$bounded_UNIX" >"$WORK/status.out" 2>&1 ||
+    { cat "$WORK/status.out" >&2; fail "the status query failed"; }
+await ggml_remote_session_length_seconds_count -eq 20
+await ggml_remote_sessions_live -eq 0
+expect await ggml_remote_sessions_started_total -eq 20
+expect await ggml_remote_session_length_seconds_count -eq 20
+series_after=$(grep -c . "$WORK/await.txt")
+[ "$series_after" -eq "$series_before" ] ||
+    failures+=("the series grew with the sessions: $series_before lines before 20 guests, $series_after after")
+expect await ggml_remote_graph_compute_seconds_count -ge 60
 expect await 'ggml_remote_graph_compute_seconds_bucket{le="+Inf"}' -ge 3
 expect await ggml_remote_cores_wait_seconds_count -ge 1
 expect await ggml_remote_compute_round_trip_seconds_count -ge 1

@@ -88,6 +88,7 @@ SessionSlot *StatusBoard::slot(uint32_t index) const { return index < slots_ ? f
 void clear_figures(SessionSlot *slot) {
     store_figures(slot, SessionFigureValues{});
     slot->turned_away.store(0, std::memory_order_relaxed);
+    slot->guest_session.store(0, std::memory_order_relaxed);
 }
 
 void store_figures(SessionSlot *slot, const SessionFigureValues &figures) {
@@ -134,6 +135,10 @@ std::optional<GuestRefusal> turned_away(const SessionSlot &slot) {
     if (recorded == 0 || recorded > kGuestRefusalReasons) return std::nullopt;
     return static_cast<GuestRefusal>(recorded - 1);
 }
+
+void mark_guest_session(SessionSlot *slot) { slot->guest_session.store(1, std::memory_order_relaxed); }
+
+bool is_guest_session(const SessionSlot &slot) { return slot.guest_session.load(std::memory_order_relaxed) != 0; }
 
 int StatusBoard::find_free() const {
     for (uint32_t i = 0; i < slots_; ++i) {

@@ -151,6 +151,7 @@ Status Session::run_handler(uint16_t command, ByteView payload, TailStream *stre
     }
     store_fill_.map_named();
     ++counters_.commands;
+    mark_guest_session_at(command);
     // A backend that throws (std::bad_alloc for a work buffer a forged shape asks
     // for) fails this command, not the session.
     try {
@@ -171,6 +172,15 @@ SessionCounters Session::counters() const {
     GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_NOW)
 #undef GGML_REMOTE_FIGURE_NOW
     return totals;
+}
+
+void Session::mark_guest_session_at(uint16_t command) {
+    if (guest_session_marked_ || protocol::command_has(command, protocol::kOpensSession) ||
+        command == static_cast<uint16_t>(CommandId::server_status)) {
+        return;
+    }
+    guest_session_marked_ = true;
+    if (status_slot_ != nullptr) mark_guest_session(status_slot_);
 }
 
 void Session::publish_status() {
