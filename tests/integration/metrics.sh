@@ -8,8 +8,8 @@
 #  - anything but GET /metrics, and a request that never ends, get 404;
 #  - a scraper that connects and sends nothing holds up neither guests nor scrapes;
 #  - a unix: endpoint (here of a TLS server) serves the same;
-#  - without --metrics-per-session no series names a session, and 20 guests do not
-#    add a series; sessions_started_total counts the 20 guests, not a status query;
+#  - without --metrics-per-session no series names a session, and neither 20
+#    guests nor live sessions add a series; sessions_started_total counts the 20 guests, not a status query;
 #    guests that compute fill the histograms (in seconds), their sessions' lengths too.
 # usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT
 source "$(dirname "$0")/lib.sh"
@@ -217,6 +217,17 @@ expect await ggml_remote_cores_wait_seconds_count -ge 1
 expect await ggml_remote_compute_round_trip_seconds_count -ge 1
 grep -q 'session=' "$WORK/await.txt" && failures+=("a series names a session without --metrics-per-session")
 note "histograms: $(grep -E '^ggml_remote_[a-z_]+_seconds_(count|sum) ' "$WORK/await.txt" | tr '\n' ' ')"
+
+# Live sessions add no series either; sessions that only shook hands are no guests'.
+hold live1 "$bounded_UNIX"
+hold live2 "$bounded_UNIX"
+scrape bounded-live
+expect bounded-live ggml_remote_sessions_live -eq 2
+expect bounded-live ggml_remote_sessions_started_total -eq 20
+series_live=$(grep -c . "$WORK/bounded-live.txt")
+[ "$series_live" -eq "$series_before" ] ||
+    failures+=("live sessions added series: $series_before lines before, $series_live with 2 live sessions")
+kill "${HOLDER[live1]}" "${HOLDER[live2]}"
 
 kill -0 "$srv_PID" 2>/dev/null || failures+=("the server exited")
 finish "$srv_LOG"
