@@ -7,13 +7,17 @@
 #    session's limit;
 #  - anything but GET /metrics, and a request that never ends, get 404;
 #  - a scraper that connects and sends nothing holds up neither guests nor scrapes;
-#  - a unix: endpoint (here of a TLS server) serves the same.
-# usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT
+#  - a unix: endpoint (here of a TLS server) serves the same;
+#  - without --metrics-per-session no series names a session, and neither 20
+#    guests nor live sessions add a series; sessions_started_total counts the 20 guests, not a status query;
+#    guests that compute fill the histograms (in seconds), their sessions' lengths too.
+# usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
 CLIENT=${1:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT}
-MEMORY_CLIENT=${2:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT}
+MEMORY_CLIENT=${2:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT}
+ASYNC_CLIENT=${3:?usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT}
 RTT=$BUILD/bin/ggml-remote-rtt
 SCRAPE="python3 $(dirname "$0")/metrics_scrape.py"
 failures=()
@@ -35,7 +39,7 @@ grep -q -- '--metrics ENDPOINT' "$WORK/help.txt" || failures+=("--help does not 
 
 # --max-sessions 2 gives an address one session (--max-sessions-per-peer's default);
 # the server's own user on the unix socket is not limited.
-start_server srv --max-sessions 2 --max-backends 1 --metrics tcp://127.0.0.1:0
+start_server srv --max-sessions 2 --max-backends 1 --metrics tcp://127.0.0.1:0 --metrics-per-session
 METRICS=$(wait_for_line "$srv_LOG" 'metrics on tcp://127\.0\.0\.1:[0-9]+' 10 | grep -oE 'tcp://127\.0\.0\.1:[0-9]+') ||
     { cat "$srv_LOG" >&2; fail "the server did not say where it serves metrics"; }
 note "metrics on $METRICS"
@@ -88,6 +92,10 @@ expect start ggml_remote_sessions_live -eq 0
 expect start ggml_remote_sessions_max -eq 2
 expect start ggml_remote_commands_total -eq 0
 expect start "$(refused version_mismatch)" -eq 0
+grep -qE '^ggml_remote_build_info\{version="[0-9]+\.[0-9]+\.[0-9]+",ggml="[^"]+"\} 1$' "$WORK/start.txt" ||
+    failures+=("start: no build_info with the server's and ggml's versions")
+expect start 'ggml_remote_device_memory_total_bytes{device="CPU"}' -gt 0
+expect start 'ggml_remote_device_memory_free_bytes{device="CPU"}' -gt 0
 
 # A guest that ends: its figures stay in the totals.
 "$RTT" "$srv_UNIX" 200 >"$WORK/rtt.out" 2>&1 || { cat "$WORK/rtt.out" >&2; fail "ggml-remote-rtt failed"; }
@@ -96,7 +104,7 @@ await ggml_remote_commands_total -gt 1200
 expect await ggml_remote_sessions_started_total -eq 1
 expect await ggml_remote_received_bytes_total -gt $((320 << 20))
 expect await ggml_remote_sent_bytes_total -gt $((320 << 20))
-grep -q '^ggml_remote_session_' "$WORK/await.txt" && failures+=("a session that ended is still listed")
+grep -q 'session="' "$WORK/await.txt" && failures+=("a session that ended is still listed")
 note "after ggml-remote-rtt: $(grep -E '^ggml_remote_(commands|received_bytes|sent_bytes)_total ' "$WORK/await.txt" |
     tr '\n' ' ')"
 
@@ -178,6 +186,48 @@ timeout 20 "$CLIENT" "$tls_TCP" >"$WORK/plain.out" 2>&1 || true
 timeout 20 "$CLIENT" "$tls_TCP" --psk "$WORK/wrong.psk" >"$WORK/wrong-key.out" 2>&1 || true
 await "$(refused tls_failed)" -eq 2
 expect await ggml_remote_sessions_started_total -eq 0
+
+# Bounded labels: a server without --metrics-per-session.
+start_server bounded --metrics "unix:$WORK/bounded-metrics.sock"
+wait_for_line "$bounded_LOG" "metrics on unix:$WORK/bounded-metrics.sock" 10 >/dev/null || fail "no bounded endpoint"
+METRICS=unix:$WORK/bounded-metrics.sock
+
+scrape bounded-start
+series_before=$(grep -c . "$WORK/bounded-start.txt")
+
+# 20 guests that compute: their computes, their waits for cores and their round
+# trips fill the histograms; each session's length is counted when it ends.
+for i in $(seq 20); do
+    GGML_REMOTE_SERVERS=$bounded_UNIX timeout 60 "$ASYNC_CLIENT" "$PLUGIN" deferred >"$WORK/async.out" 2>&1 ||
+        { cat "$WORK/async.out" >&2; fail "computing guest $i failed"; }
+done
+# A status query is served by a worker too, but is no guest's session.
+"$SERVER_BIN" status --connect "$bounded_UNIX" >"$WORK/status.out" 2>&1 ||
+    { cat "$WORK/status.out" >&2; fail "the status query failed"; }
+await ggml_remote_session_length_seconds_count -eq 20
+await ggml_remote_sessions_live -eq 0
+expect await ggml_remote_sessions_started_total -eq 20
+expect await ggml_remote_session_length_seconds_count -eq 20
+series_after=$(grep -c . "$WORK/await.txt")
+[ "$series_after" -eq "$series_before" ] ||
+    failures+=("the series grew with the sessions: $series_before lines before 20 guests, $series_after after")
+expect await ggml_remote_graph_compute_seconds_count -ge 60
+expect await 'ggml_remote_graph_compute_seconds_bucket{le="+Inf"}' -ge 3
+expect await ggml_remote_cores_wait_seconds_count -ge 1
+expect await ggml_remote_compute_round_trip_seconds_count -ge 1
+grep -q 'session=' "$WORK/await.txt" && failures+=("a series names a session without --metrics-per-session")
+note "histograms: $(grep -E '^ggml_remote_[a-z_]+_seconds_(count|sum) ' "$WORK/await.txt" | tr '\n' ' ')"
+
+# Live sessions add no series either; sessions that only shook hands are no guests'.
+hold live1 "$bounded_UNIX"
+hold live2 "$bounded_UNIX"
+scrape bounded-live
+expect bounded-live ggml_remote_sessions_live -eq 2
+expect bounded-live ggml_remote_sessions_started_total -eq 20
+series_live=$(grep -c . "$WORK/bounded-live.txt")
+[ "$series_live" -eq "$series_before" ] ||
+    failures+=("live sessions added series: $series_before lines before, $series_live with 2 live sessions")
+kill "${HOLDER[live1]}" "${HOLDER[live2]}"
 
 kill -0 "$srv_PID" 2>/dev/null || failures+=("the server exited")
 finish "$srv_LOG"

@@ -13,7 +13,9 @@ prints "status: CODE", "content-type: TYPE", and for a 200 answer every sample l
   - samples: a metric name, optional labels name="value" where a value escapes
     backslash, double quote and newline (no other escapes, no raw newline), and a
     value that is a float, +Inf, -Inf or NaN; no label set twice in a family;
-  - counters are never negative.
+  - counters are never negative;
+  - histograms: name_bucket{le} lines in increasing le, ending with +Inf, whose
+    counts never decrease, the +Inf one equal to name_count, and a name_sum.
 exits 0 when the answer came and is valid, 1 otherwise (the reasons on stderr).
 """
 import re
@@ -110,11 +112,37 @@ def parse_sample(line):
     return name.group(0), labels, float(fields[0])
 
 
+def histogram_part(name, family, types):
+    """The family a sample belongs to: a histogram's _bucket, _sum and _count are its own."""
+    if types.get(family) == "histogram":
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name == family + suffix:
+                return family
+    return name
+
+
+def check_histograms(histograms):
+    """Each histogram's buckets against its count (histograms: family -> samples)."""
+    for family, samples in histograms.items():
+        buckets = [(labels, value) for name, labels, value in samples if name == family + "_bucket"]
+        counts = [value for name, _, value in samples if name == family + "_count"]
+        if len(counts) != 1 or not any(name == family + "_sum" for name, _, _ in samples):
+            raise Invalid(f"histogram {family}: not one _count and a _sum")
+        bounds = [float(dict(labels).get("le", "nan")) for labels, _ in buckets]
+        values = [value for _, value in buckets]
+        if not bounds or bounds[-1] != float("inf") or bounds != sorted(bounds) or len(set(bounds)) != len(bounds):
+            raise Invalid(f"histogram {family}: le not increasing up to +Inf: {bounds}")
+        if values != sorted(values):
+            raise Invalid(f"histogram {family}: bucket counts decrease: {values}")
+        if values[-1] != counts[0]:
+            raise Invalid(f"histogram {family}: +Inf bucket {values[-1]} but _count {counts[0]}")
+
+
 def check_exposition(body):
     """Raises Invalid at the first line that breaks the format; returns the sample lines."""
     if not body.endswith("\n"):
         raise Invalid("the body does not end with a newline")
-    helped, typed, finished, samples = set(), {}, set(), []
+    helped, typed, finished, samples, histograms = set(), {}, set(), [], {}
     family, seen = None, set()
     for line in body[:-1].split("\n"):
         if line.startswith("# HELP ") or line.startswith("# TYPE "):
@@ -143,14 +171,17 @@ def check_exposition(body):
             continue  # a comment
         else:
             name, labels, value = parse_sample(line)
-            if name != family or name not in typed:
+            if histogram_part(name, family, typed) != family or family not in typed:
                 raise Invalid(f"sample outside its family (after # TYPE {family}): {line}")
-            if labels in seen:
+            if (name, labels) in seen:
                 raise Invalid(f"label set twice: {line}")
-            seen.add(labels)
-            if typed[name] == "counter" and not value >= 0:
+            seen.add((name, labels))
+            if typed[family] in ("counter", "histogram") and not value >= 0:
                 raise Invalid(f"negative counter: {line}")
+            if typed[family] == "histogram":
+                histograms.setdefault(family, []).append((name, labels, value))
             samples.append(line)
+    check_histograms(histograms)
     return samples
 
 
@@ -195,6 +226,11 @@ if __name__ == "__main__":
                "# HELP a x\n# TYPE a gauge\na{l=\"x\"} one\n", "# HELP a x\n# TYPE a counter\na -1\n",
                "# HELP a x\n# TYPE a gauge\na 1\n# HELP b y\n# TYPE b gauge\nb 1\na 2\n",
                "# HELP a x\n# TYPE a gauge\na{l=\"1\"} 1\na{l=\"1\"} 2\n", "# HELP a x\n# TYPE a gauge\na 1"]
+        histogram = "# HELP h x\n# TYPE h histogram\n"
+        bad += [histogram + 'h_bucket{le="1"} 2\nh_bucket{le="+Inf"} 1\nh_sum 1\nh_count 1\n',  # decreasing
+                histogram + 'h_bucket{le="1"} 1\nh_bucket{le="+Inf"} 2\nh_sum 1\nh_count 3\n',  # +Inf != count
+                histogram + 'h_bucket{le="1"} 1\nh_sum 1\nh_count 1\n',  # no +Inf
+                histogram + 'h_bucket{le="2"} 1\nh_bucket{le="1"} 1\nh_bucket{le="+Inf"} 1\nh_sum 1\nh_count 1\n']
         for text in bad:
             try:
                 check_exposition(text)
@@ -202,6 +238,8 @@ if __name__ == "__main__":
                 continue
             raise SystemExit(f"metrics_scrape: the checker accepted {text!r}")
         check_exposition('# HELP a x\n# TYPE a gauge\na{l="q\\"\\\\\\n"} +Inf\n')
+        check_exposition('# HELP h x\n# TYPE h histogram\nh_bucket{le="0.5"} 1\nh_bucket{le="+Inf"} 2\n'
+                         'h_sum 3.5\nh_count 2\n')
         print("self-test: ok")
         sys.exit(0)
     sys.exit(main(sys.argv))

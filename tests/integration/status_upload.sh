@@ -10,7 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
 
-start_server srv --weight-store "$WORK/store" --metrics "unix:$WORK/metrics.sock"
+start_server srv --weight-store "$WORK/store" --metrics "unix:$WORK/metrics.sock" --metrics-per-session
 export GGML_REMOTE_CACHE_DIR=$WORK/cache
 path=$(model small f16)
 model_bytes=$(stat -c %s "$path")

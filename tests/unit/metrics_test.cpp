@@ -34,9 +34,10 @@ std::vector<std::string> exposition_errors(const std::string &text) {
     static const std::string value = R"((?:[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|[-+]Inf|NaN))";
     static const std::regex help("# HELP (" + name + R"() (?:[^\\]|\\[\\n])*)");
     static const std::regex type("# TYPE (" + name + ") (counter|gauge|histogram|summary|untyped)");
+    static const std::regex histogram_part("(" + name + ")_(?:bucket|sum|count)");
     static const std::regex sample("(" + name + ")(?:" + labels + ")? " + value);
     std::vector<std::string> errors;
-    std::set<std::string> described, typed;
+    std::set<std::string> described, typed, histograms;
     std::string family;  // the family whose samples may follow
     std::smatch match;
     if (text.empty() || text.back() != '\n') errors.push_back("the text does not end with a newline");
@@ -46,8 +47,16 @@ std::vector<std::string> exposition_errors(const std::string &text) {
             family = match[1];
         } else if (std::regex_match(line, match, type)) {
             if (match[1] != family || !typed.insert(match[1]).second) errors.push_back("TYPE out of place: " + line);
+            if (match[2] == "histogram") histograms.insert(match[1]);
         } else if (std::regex_match(line, match, sample)) {
-            if (match[1] != family || typed.count(family) == 0) errors.push_back("sample outside its family: " + line);
+            std::string sample_family = match[1];
+            std::smatch part;
+            if (histograms.count(family) != 0 && std::regex_match(sample_family, part, histogram_part)) {
+                sample_family = part[1];
+            }
+            if (sample_family != family || typed.count(family) == 0) {
+                errors.push_back("sample outside its family: " + line);
+            }
         } else {
             errors.push_back("not a line of the format: " + line);
         }
@@ -90,6 +99,7 @@ TEST(MetricsText, OtherControlAndNonAsciiBytesBecomeQuestionMarks) {
 
 TEST(MetricsText, EveryLineFollowsTheExpositionFormat) {
     MetricsSnapshot snapshot;
+    snapshot.per_session = true;
     snapshot.sessions = {session(1, "unix:/tmp/a.sock pid 1 uid 0", 5),
                          session(2, "tcp://\"quoted\"\\slash\nnewline", 7)};
     const std::string text = render_metrics(snapshot);
@@ -104,25 +114,58 @@ TEST(MetricsText, TheCheckerRejectsWhatTheFormatDoesNotAllow) {
     EXPECT_THAT(exposition_errors("# HELP a x\n# TYPE a gauge\na 1\n# HELP a y\n"), Not(IsEmpty()));
 }
 
-TEST(MetricsText, EachSessionIsLabelledWithItsIdAndPeer) {
+TEST(MetricsText, EachSessionIsLabelledWithItsIdAndPeerOnlyWhenAskedFor) {
     MetricsSnapshot snapshot;
     snapshot.sessions = {session(3, "tcp://127.0.0.1:4000", 11)};
     snapshot.sessions[0].commands_refused[static_cast<size_t>(CommandRefusal::limit_reached)] = 2;
+    EXPECT_THAT(render_metrics(snapshot), Not(HasSubstr("session=")));
+    snapshot.per_session = true;
     const std::string text = render_metrics(snapshot);
     const std::string labels = R"({session="3",peer="tcp://127.0.0.1:4000")";
     EXPECT_EQ(value_of(text, "ggml_remote_session_commands_total" + labels + "}"), "11");
     EXPECT_EQ(value_of(text, "ggml_remote_session_commands_refused_total" + labels + R"(,reason="limit_reached"})"),
               "2");
-    EXPECT_EQ(value_of(text, "ggml_remote_session_buffers_max" + labels + "}"), "65536");
+    EXPECT_THAT(text, Not(HasSubstr("ggml_remote_session_buffers_max")));  // limits: once, unlabelled
 }
 
-TEST(MetricsText, AMemoryQuotaOfNoneIsInfinite) {
+TEST(MetricsText, LimitsAreListedOnceFromTheServersSettings) {
     MetricsSnapshot snapshot;
+    snapshot.per_session = true;
     snapshot.sessions = {session(1, "p", 0), session(2, "q", 0)};
-    snapshot.sessions[1].memory_quota = 1 << 20;
+    SessionLimits limits;
+    limits.max_buffers = 77;
+    limits.mapped_file_quota = 0;  // the host's memory, as a worker resolves it
+    snapshot.limits = limit_figures(limits);
+    std::string text = render_metrics(snapshot);
+    EXPECT_EQ(value_of(text, "ggml_remote_buffers_max"), "77");
+    EXPECT_EQ(value_of(text, "ggml_remote_memory_quota_bytes"), "+Inf");
+    EXPECT_EQ(value_of(text, "ggml_remote_mapped_file_quota_bytes"), std::to_string(physical_memory()));
+    EXPECT_EQ(snapshot.limits.commands, 0u);  // no other figure
+    limits.memory_quota = 1 << 20;
+    snapshot.limits = limit_figures(limits);
+    text = render_metrics(snapshot);
+    EXPECT_EQ(value_of(text, "ggml_remote_memory_quota_bytes"), "1048576");
+    EXPECT_THAT(text, Not(HasSubstr("quota_bytes{")));
+}
+
+TEST(MetricsText, BuildInfoAndEachDevicesMemory) {
+    MetricsSnapshot snapshot;
+    snapshot.version = "1.2.3";
+    snapshot.ggml_version = "0.9.\"x\"";
+    ProbedDevice cpu;
+    cpu.name = "CPU";
+    cpu.total_bytes = 64;
+    cpu.free_bytes = 32;
+    ProbedDevice gpu = cpu;
+    gpu.name = "Vulkan0";
+    gpu.total_bytes = 8;
+    snapshot.devices = {cpu, gpu};
     const std::string text = render_metrics(snapshot);
-    EXPECT_EQ(value_of(text, R"(ggml_remote_session_memory_quota_bytes{session="1",peer="p"})"), "+Inf");
-    EXPECT_EQ(value_of(text, R"(ggml_remote_session_memory_quota_bytes{session="2",peer="q"})"), "1048576");
+    EXPECT_THAT(exposition_errors(text), IsEmpty()) << text;
+    EXPECT_EQ(value_of(text, R"(ggml_remote_build_info{version="1.2.3",ggml="0.9.\"x\""})"), "1");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_device_memory_total_bytes{device="CPU"})"), "64");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_device_memory_total_bytes{device="Vulkan0"})"), "8");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_device_memory_free_bytes{device="Vulkan0"})"), "32");
 }
 
 TEST(MetricsText, CounterTotalsIncludeEndedSessionsAndGaugeTotalsOnlyLiveOnes) {
@@ -147,6 +190,7 @@ TEST(MetricsText, CounterTotalsIncludeEndedSessionsAndGaugeTotalsOnlyLiveOnes) {
 
 TEST(MetricsText, WeightUploadsAreGaugesPerSessionAndSummedOverLiveOnes) {
     MetricsSnapshot snapshot;
+    snapshot.per_session = true;
     snapshot.sessions = {session(1, "p", 0), session(2, "q", 0)};
     snapshot.sessions[0].weights_expected = 620;
     snapshot.sessions[0].weights_received = 412;
@@ -195,6 +239,63 @@ TEST(MetricsText, ErrorCodesFallIntoTheirRefusalClasses) {
     EXPECT_EQ(handshake_refusal_for(Code::bad_request), GuestRefusal::handshake_failed);
 }
 
+TEST(MetricsHistogram, AnObservationOnABoundCountsInThatBucket) {
+    HistogramCounts counts;
+    counts.observe(kShortBoundsNs, 0);
+    counts.observe(kShortBoundsNs, 100'000);  // on the first bound: le="0.0001"
+    counts.observe(kShortBoundsNs, 100'001);
+    counts.observe(kShortBoundsNs, 20'000'000'000);  // above every bound
+    EXPECT_EQ(counts.buckets[0], 2u);
+    EXPECT_EQ(counts.buckets[1], 1u);
+    EXPECT_EQ(counts.buckets[kHistogramBounds], 1u);
+    EXPECT_EQ(counts.count(), 4u);
+    EXPECT_EQ(counts.sum_ns, 20'000'200'001u);
+}
+
+TEST(MetricsHistogram, BucketsAreCumulativeInSecondsAndInfEqualsTheCount) {
+    HistogramCounts counts;
+    counts.observe(kShortBoundsNs, 250'000);
+    counts.observe(kShortBoundsNs, 3'000'000'000);
+    counts.observe(kShortBoundsNs, 20'000'000'000);
+    const std::string text = render_histogram(kSessionHistogramSpecs[0], counts);
+    EXPECT_THAT(exposition_errors(text), IsEmpty()) << text;
+    EXPECT_THAT(text, HasSubstr("# TYPE ggml_remote_graph_compute_seconds histogram\n"));
+    const std::string bucket = "ggml_remote_graph_compute_seconds_bucket";
+    EXPECT_EQ(value_of(text, bucket + R"({le="0.0001"})"), "0");
+    EXPECT_EQ(value_of(text, bucket + R"({le="0.0005"})"), "1");
+    EXPECT_EQ(value_of(text, bucket + R"({le="1"})"), "1");
+    EXPECT_EQ(value_of(text, bucket + R"({le="10"})"), "2");
+    EXPECT_EQ(value_of(text, bucket + R"({le="+Inf"})"), "3");
+    EXPECT_EQ(value_of(text, "ggml_remote_graph_compute_seconds_count"), "3");
+    EXPECT_EQ(value_of(text, "ggml_remote_graph_compute_seconds_sum"), "23.00025");
+}
+
+TEST(MetricsHistogram, SecondsAreWrittenExactly) {
+    EXPECT_EQ(seconds_text(0), "0");
+    EXPECT_EQ(seconds_text(250'000), "0.00025");
+    EXPECT_EQ(seconds_text(1'500'000'000), "1.5");
+    EXPECT_EQ(seconds_text(86400 * kSecondNs), "86400");
+    EXPECT_EQ(seconds_text(1), "0.000000001");
+}
+
+TEST(MetricsHistogram, TotalsIncludeEndedSessionsAndTheListenersSessionLengths) {
+    MetricsSnapshot snapshot;
+    snapshot.sessions = {session(1, "p", 0)};
+    const auto round_trip = static_cast<size_t>(SessionHistogram::compute_round_trip);
+    snapshot.sessions[0].histograms[round_trip].observe(kShortBoundsNs, 1'000'000);
+    SessionFigures ended = session(0, "", 0);
+    ended.histograms[round_trip].observe(kShortBoundsNs, 2'000'000);
+    add_counters(ended, &snapshot.ended);
+    snapshot.session_lengths.observe(kSessionBoundsNs, 90 * kSecondNs);
+    const std::string text = render_metrics(snapshot);
+    EXPECT_THAT(exposition_errors(text), IsEmpty()) << text;
+    EXPECT_EQ(value_of(text, "ggml_remote_compute_round_trip_seconds_count"), "2");
+    EXPECT_EQ(value_of(text, "ggml_remote_compute_round_trip_seconds_sum"), "0.003");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_session_length_seconds_bucket{le="60"})"), "0");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_session_length_seconds_bucket{le="300"})"), "1");
+    EXPECT_EQ(value_of(text, "ggml_remote_cores_wait_seconds_count"), "0");
+}
+
 // The status board: what the listener reads of a worker's slot.
 
 class MetricsBoard : public ::testing::Test {
@@ -232,6 +333,22 @@ TEST_F(MetricsBoard, ClearingASlotForItsNextSessionZeroesEveryFigure) {
     EXPECT_EQ(figures.store_bytes_saved, 0u);
     EXPECT_EQ(figures.commands_refused[0], 0u);
     EXPECT_FALSE(turned_away(*slot).has_value());
+}
+
+TEST_F(MetricsBoard, HistogramsAreReadFromTheSlotAndForgedOnesClamped) {
+    SessionFigures figures;
+    figures.histograms[1].observe(kShortBoundsNs, 3'000'000);
+    store_figures(slot, figures);
+    EXPECT_EQ(read_figures(*slot).histograms[1].buckets, figures.histograms[1].buckets);
+    EXPECT_EQ(read_figures(*slot).histograms[1].sum_ns, 3'000'000u);
+    // What a compromised worker might write: more than a session observes, a sum
+    // longer than its observations could be.
+    slot->histogram_buckets[0][0].store(UINT64_MAX);
+    slot->histogram_buckets[2][3].store(5);
+    slot->histogram_sum_ns[2].store(UINT64_MAX);
+    const SessionFigures read = read_figures(*slot);
+    EXPECT_EQ(read.histograms[0].buckets[0], kMaxBucketCount);
+    EXPECT_EQ(read.histograms[2].sum_ns, 5 * kMaxObservationNs);
 }
 
 TEST_F(MetricsBoard, ATurnedAwayReasonOutsideTheListReadsAsNone) {

@@ -780,6 +780,20 @@ TEST_F(CpuSessionGraph, AddComputesIntoItsPlaceInTheBuffer) {
     EXPECT_EQ(session->counters().graph_computes, 1u);
 }
 
+// /metrics' histograms: each compute is timed, and so is a CPU compute's wait for
+// cores (none here: it is alone); a round trip is timed by serve(), not here.
+TEST_F(CpuSessionGraph, EachComputeIsObservedInTheHistograms) {
+    const std::vector<uint8_t> graph = sum_graph();
+    ASSERT_TRUE(compute_list(graph).status.ok());
+    ASSERT_TRUE(compute_list(graph).status.ok());
+    const SessionCounters figures = session->counters();
+    const auto histogram = [&](SessionHistogram which) { return figures.histograms[static_cast<size_t>(which)]; };
+    EXPECT_EQ(histogram(SessionHistogram::graph_compute).count(), 2u);
+    EXPECT_EQ(histogram(SessionHistogram::cores_wait).count(), 2u);
+    EXPECT_EQ(histogram(SessionHistogram::cores_wait).sum_ns, 0u);
+    EXPECT_EQ(histogram(SessionHistogram::compute_round_trip).count(), 0u);
+}
+
 TEST_F(CpuSessionGraph, NodesComputeInOrderAndReuseEarlierResults) {
     ggml_tensor *a = vector("a"), *b = vector("b");
     ggml_tensor *sum = ggml_add(ctx.get(), a, b);
@@ -1690,6 +1704,21 @@ TEST_F(CpuSession, StatusSendsTheUploadTableOnlyWhenAskedFor) {
     const Outcome old = call<ServerStatus>(ServerStatus::Request{0});
     ASSERT_TRUE(old.status.ok());
     EXPECT_EQ(old.tail.size(), tables);
+}
+
+// sessions_started_total counts guests' sessions: the worker marks its slot at the
+// first command that is neither the handshake nor a status query.
+TEST_F(CpuSession, OnlyACommandBeyondTheHandshakeAndStatusMarksAGuestSession) {
+    StatusBoard board;
+    ASSERT_TRUE(StatusBoard::create(1, &board).ok());
+    hello();
+    session->attach_status(&board, board.slot(0), true, 1);
+    ASSERT_TRUE(call<ServerStatus>(ServerStatus::Request{0}).status.ok());
+    EXPECT_FALSE(is_guest_session(*board.slot(0))) << "a status query";
+    alloc(64);
+    EXPECT_TRUE(is_guest_session(*board.slot(0)));
+    clear_figures(board.slot(0));
+    EXPECT_FALSE(is_guest_session(*board.slot(0))) << "the slot's next session starts unmarked";
 }
 
 TEST_F(SharedMemorySession, AMappedModelFileHasNothingToUpload) {

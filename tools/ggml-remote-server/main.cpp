@@ -59,6 +59,9 @@ options:
          --metrics ENDPOINT     answer Prometheus scrapes (HTTP GET /metrics) on
                                 tcp://host:port or unix:/path.sock; no authentication:
                                 keep it on loopback or a unix socket
+         --metrics-per-session  also list each live session's own series, labelled
+                                with its id and peer (one set per session: the
+                                number of series grows with the sessions)
   -d,    --device NAME          expose only this host device; repeatable (default: all)
          --list-devices         print the host devices and exit
   -t,    --threads N            threads of each CPU backend (default: all cores)
@@ -251,6 +254,8 @@ bool parse_listener_flag(host::CommandLineCursor &args, CommandLine *line) {
         line->options.listen.push_back(args.value());
     } else if (flag == "--metrics") {
         line->options.metrics = args.value();
+    } else if (flag == "--metrics-per-session") {
+        line->options.metrics_per_session = true;
     } else if (flag == "--insecure") {
         line->insecure = true;
     } else if (flag == "--keep-sessions") {
@@ -350,9 +355,11 @@ std::string resolve_worker_user(const host::ListenerOptions &options, host::Work
     return ", as " + identity->user + " (uid " + std::to_string(identity->uid) + ")";
 }
 
-// Fails early on a --device that does not exist, and says what is served.
-void announce_devices(const std::string &worker, const host::ListenerOptions &options) {
-    for (const host::ProbedDevice &device : probed_devices(worker, options)) {
+// Fails early on a --device that does not exist, and says what is served; the
+// devices stay in `options` for /metrics.
+void announce_devices(const std::string &worker, host::ListenerOptions *options) {
+    options->devices = probed_devices(worker, *options);
+    for (const host::ProbedDevice &device : options->devices) {
         host::log_line("serving " + device.name + ": " + device.description);
     }
 }
@@ -396,7 +403,7 @@ int serve(CommandLine *line) {
     line->worker_command.insert(line->worker_command.begin(), worker_program());
     prepare_weight_store(options);
     check_models_directory(options);
-    announce_devices(line->worker_command.front(), options);
+    announce_devices(line->worker_command.front(), &options);
     prepare_shader_cache(options, identity, announce_sandbox(options, worker_identity));
     host::log_line(describe_core_scheduling(options.limits));
     return host::run_listener(options, line->worker_command, line->listener_command);

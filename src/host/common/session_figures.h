@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 
+#include "host/common/figure_histograms.h"
 #include "host/common/refusals.h"
 
 namespace ggml_remote::host {
@@ -15,7 +16,8 @@ namespace ggml_remote::host {
 // counter: only grows; the listener keeps the sum over the sessions that ended, so
 //          that no total goes down when one does.
 // gauge: what the session holds now; totals sum the live sessions.
-// limit: what the session is held against, shown per session only.
+// limit: what the session is held against; the same for every session, so /metrics
+//        shows it once, from the server's settings (limit_figures).
 // limit_or_none: a limit where 0 means none (+Inf in /metrics).
 enum class FigureKind { counter, gauge, limit, limit_or_none };
 
@@ -69,6 +71,12 @@ enum class FigureKind { counter, gauge, limit, limit_or_none };
 #define GGML_REMOTE_FIGURE_IF_UPLOAD_in_upload_table(...) __VA_ARGS__
 #define GGML_REMOTE_FIGURE_IF_UPLOAD_not_in_reply(...)
 
+// GGML_REMOTE_FIGURE_IF_LIMIT_##kind(code): `code` only for the limits.
+#define GGML_REMOTE_FIGURE_IF_LIMIT_counter(...)
+#define GGML_REMOTE_FIGURE_IF_LIMIT_gauge(...)
+#define GGML_REMOTE_FIGURE_IF_LIMIT_limit(...) __VA_ARGS__
+#define GGML_REMOTE_FIGURE_IF_LIMIT_limit_or_none(...) __VA_ARGS__
+
 // One session's figures as plain numbers.
 struct SessionFigureValues {
 #define GGML_REMOTE_FIGURE_VALUE(field, kind, reply, metric, from, help) uint64_t field = 0;
@@ -77,6 +85,8 @@ struct SessionFigureValues {
     // By CommandRefusal: one counter per reason rather than a line of the list,
     // since every place that handles them loops over the reasons.
     std::array<uint64_t, kCommandRefusalReasons> commands_refused{};
+    // By SessionHistogram: counters too (the listener keeps those of ended sessions).
+    std::array<HistogramCounts, kSessionHistograms> histograms{};
 };
 
 // A line of the list, for the code that walks it at run time.

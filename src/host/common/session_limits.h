@@ -3,12 +3,22 @@
 // command line; the worker's Session enforces them.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 
 #include "protocol/tensor_codec.h"
 #include "protocol/wire.h"
 
 namespace ggml_remote::host {
+
+// The host's physical memory in bytes (UINT64_MAX when unknown): what a
+// mapped_file_quota of 0 stands for.
+inline uint64_t physical_memory() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
+}
 
 struct SessionLimits {
     uint64_t max_message_size = protocol::kDefaultMaxMessageSize;

@@ -21,10 +21,14 @@ struct BoardHeader {
 };
 constexpr uint32_t kBoardMagic = 0x32534752;  // "RGS2"
 
-// FNV-1a of the list's fields and kinds: a reordered list keeps the slot's size.
+// FNV-1a of the list's fields and kinds and of the histograms' bounds: a reordered
+// list, or other bounds, keep the slot's size.
 constexpr uint32_t figures_layout() {
     uint32_t hash = 2166136261u;
     for (const char c : kSessionFiguresLayout) hash = (hash ^ static_cast<uint8_t>(c)) * 16777619u;
+    for (const HistogramSpec &spec : kSessionHistogramSpecs) {
+        for (const uint64_t bound : *spec.bounds) hash = (hash ^ static_cast<uint32_t>(bound >> 10)) * 16777619u;
+    }
     return hash;
 }
 static_assert(std::is_standard_layout<SessionSlot>::value, "slots live in shared memory");
@@ -84,6 +88,7 @@ SessionSlot *StatusBoard::slot(uint32_t index) const { return index < slots_ ? f
 void clear_figures(SessionSlot *slot) {
     store_figures(slot, SessionFigureValues{});
     slot->turned_away.store(0, std::memory_order_relaxed);
+    slot->guest_session.store(0, std::memory_order_relaxed);
 }
 
 void store_figures(SessionSlot *slot, const SessionFigureValues &figures) {
@@ -93,6 +98,12 @@ void store_figures(SessionSlot *slot, const SessionFigureValues &figures) {
 #undef GGML_REMOTE_FIGURE_STORE
     for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
         slot->commands_refused[reason].store(figures.commands_refused[reason], relaxed);
+    }
+    for (size_t h = 0; h < kSessionHistograms; ++h) {
+        const HistogramCounts &counts = figures.histograms[h];
+        for (size_t b = 0; b < counts.buckets.size(); ++b)
+            slot->histogram_buckets[h][b].store(counts.buckets[b], relaxed);
+        slot->histogram_sum_ns[h].store(counts.sum_ns, relaxed);
     }
 }
 
@@ -104,6 +115,13 @@ SessionFigureValues load_figures(const SessionSlot &slot) {
 #undef GGML_REMOTE_FIGURE_LOAD
     for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
         figures.commands_refused[reason] = slot.commands_refused[reason].load(relaxed);
+    }
+    for (size_t h = 0; h < kSessionHistograms; ++h) {
+        HistogramCounts &counts = figures.histograms[h];
+        for (size_t b = 0; b < counts.buckets.size(); ++b)
+            counts.buckets[b] = slot.histogram_buckets[h][b].load(relaxed);
+        counts.sum_ns = slot.histogram_sum_ns[h].load(relaxed);
+        counts.clamp();
     }
     return figures;
 }
@@ -117,6 +135,10 @@ std::optional<GuestRefusal> turned_away(const SessionSlot &slot) {
     if (recorded == 0 || recorded > kGuestRefusalReasons) return std::nullopt;
     return static_cast<GuestRefusal>(recorded - 1);
 }
+
+void mark_guest_session(SessionSlot *slot) { slot->guest_session.store(1, std::memory_order_relaxed); }
+
+bool is_guest_session(const SessionSlot &slot) { return slot.guest_session.load(std::memory_order_relaxed) != 0; }
 
 int StatusBoard::find_free() const {
     for (uint32_t i = 0; i < slots_; ++i) {

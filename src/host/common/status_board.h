@@ -28,9 +28,16 @@ struct SessionSlot {
 #undef GGML_REMOTE_FIGURE_ATOMIC
     // Commands answered with an error, by CommandRefusal.
     std::atomic<uint64_t> commands_refused[kCommandRefusalReasons];
+    // By SessionHistogram (figure_histograms.h): the count in each bucket, and the sum.
+    std::atomic<uint64_t> histogram_buckets[kSessionHistograms][kHistogramBounds + 1];
+    std::atomic<uint64_t> histogram_sum_ns[kSessionHistograms];
     // GuestRefusal + 1 when the worker turned its guest away before the handshake
     // completed; 0 when it did not. The listener reads it when it reaps the worker.
     std::atomic<uint32_t> turned_away;
+    // 1 once the worker handled a command that is neither the handshake nor a status
+    // query: a guest's session, for sessions_started_total (the listener, which never
+    // decodes guest bytes, cannot tell a status query from a guest).
+    std::atomic<uint32_t> guest_session;
     // Core scheduling (host/core_schedule.h), written by the session's worker and
     // read by every other one before each of their CPU computes.
     std::atomic<uint32_t> cores_computing;        // 1 while a CPU compute runs
@@ -47,7 +54,7 @@ struct SessionSlot {
 void clear_figures(SessionSlot *slot);
 // The worker's publication of its session's figures, and anyone's reading of them.
 // What is read was written by a worker, which its guest may have taken over: each
-// figure is any number.
+// figure is any number, but for the histograms, clamped (HistogramCounts::clamp).
 void store_figures(SessionSlot *slot, const SessionFigureValues &figures);
 SessionFigureValues load_figures(const SessionSlot &slot);
 // A new session's slot starts idle, whatever its last worker left there.
@@ -56,6 +63,9 @@ void clear_core_fields(SessionSlot *slot);
 // it: a reason outside the list (a worker writes the board) reads as none.
 void record_turned_away(SessionSlot *slot, GuestRefusal reason);
 std::optional<GuestRefusal> turned_away(const SessionSlot &slot);
+// The worker's mark that its session is a guest's, and the listener's reading of it.
+void mark_guest_session(SessionSlot *slot);
+bool is_guest_session(const SessionSlot &slot);
 
 class StatusBoard {
   public:

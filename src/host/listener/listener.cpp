@@ -1,5 +1,6 @@
 #include "host/listener/listener.h"
 
+#include <ggml.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -17,6 +18,7 @@
 #include <ctime>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "host/common/server_log.h"
 #include "host/common/status_board.h"
@@ -292,7 +294,6 @@ class Listener {
             if (SessionSlot *listed = slot >= 0 ? board_.slot(slot) : nullptr) listed->pid = pid;
             admission_.add_authenticated(pid, slot);
             hold_place(pid, {pid, id, slot, peer, account});
-            ++sessions_started_;
             port.serving(pid);
             log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
         }
@@ -371,6 +372,7 @@ class Listener {
     // handed over or kept by systemd, so that it is counted there too.
     void hold_place(pid_t pid, const LedgerEntry &entry) {
         ledger_.record(entry);
+        admitted_at_[pid] = std::chrono::steady_clock::now();
         UniqueFd pidfd = open_pidfd(pid);
         if (pidfd.valid() && has_service_manager()) {
             const Status stored = store_with_service_manager(pidfd.get(), kHandedWorkerPrefix + std::to_string(pid));
@@ -414,8 +416,10 @@ class Listener {
         for (size_t i = 0; i < sockets_.size(); ++i) {
             if (polled[i + 1].revents & POLLIN) accept_guest(sockets_[i]);
         }
-        metrics_.serve(polled, metrics_first, std::chrono::steady_clock::now(),
-                       [this] { return render_metrics(snapshot()); });
+        metrics_.serve(polled, metrics_first, std::chrono::steady_clock::now(), [this] {
+            count_guest_sessions();
+            return render_metrics(snapshot());
+        });
         return true;
     }
 
@@ -579,7 +583,6 @@ class Listener {
         };
         for (const Admission::Answer &answer : admission_.answer_requests(polled, peer_may_open)) {
             const auto it = unauthenticated_peers_.find(answer.pid);
-            if (answer.admitted) ++sessions_started_;
             if (answer.admitted) admitted_after_handshake(answer.pid);
             if (answer.admitted && it != unauthenticated_peers_.end()) {
                 peers_.opened(answer.pid, it->second);  // the worker logs its session
@@ -610,6 +613,9 @@ class Listener {
         for (const EndedWorker &ended : jail_.reap()) {
             log_unexpected_end(ended);
             keep_figures_of_ended(ended.record);
+            count_guest_session(ended.pid, ended.record.slot);
+            time_session(ended.pid);
+            guests_counted_.erase(ended.pid);
             if (admission_.holds_session(ended.pid)) drop_place(ended.pid);
             admission_.release(ended.pid);
             peers_.closed(ended.pid);
@@ -692,7 +698,6 @@ class Listener {
             admission_.add_authenticated(pid, slot);
             hold_place(pid, {pid, id, slot, peer, account});
             peers_.opened(pid, account);
-            ++sessions_started_;
         } else {
             admission_.add_unauthenticated(pid, slot, std::move(admission_listener_end));
             unauthenticated_peers_[pid] = account;
@@ -722,16 +727,44 @@ class Listener {
         if (const std::optional<GuestRefusal> reason = turned_away(*slot)) count_refusal(*reason);
     }
 
+    // A guest session of this listener's ended: its length, timed by the listener
+    // itself (sessions adopted from a replaced listener are not timed).
+    void time_session(pid_t pid) {
+        const auto it = admitted_at_.find(pid);
+        if (it == admitted_at_.end()) return;
+        if (guests_counted_.count(pid) != 0) session_lengths_.observe(kSessionBoundsNs, nanoseconds_since(it->second));
+        admitted_at_.erase(it);
+    }
+
+    // sessions_started_total counts guests' sessions, each once: a worker that holds
+    // a place and marked its slot (mark_guest_session). A status query, a guest
+    // refused, or one that only shook hands never marks it.
+    void count_guest_session(pid_t pid, int slot_index) {
+        const SessionSlot *slot = slot_index >= 0 ? board_.slot(slot_index) : nullptr;
+        if (slot == nullptr || !admission_.holds_session(pid) || !is_guest_session(*slot)) return;
+        if (guests_counted_.insert(pid).second) ++sessions_started_;
+    }
+
+    void count_guest_sessions() {
+        for (const auto &[pid, session] : jail_.workers()) count_guest_session(pid, session.slot);
+    }
+
     // The figures of /metrics. Which sessions are live, their ids and peers come from
     // the listener's own records, the figures from the board.
     MetricsSnapshot snapshot() const {
         MetricsSnapshot snapshot;
+        snapshot.per_session = options_.metrics_per_session;
+        snapshot.limits = limit_figures(options_.limits);
+        snapshot.version = GGML_REMOTE_VERSION;
+        snapshot.ggml_version = ggml_version();
+        snapshot.devices = options_.devices;
         snapshot.sessions_live = static_cast<uint64_t>(admission_.sessions());
         snapshot.max_sessions = static_cast<uint64_t>(options_.max_sessions);
         snapshot.sessions_started = sessions_started_;
         snapshot.unauthenticated = static_cast<uint64_t>(admission_.unauthenticated());
         snapshot.guests_refused = refused_;
         snapshot.ended = ended_;
+        snapshot.session_lengths = session_lengths_;
         const auto list = [&](pid_t pid, int id, const std::string &peer, int slot_index) {
             const SessionSlot *slot = slot_index >= 0 ? board_.slot(slot_index) : nullptr;
             if (slot == nullptr || !admission_.holds_session(pid)) return;
@@ -799,8 +832,11 @@ class Listener {
     int next_session_ = 1;
     MetricsEndpoint metrics_;
     uint64_t sessions_started_ = 0;
-    std::array<uint64_t, kGuestRefusalReasons> refused_{};  // by GuestRefusal
-    SessionFigures ended_;                                  // the counters of the sessions that ended
+    std::array<uint64_t, kGuestRefusalReasons> refused_{};                // by GuestRefusal
+    SessionFigures ended_;                                                // the counters of the sessions that ended
+    std::map<pid_t, std::chrono::steady_clock::time_point> admitted_at_;  // this listener's sessions
+    HistogramCounts session_lengths_;                                     // of those that ended
+    std::set<pid_t> guests_counted_;                                      // live workers counted in sessions_started_
 };
 
 }  // namespace

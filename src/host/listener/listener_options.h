@@ -7,6 +7,7 @@
 
 #include "host/common/serving_options.h"
 #include "host/common/store_layout.h"
+#include "host/common/worker_contract.h"
 
 namespace ggml_remote::host {
 
@@ -19,6 +20,11 @@ struct ListenerOptions : ServingOptions {
     int max_unauthenticated = 16;
     // --metrics: where the listener answers Prometheus scrapes (metrics_endpoint.h); empty: nowhere.
     std::string metrics;
+    // --metrics-per-session: /metrics also lists each live session's own series.
+    bool metrics_per_session = false;
+    // The devices served, as the device probe found them at start (their memory
+    // figures for /metrics).
+    std::vector<ProbedDevice> devices;
     // --keep-sessions: SIGTERM and SIGINT stop only the listener; live sessions go on
     // in their workers until their guests leave (a service manager's restart).
     bool keep_sessions = false;

@@ -1,5 +1,7 @@
 #include "host/listener/metrics.h"
 
+#include <cstdio>
+
 namespace ggml_remote::host {
 
 namespace {
@@ -63,6 +65,63 @@ void render_server(const MetricsSnapshot &snapshot, Exposition *out) {
     }
 }
 
+void render_build(const MetricsSnapshot &snapshot, Exposition *out) {
+    const std::string name = std::string(kPrefix) + "build_info";
+    out->family(name, "gauge", "Always 1, labelled with the server's version and the ggml version it runs with");
+    out->sample(name, label("version", snapshot.version) + "," + label("ggml", snapshot.ggml_version), "1");
+}
+
+void render_devices(const std::vector<ProbedDevice> &devices, Exposition *out) {
+    const struct {
+        const char *metric;
+        uint64_t ProbedDevice::*value;
+        const char *help;
+    } figures[] = {
+        {"device_memory_total_bytes", &ProbedDevice::total_bytes, "Memory of each device served, in bytes"},
+        {"device_memory_free_bytes", &ProbedDevice::free_bytes,
+         "Free memory of each device served, in bytes, as the server found it at start"},
+    };
+    for (const auto &figure : figures) {
+        const std::string name = std::string(kPrefix) + figure.metric;
+        out->family(name, "gauge", figure.help);
+        for (const ProbedDevice &device : devices) {
+            out->sample(name, label("device", device.name), std::to_string(device.*figure.value));
+        }
+    }
+}
+
+void render_histogram_to(const HistogramSpec &spec, const HistogramCounts &counts, Exposition *out) {
+    const std::string name = std::string(kPrefix) + spec.metric;
+    out->family(name, "histogram", spec.help);
+    uint64_t cumulative = 0;
+    for (size_t bucket = 0; bucket < kHistogramBounds; ++bucket) {
+        cumulative = saturating_add(cumulative, counts.buckets[bucket]);
+        out->sample(name + "_bucket", label("le", seconds_text((*spec.bounds)[bucket])), std::to_string(cumulative));
+    }
+    out->sample(name + "_bucket", label("le", "+Inf"), std::to_string(counts.count()));
+    out->sample(name + "_sum", "", seconds_text(counts.sum_ns));
+    out->sample(name + "_count", "", std::to_string(counts.count()));
+}
+
+// Totals over all sessions, ended ones included.
+void render_histograms(const MetricsSnapshot &snapshot, Exposition *out) {
+    for (size_t h = 0; h < kSessionHistograms; ++h) {
+        HistogramCounts total = snapshot.ended.histograms[h];
+        for (const SessionFigures &session : snapshot.sessions) total.add(session.histograms[h]);
+        render_histogram_to(kSessionHistogramSpecs[h], total, out);
+    }
+    render_histogram_to(kSessionLengthSpec, snapshot.session_lengths, out);
+}
+
+void render_limits(const SessionFigureValues &limits, Exposition *out) {
+    for (const SessionFigure &figure : kSessionFigures) {
+        if (!is_limit(figure.kind)) continue;
+        const std::string name = std::string(kPrefix) + figure.metric;
+        out->family(name, "gauge", std::string(figure.help) + ", per session");
+        out->sample(name, "", value_text(limits.*figure.value, figure.kind));
+    }
+}
+
 void render_totals(const MetricsSnapshot &snapshot, Exposition *out) {
     for (const SessionFigure &figure : kSessionFigures) {
         if (is_limit(figure.kind)) continue;
@@ -85,10 +144,11 @@ void render_totals(const MetricsSnapshot &snapshot, Exposition *out) {
 
 void render_sessions(const std::vector<SessionFigures> &sessions, Exposition *out) {
     for (const SessionFigure &figure : kSessionFigures) {
+        if (is_limit(figure.kind)) continue;  // the same for all: render_limits
         const std::string name = std::string(kSessionPrefix) + figure.metric;
         out->family(name, type_name(figure.kind), std::string(figure.help) + ", per session");
         for (const SessionFigures &session : sessions) {
-            out->sample(name, session_labels(session), value_text(session.*figure.value, figure.kind));
+            out->sample(name, session_labels(session), std::to_string(session.*figure.value));
         }
     }
     const std::string refused = std::string(kSessionPrefix) + "commands_refused_total";
@@ -111,6 +171,17 @@ SessionFigures read_figures(const SessionSlot &slot) {
     return figures;
 }
 
+SessionFigureValues limit_figures(const SessionLimits &limits) {
+    SessionLimits limits_ = limits;  // the name the list's `from` expressions use
+    if (limits_.mapped_file_quota == 0) limits_.mapped_file_quota = physical_memory();
+    SessionFigureValues figures;
+#define GGML_REMOTE_FIGURE_LIMIT(field, kind, reply, metric, from, help) \
+    GGML_REMOTE_FIGURE_IF_LIMIT_##kind(figures.field = (from);)
+    GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_LIMIT)
+#undef GGML_REMOTE_FIGURE_LIMIT
+    return figures;
+}
+
 void add_counters(const SessionFigures &session, SessionFigures *total) {
     for (const SessionFigure &figure : kSessionFigures) {
         if (figure.kind == FigureKind::counter) total->*figure.value += session.*figure.value;
@@ -118,13 +189,35 @@ void add_counters(const SessionFigures &session, SessionFigures *total) {
     for (size_t reason = 0; reason < kCommandRefusalReasons; ++reason) {
         total->commands_refused[reason] += session.commands_refused[reason];
     }
+    for (size_t h = 0; h < kSessionHistograms; ++h) total->histograms[h].add(session.histograms[h]);
+}
+
+std::string render_histogram(const HistogramSpec &spec, const HistogramCounts &counts) {
+    Exposition out;
+    render_histogram_to(spec, counts, &out);
+    return out.take();
+}
+
+std::string seconds_text(uint64_t ns) {
+    const std::string whole = std::to_string(ns / kSecondNs);
+    const uint64_t fraction = ns % kSecondNs;
+    if (fraction == 0) return whole;
+    char digits[16];
+    std::snprintf(digits, sizeof(digits), "%09llu", static_cast<unsigned long long>(fraction));
+    std::string decimals(digits);
+    while (decimals.back() == '0') decimals.pop_back();
+    return whole + "." + decimals;
 }
 
 std::string render_metrics(const MetricsSnapshot &snapshot) {
     Exposition out;
+    render_build(snapshot, &out);
     render_server(snapshot, &out);
+    render_devices(snapshot.devices, &out);
+    render_limits(snapshot.limits, &out);
     render_totals(snapshot, &out);
-    render_sessions(snapshot.sessions, &out);
+    render_histograms(snapshot, &out);
+    if (snapshot.per_session) render_sessions(snapshot.sessions, &out);
     return out.take();
 }
 

@@ -183,6 +183,8 @@ class CoreSchedule {
     int cores() const { return cores_; }
     bool enabled() const { return enabled_; }
     const CoreStats &stats() const { return stats_; }
+    // How long the current or last CPU compute slept for a light session.
+    uint64_t waited_ns() const { return slept_ns_; }
 
   private:
     static constexpr uint64_t kRecheckNs = 1'000'000;

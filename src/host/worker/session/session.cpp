@@ -18,12 +18,6 @@ int hardware_threads() {
     return n == 0 ? 1 : static_cast<int>(n);
 }
 
-uint64_t physical_memory() {
-    const long pages = ::sysconf(_SC_PHYS_PAGES);
-    const long page = ::sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
-}
-
 }  // namespace
 
 namespace {
@@ -157,6 +151,7 @@ Status Session::run_handler(uint16_t command, ByteView payload, TailStream *stre
     }
     store_fill_.map_named();
     ++counters_.commands;
+    mark_guest_session_at(command);
     // A backend that throws (std::bad_alloc for a work buffer a forged shape asks
     // for) fails this command, not the session.
     try {
@@ -177,6 +172,15 @@ SessionCounters Session::counters() const {
     GGML_REMOTE_SESSION_FIGURES(GGML_REMOTE_FIGURE_NOW)
 #undef GGML_REMOTE_FIGURE_NOW
     return totals;
+}
+
+void Session::mark_guest_session_at(uint16_t command) {
+    if (guest_session_marked_ || protocol::command_has(command, protocol::kOpensSession) ||
+        command == static_cast<uint16_t>(CommandId::server_status)) {
+        return;
+    }
+    guest_session_marked_ = true;
+    if (status_slot_ != nullptr) mark_guest_session(status_slot_);
 }
 
 void Session::publish_status() {

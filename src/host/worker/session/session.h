@@ -354,6 +354,15 @@ class Session {
     bool status_query_allowed_ = false;
     uint32_t max_sessions_ = 0;
     void publish_status();
+    // The status board's mark that this is a guest's session, at its first command
+    // that is neither the handshake nor a status query.
+    void mark_guest_session_at(uint16_t command);
+    bool guest_session_marked_ = false;
+    // One observation of a histogram that /metrics shows (figure_histograms.h).
+    void observe(SessionHistogram which, uint64_t ns) {
+        const auto index = static_cast<size_t>(which);
+        counters_.histograms[index].observe(*kSessionHistogramSpecs[index].bounds, ns);
+    }
     SessionCounters counters_;  // only what the session counts itself; see counters()
     WeightRepack weight_repack_;
     WeightUpload weight_upload_;

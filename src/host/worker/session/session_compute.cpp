@@ -1,5 +1,6 @@
 // Session: the handlers of backends and graph computes, and the threads they compute with.
 #include <algorithm>
+#include <chrono>
 #include <unordered_map>
 
 #include "abi/ggml_backend_abi_v3.h"
@@ -112,7 +113,9 @@ Status Session::handle(const GraphCompute::Request &request, Call<GraphCompute> 
     // A guest that hangs up now is not waited for (its compute is aborted).
     Watchdog::HangupWatch watch(watchdog_);
     Status refused = Status::success();
+    const auto began = std::chrono::steady_clock::now();
     const ggml_status result = compute_on_shared_cores(backend, graph, &refused);
+    observe(SessionHistogram::graph_compute, nanoseconds_since(began));
     ++counters_.graph_computes;
     if (compute_check_for_testing_) compute_check_for_testing_(graph->graph);
     for (uint64_t written : graph->writes_weights) bytes_written(written, 0, UINT64_MAX);
@@ -293,6 +296,7 @@ ggml_status Session::compute_on_shared_cores(SessionBackend *record, BuiltTensor
     // The pool's idle threads would poll for the next graph on cores that others
     // compute on; the next compute resumes it. (OpenMP builds have no such threads.)
     if (turn.share.contended && record->threads.pause != nullptr) record->threads.pause(record->threads.pool);
+    observe(SessionHistogram::cores_wait, cores_.waited_ns());
     return result;
 }
 

@@ -1,6 +1,8 @@
 // Session: serve(), the frames of one guest's connection: reading them under the
 // watchdog, handing them to their handlers, and the replies.
+#include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -117,6 +119,8 @@ struct Session::ServeLoop {
     // works on its own until its next graph (see SpinPolicy).
     bool guest_busy = false;
     uint64_t computes_answered = 0;
+    // When the compute the guest waits on arrived: its round trip ends with the next reply.
+    std::optional<std::chrono::steady_clock::time_point> compute_arrived;
 };
 
 Status Session::serve_frames(FramedStream &stream) {
@@ -132,6 +136,9 @@ Status Session::serve_frames(FramedStream &stream) {
         bool ended = false;
         const Status received = receive_frame(loop, &header, &ended);
         if (!received || ended) return received;
+        if (header.command == static_cast<uint16_t>(CommandId::graph_compute) && !loop.compute_arrived) {
+            loop.compute_arrived = std::chrono::steady_clock::now();
+        }
         const bool known = dispatcher_.find(header.command) != nullptr;
         const bool one_way = known && dispatcher_.one_way(header.command);
         ReplyFrame reply;
@@ -273,6 +280,10 @@ Status Session::answer(ServeLoop &loop, const FrameHeader &header, const Status 
     if (!loop.watchdog.disarm()) return loop.watchdog.failure();
     *ended = !sent.ok();
     if (*ended) return Status::success();
+    if (loop.compute_arrived) {
+        observe(SessionHistogram::compute_round_trip, nanoseconds_since(*loop.compute_arrived));
+        loop.compute_arrived.reset();
+    }
     loop.guest_busy = counters_.graph_computes != loop.computes_answered;
     loop.computes_answered = counters_.graph_computes;
     if (pending_ring_ != nullptr) loop.stream.attach_ring(std::move(pending_ring_));
