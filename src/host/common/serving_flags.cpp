@@ -9,10 +9,24 @@
 
 namespace ggml_remote::host {
 
+namespace {
+
+// Where the flags now read were written; empty: the command line.
+std::string &flag_origin() {
+    static std::string origin;
+    return origin;
+}
+
+}  // namespace
+
 [[noreturn]] void fail_command_line(const std::string &message) {
-    std::fprintf(stderr, "ggml-remote-server: %s (see --help)\n", message.c_str());
+    const std::string where = flag_origin().empty() ? "" : flag_origin() + ": ";
+    std::fprintf(stderr, "ggml-remote-server: %s%s (see --help)\n", where.c_str(), message.c_str());
     std::exit(2);
 }
+
+FlagOrigin::FlagOrigin(const std::string &where) { flag_origin() = where; }
+FlagOrigin::~FlagOrigin() { flag_origin().clear(); }
 
 uint64_t parse_size(const std::string &flag, const std::string &text) {
     char *end = nullptr;

@@ -1,0 +1,2 @@
+# The server's configuration: --config FILE, and the log's format.
+add_integration_test(config_file config_file.sh)
