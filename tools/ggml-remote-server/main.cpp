@@ -125,6 +125,9 @@ options:
                                 leave (what ggml-remote.service uses, so that a
                                 restart ends no session)
   -v,    --verbose              also log ggml's informational messages
+         --log-format FORMAT    text (default): lines for people; json: one object a
+                                line for log collectors, {"time", "level", "message"}
+                                and "session" and "peer" where a line concerns one
 
 The directories workers write (--weight-store, --shader-cache,
 GGML_REMOTE_RECORD_DIR) must lie apart from each other, from what workers load
@@ -461,6 +464,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && std::strcmp(argv[1], "status") == 0) return run_status_command(argc - 1, argv + 1);
     CommandLine line;
     if (const std::optional<int> answered = parse_command_line(argc, argv, &line)) return *answered;
+    host::set_log_format(line.options.log_format);
     // Read once, here; the listener names a malformed value, its workers keep quiet.
     const Status environment = host::read_server_environment(&line.options);
     if (!environment) host::log_warning(environment.message());

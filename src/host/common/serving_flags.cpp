@@ -106,6 +106,13 @@ void CommandLineCursor::append_given(std::vector<std::string> *command) const {
 
 namespace {
 
+LogFormat parse_log_format(CommandLineCursor &args) {
+    const std::string format = args.value();
+    if (format == "text") return LogFormat::text;
+    if (format == "json") return LogFormat::json;
+    fail_command_line("--log-format takes text or json, not '" + format + "'");
+}
+
 int parse_poll(CommandLineCursor &args) {
     const int poll = args.int_value(0);
     if (poll > 100) {
@@ -167,6 +174,8 @@ bool parse_serving_flag(CommandLineCursor &args, ServingOptions *options) {
         options->sandbox = false;
     } else if (flag == "-v" || flag == "--verbose") {
         options->verbose = true;
+    } else if (flag == "--log-format") {
+        options->log_format = parse_log_format(args);
     } else if (flag == "--shader-cache") {
         options->shader_cache = absolute_path(flag, args.value());
     } else if (flag == "--models") {
