@@ -1,8 +1,9 @@
 # config_file: --config FILE sets flags as the command line would. A server started
 # with only a file listens where the file says, and its session workers get the
 # file's settings (a status query's worker answers with --max-sessions); a flag on
-# the command line wins over the file's; a bad line is refused with FILE:LINE and
-# exit status 2, before anything listens.
+# the command line wins over the file's; a SIGUSR2 replacement keeps the settings
+# without reading the file; a bad line is refused with FILE:LINE and exit status 2,
+# before anything listens.
 source "$(dirname "$0")/lib.sh"
 
 failures=()
@@ -37,6 +38,22 @@ serve filed --config "$WORK/server.conf"
 got=$(max_sessions "unix:$WORK/filed.sock")
 note "a server configured by its file: max_sessions $got"
 [ "$got" = 5 ] || failures+=("the file's max-sessions = 5 did not reach the worker: $got")
+
+# SIGUSR2: the new listener gets the file's settings as flags and does not read the
+# file again (here it would refuse it).
+cp "$WORK/server.conf" "$WORK/server.conf.good"
+echo "max-sessions = many" >>"$WORK/server.conf"
+kill -USR2 "${SERVER_PIDS[-1]}"
+for i in $(seq 100); do
+    [ "$(grep -c 'listening on' "$WORK/filed.log")" -ge 2 ] && break
+    sleep 0.1
+done
+grep -q 'SIGUSR2: replacing the listener' "$WORK/filed.log" || failures+=("SIGUSR2 did not replace the listener")
+kill -0 "${SERVER_PIDS[-1]}" 2>/dev/null || failures+=("the listener replaced by SIGUSR2 is gone: $(tail -n2 "$WORK/filed.log")")
+got=$(max_sessions "unix:$WORK/filed.sock" || true)
+note "after SIGUSR2, with the file now refused: max_sessions $got"
+[ "$got" = 5 ] || failures+=("after SIGUSR2 the listener does not serve with the file's settings: $got")
+cp "$WORK/server.conf.good" "$WORK/server.conf"
 
 # The command line comes after the file: its --max-sessions wins, its --listen adds.
 sed "s|filed.sock|both-file.sock|" "$WORK/server.conf" >"$WORK/both.conf"

@@ -332,10 +332,14 @@ std::optional<int> parse_arguments(host::CommandLineCursor &args, const char *pr
 // command line's. A SIGUSR2 replacement gets them as flags: it never reads the file.
 void apply_config_file(const std::string &path, CommandLine *line) {
     std::vector<host::ConfigArgument> settings;
-    if (Status read = host::read_config_file(path, &settings); !read) fail("--config: " + read.message());
+    // A line's refusal names FILE:LINE; the file's own, --config.
+    if (Status read = host::read_config_file(path, &settings); !read) {
+        fail(read.code() == Code::bad_request ? read.message() : "--config: " + read.message());
+    }
     for (host::ConfigArgument &setting : settings) {
         const host::FlagOrigin origin(setting.origin);
-        char *argv[] = {const_cast<char *>("ggml-remote-server"), setting.argument.data()};
+        std::string program = "ggml-remote-server";  // the cursor skips it, as argv[0]
+        char *argv[] = {program.data(), setting.argument.data()};
         host::CommandLineCursor args(2, argv);
         (void)args.next();
         if (!parse_option(args, line)) fail("unknown name '" + args.flag().substr(2) + "'");
