@@ -23,4 +23,10 @@ std::string printable(std::string_view text, size_t max_bytes = kShownBytes);
 // line per entry, for text that is the server's own or was made printable already.
 std::string one_line(std::string_view text);
 
+// `text` as a JSON string, its quotes included, that any JSON parser reads back and
+// that holds no control byte: `"` and `\` escaped, control bytes (below 0x20, and
+// 0x7f) as \n, \t or \u00XX; valid UTF-8 kept as it is, and each byte of an invalid
+// sequence as \u00XX (raw text never holds such an escape, so none is ambiguous).
+std::string json_string(std::string_view text);
+
 }  // namespace ggml_remote

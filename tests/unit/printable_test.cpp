@@ -49,5 +49,34 @@ TEST(OneLine, EscapesOnlyControlBytes) {
     EXPECT_EQ(one_line(std::string("\0\x7f", 2)), "\\x00\\x7f");
 }
 
+TEST(JsonString, QuotesPlainTextAsItIs) {
+    EXPECT_EQ(json_string("listening on unix:/run/x.sock"), "\"listening on unix:/run/x.sock\"");
+    EXPECT_EQ(json_string(""), "\"\"");
+}
+
+TEST(JsonString, EscapesQuotesAndBackslashes) {
+    EXPECT_EQ(json_string("say \"hi\" \\ there"), "\"say \\\"hi\\\" \\\\ there\"");
+}
+
+TEST(JsonString, EscapesEveryControlByteSoTheObjectStaysOneLine) {
+    EXPECT_EQ(json_string("a\nb\tc"), "\"a\\nb\\tc\"");
+    EXPECT_EQ(json_string(std::string("\r\x1b[2J\0\x7f", 7)), "\"\\u000d\\u001b[2J\\u0000\\u007f\"");
+}
+
+TEST(JsonString, KeepsValidUtf8) {
+    EXPECT_EQ(json_string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+              "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+}
+
+TEST(JsonString, EscapesEachByteOfInvalidUtf8) {
+    EXPECT_EQ(json_string("\x9b"), "\"\\u009b\"") << "a lone continuation byte";
+    EXPECT_EQ(json_string("\xc3"), "\"\\u00c3\"") << "a sequence cut short at the end";
+    EXPECT_EQ(json_string("\xc3(x"), "\"\\u00c3(x\"") << "a sequence cut short by ASCII";
+    EXPECT_EQ(json_string("\xc0\xaf"), "\"\\u00c0\\u00af\"") << "an overlong '/'";
+    EXPECT_EQ(json_string("\xed\xa0\x80"), "\"\\u00ed\\u00a0\\u0080\"") << "a surrogate";
+    EXPECT_EQ(json_string("\xf4\x90\x80\x80"), "\"\\u00f4\\u0090\\u0080\\u0080\"") << "above U+10FFFF";
+    EXPECT_EQ(json_string("\xff"), "\"\\u00ff\"");
+}
+
 }  // namespace
 }  // namespace ggml_remote

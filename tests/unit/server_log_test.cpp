@@ -57,6 +57,50 @@ TEST(ServerLog, ACutNeverSplitsACharacter) {
     EXPECT_EQ(kept % 2, 0u);
 }
 
+// --log-format json: one object a line, for collectors.
+TEST(JsonLog, ALineIsAnObjectWithTimeLevelAndMessage) {
+    const std::time_t when = 1796529600;  // 2026-12-06 04:00:00 UTC
+    EXPECT_EQ(format_json_log_line("serving CPU", LogLevel::info, {}, false, when),
+              R"({"time":"2026-12-06T04:00:00Z","level":"info","message":"serving CPU"})");
+    EXPECT_EQ(format_json_log_line("refused", LogLevel::warning, {}, false, when),
+              R"({"time":"2026-12-06T04:00:00Z","level":"warning","message":"refused"})");
+    EXPECT_EQ(format_json_log_line("died", LogLevel::error, {}, false, when),
+              R"({"time":"2026-12-06T04:00:00Z","level":"error","message":"died"})");
+}
+
+TEST(JsonLog, ALineAboutASessionNamesItAndItsPeer) {
+    EXPECT_EQ(format_json_log_line("connected", LogLevel::info, {3, "tcp://10.0.0.2:4000"}, false, 0),
+              R"({"time":"1970-01-01T00:00:00Z","level":"info","message":"connected","session":3,)"
+              R"("peer":"tcp://10.0.0.2:4000"})");
+    EXPECT_EQ(format_json_log_line("refused", LogLevel::warning, {std::nullopt, "unix pid 7"}, false, 0),
+              R"({"time":"1970-01-01T00:00:00Z","level":"warning","message":"refused","peer":"unix pid 7"})");
+}
+
+TEST(JsonLog, ForTheJournalTheObjectFollowsThePriority) {
+    EXPECT_THAT(format_json_log_line("died", LogLevel::error, {}, true, 0), StartsWith("<3>{\"time\":"));
+}
+
+TEST(JsonLog, AGuestsBytesCannotBreakTheObjectOrTheLine) {
+    const std::string line =
+        format_json_log_line("tensor 'a\"}\n{\"level\":\"error\x9b'", LogLevel::info, {1, "id\n\"x"}, false, 0);
+    EXPECT_EQ(line.find('\n'), std::string::npos);
+    EXPECT_THAT(line, EndsWith(R"("message":"tensor 'a\"}\n{\"level\":\"error\u009b'","session":1,"peer":"id\n\"x"})"));
+}
+
+TEST(JsonLog, ALongMessageIsCutSoTheObjectStaysWhole) {
+    const std::string line = format_json_log_line(std::string(3 * kMaxLogLine, '\x01'), LogLevel::info, {}, false, 0);
+    EXPECT_LE(line.size() + 1, kMaxLogLine);
+    EXPECT_THAT(line, EndsWith(" bytes)\"}"));
+}
+
+TEST(JsonLog, ACutNeverSplitsACharacter) {
+    std::string text;
+    while (text.size() < 2 * kMaxLogLine) text += "\xc3\xa9";  // é: kept as it is
+    const std::string line = format_json_log_line(text, LogLevel::info, {}, false, 0);
+    EXPECT_LE(line.size() + 1, kMaxLogLine);
+    EXPECT_EQ(line.find("\\u00"), std::string::npos) << "no byte of a character left alone";
+}
+
 // Reads what the joiner wrote into a pipe.
 class Joiner : public ::testing::Test {
   protected:
@@ -117,6 +161,21 @@ TEST_F(Joiner, AnEndlessMessageIsWrittenOnceItFillsALine) {
     int lines = 0;
     for (std::string line; std::getline(text, line); ++lines) EXPECT_LT(line.size(), kMaxLogLine);
     EXPECT_EQ(lines, 3);  // two full ones, and the rest at flush()
+}
+
+TEST_F(Joiner, InTheJsonFormatGgmlsLinesAreObjectsWithTheirLevel) {
+    set_log_format(LogFormat::json);
+    set_log_subject({5, "tcp://127.0.0.1:9"});
+    GgmlLogJoiner joiner(ends_[1], errors_only);
+    joiner.add(GGML_LOG_LEVEL_ERROR, "ggml: out of ");
+    joiner.add(GGML_LOG_LEVEL_CONT, "memory\n");
+    const std::string text = written();
+    set_log_format(LogFormat::text);
+    set_log_subject({});
+    EXPECT_THAT(text, StartsWith("{\"time\":\""));
+    EXPECT_THAT(text, EndsWith(R"("level":"error","message":"ggml: out of memory","session":5,)"
+                               R"("peer":"tcp://127.0.0.1:9"})"
+                               "\n"));
 }
 
 }  // namespace

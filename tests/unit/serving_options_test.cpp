@@ -114,5 +114,34 @@ TEST(CommandLineDeathTest, AFlagAtTheEndWithoutItsValueIsAnError) {
     EXPECT_EXIT((void)args.value(), ::testing::ExitedWithCode(2), HasSubstr("--threads needs a value"));
 }
 
+TEST(CommandLine, LogFormatIsAServingFlagTheWorkersGet) {
+    Argv line({"ggml-remote-server", "--log-format=json"});
+    CommandLineCursor args(line.argc(), line.argv());
+    ServingOptions options;
+    ASSERT_TRUE(args.next());
+    EXPECT_EQ(options.log_format, LogFormat::text) << "the default";
+    ASSERT_TRUE(parse_serving_flag(args, &options));
+    EXPECT_EQ(options.log_format, LogFormat::json);
+}
+
+TEST(CommandLineDeathTest, AnUnknownLogFormatIsAnError) {
+    Argv line({"ggml-remote-server", "--log-format", "xml"});
+    CommandLineCursor args(line.argc(), line.argv());
+    ServingOptions options;
+    ASSERT_TRUE(args.next());
+    EXPECT_EXIT((void)parse_serving_flag(args, &options), ::testing::ExitedWithCode(2),
+                HasSubstr("--log-format takes text or json, not 'xml'"));
+}
+
+TEST(CommandLineDeathTest, AnErrorNamesWhereTheFlagWasWritten) {
+    Argv line({"ggml-remote-server", "--max-sessions=none"});
+    CommandLineCursor args(line.argc(), line.argv());
+    ServingOptions options;
+    ASSERT_TRUE(args.next());
+    const FlagOrigin origin("/etc/ggml-remote/server.conf:7");
+    EXPECT_EXIT((void)parse_serving_flag(args, &options), ::testing::ExitedWithCode(2),
+                HasSubstr("ggml-remote-server: /etc/ggml-remote/server.conf:7: --max-sessions: expected"));
+}
+
 }  // namespace
 }  // namespace ggml_remote::host

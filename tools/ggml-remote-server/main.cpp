@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "host/common/config_file.h"
 #include "host/common/server_log.h"
 #include "host/common/serving_flags.h"
 #include "host/common/shader_cache.h"
@@ -44,6 +45,12 @@ Each guest is served by a worker process of its own.
 options:
   -h,    --help                 show this help and exit
          --version              show the version and protocol version and exit
+         --config FILE          read options from FILE (e.g. /etc/ggml-remote/server.conf)
+                                before the command line: one per line, a long flag's
+                                name without its dashes, `name = value` or a bare `name`
+                                for a switch; a line starting with # is a comment.
+                                Flags on the command line come after the file's: the
+                                last of a setting wins, repeatable ones add up
   -l,    --listen ENDPOINT      where to listen; repeatable (default: %s, or the
                                 sockets systemd passes with socket activation)
                                 ENDPOINT is unix:/path/to.sock or tcp://host:port,
@@ -121,6 +128,9 @@ options:
                                 leave (what ggml-remote.service uses, so that a
                                 restart ends no session)
   -v,    --verbose              also log ggml's informational messages
+         --log-format FORMAT    text (default): lines for people; json: one object a
+                                line for log collectors, {"time", "level", "message"}
+                                and "session" and "peer" where a line concerns one
 
 The directories workers write (--weight-store, --shader-cache,
 GGML_REMOTE_RECORD_DIR) must lie apart from each other, from what workers load
@@ -243,7 +253,8 @@ struct CommandLine {
     bool insecure = false;
     // The worker's program, then the serving flags (serving_flags.h) as given.
     std::vector<std::string> worker_command;
-    // All of argv: SIGUSR2 starts the listener anew with it.
+    // The program, then every flag as given, the --config file's as flags: SIGUSR2
+    // starts the listener anew with it.
     std::vector<std::string> listener_command;
 };
 
@@ -283,15 +294,27 @@ bool parse_listener_flag(host::CommandLineCursor &args, CommandLine *line) {
     return true;
 }
 
-// Reads the flags into *line; an exit status where one answers at once (--help,
-// --version, --list-devices).
-std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) {
-    line->listener_command.assign(argv, argv + argc);
-    host::CommandLineCursor args(argc, argv);
+// Reads one option (not --help, --version, --list-devices, --config) into *line,
+// and records it for the workers and a SIGUSR2 replacement; false if it is none.
+bool parse_option(host::CommandLineCursor &args, CommandLine *line) {
+    if (parse_listener_flag(args, line)) {
+        args.append_given(&line->listener_command);
+        return true;
+    }
+    if (!parse_serving_flag(args, &line->options)) return false;
+    args.append_given(&line->worker_command);
+    args.append_given(&line->listener_command);
+    return true;
+}
+
+// Reads the flags of `args` into *line, and the --config file's path into *config;
+// an exit status where one answers at once (--help, --version, --list-devices).
+std::optional<int> parse_arguments(host::CommandLineCursor &args, const char *program, CommandLine *line,
+                                   std::string *config) {
     while (args.next()) {
         const std::string flag = args.flag();
         if (flag == "-h" || flag == "--help") {
-            print_usage(argv[0]);
+            print_usage(program);
             return 0;
         }
         if (flag == "--version") {
@@ -299,10 +322,50 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) 
             return 0;
         }
         if (flag == "--list-devices") return list_devices();
-        if (parse_listener_flag(args, line)) continue;
-        if (!parse_serving_flag(args, &line->options)) fail("unknown argument: " + flag);
-        args.append_given(&line->worker_command);
+        if (flag == "--config") {
+            if (!config->empty()) fail("--config given twice");
+            *config = args.value();
+            if (config->empty()) fail("--config needs a file");
+            continue;
+        }
+        if (!parse_option(args, line)) fail("unknown argument: " + flag);
     }
+    return std::nullopt;
+}
+
+// The settings of the --config file, each read as the flag it names, before the
+// command line's. A SIGUSR2 replacement gets them as flags: it never reads the file.
+void apply_config_file(const std::string &path, CommandLine *line) {
+    std::vector<host::ConfigArgument> settings;
+    // A line's refusal names FILE:LINE; the file's own, --config.
+    if (Status read = host::read_config_file(path, &settings); !read) {
+        fail(read.code() == Code::bad_request ? read.message() : "--config: " + read.message());
+    }
+    for (host::ConfigArgument &setting : settings) {
+        const host::FlagOrigin origin(setting.origin);
+        std::string program = "ggml-remote-server";  // the cursor skips it, as argv[0]
+        char *argv[] = {program.data(), setting.argument.data()};
+        host::CommandLineCursor args(2, argv);
+        (void)args.next();
+        if (!parse_option(args, line)) fail("unknown name '" + args.flag().substr(2) + "'");
+        (void)args.next();  // refuses a value given to a switch
+    }
+}
+
+// Reads the command line into *line, after the --config file if it names one.
+std::optional<int> parse_command_line(int argc, char **argv, CommandLine *line) {
+    std::string config;
+    line->listener_command.assign(argv, argv + 1);
+    host::CommandLineCursor args(argc, argv);
+    if (const std::optional<int> answered = parse_arguments(args, argv[0], line, &config)) return answered;
+    if (config.empty()) return std::nullopt;
+    // Read again after the file, so that its flags win over the file's.
+    *line = CommandLine();
+    line->listener_command.assign(argv, argv + 1);
+    apply_config_file(config, line);
+    host::CommandLineCursor again(argc, argv);
+    config.clear();
+    (void)parse_arguments(again, argv[0], line, &config);
     return std::nullopt;
 }
 
@@ -415,6 +478,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && std::strcmp(argv[1], "status") == 0) return run_status_command(argc - 1, argv + 1);
     CommandLine line;
     if (const std::optional<int> answered = parse_command_line(argc, argv, &line)) return *answered;
+    host::set_log_format(line.options.log_format);
     // Read once, here; the listener names a malformed value, its workers keep quiet.
     const Status environment = host::read_server_environment(&line.options);
     if (!environment) host::log_warning(environment.message());

@@ -31,21 +31,6 @@ __attribute__((format(printf, 2, 3))) void appendf(std::string *out, const char 
     va_end(again);
 }
 
-std::string json_string(const char *text) {
-    std::string out = "\"";
-    for (const char *c = text; *c != '\0'; ++c) {
-        if (*c == '"' || *c == '\\') {
-            out += '\\';
-            out += *c;
-        } else if (static_cast<unsigned char>(*c) < 0x20) {
-            appendf(&out, "\\u%04x", *c);
-        } else {
-            out += *c;
-        }
-    }
-    return out + "\"";
-}
-
 std::string mib(uint64_t bytes) {
     char text[32];
     std::snprintf(text, sizeof(text), "%.1f", bytes / double(1 << 20));

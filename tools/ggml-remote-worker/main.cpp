@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "host/common/server_log.h"
 #include "host/common/serving_flags.h"
 #include "host/common/worker_contract.h"
 #include "host/worker/session/host_devices.h"
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
             host::fail_command_line("unknown argument: " + flag);
         }
     }
+    host::set_log_format(options.log_format);
     // The listener named a malformed value at its start; a worker keeps quiet.
     (void)host::read_server_environment(&options);
     if (list) return list_devices(options);

@@ -63,8 +63,81 @@ void GgmlLogJoiner::emit_complete_lines() {
     }
 }
 
+namespace {
+
+// This process's settings (set_log_format, set_log_subject), set at its start.
+LogFormat g_format = LogFormat::text;
+LogSubject &process_subject() {
+    static LogSubject subject;
+    return subject;
+}
+
+LogLevel level_of(ggml_log_level level) {
+    switch (level) {
+        case GGML_LOG_LEVEL_ERROR:
+            return LogLevel::error;
+        case GGML_LOG_LEVEL_WARN:
+            return LogLevel::warning;
+        default:
+            return LogLevel::info;
+    }
+}
+
+const char *json_level(LogLevel level) {
+    switch (level) {
+        case LogLevel::error:
+            return "error";
+        case LogLevel::warning:
+            return "warning";
+        case LogLevel::info:
+            break;
+    }
+    return "info";
+}
+
+// The JSON object of one line, its message as given.
+std::string json_object(std::string_view message, LogLevel level, const LogSubject &subject, std::time_t now) {
+    char stamp[32];
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &utc);
+    std::string object = std::string("{\"time\":\"") + stamp + "\",\"level\":\"" + json_level(level) +
+                         "\",\"message\":" + json_string(message);
+    if (subject.session) object += ",\"session\":" + std::to_string(*subject.session);
+    if (!subject.peer.empty()) object += ",\"peer\":" + json_string(subject.peer);
+    return object + "}";
+}
+
+}  // namespace
+
+void set_log_format(LogFormat format) { g_format = format; }
+LogFormat log_format() { return g_format; }
+void set_log_subject(const LogSubject &subject) { process_subject() = subject; }
+
+std::string format_json_log_line(const std::string &text, LogLevel level, const LogSubject &subject, bool for_journal,
+                                 std::time_t now) {
+    const std::string prefix = for_journal ? "<" + std::to_string(static_cast<int>(level)) + ">" : "";
+    std::string line = prefix + json_object(text, level, subject, now);
+    // Escapes make a message longer: cut it by what is over (and the marker) until it fits.
+    size_t kept = text.size();
+    while (line.size() + 1 > kMaxLogLine && kept > 0) {
+        const size_t over = line.size() + 1 - kMaxLogLine + sizeof("...(cut 18446744073709551615 bytes)");
+        kept = over < kept ? kept - over : 0;
+        while (kept > 0 && (static_cast<unsigned char>(text[kept]) & 0xc0) == 0x80) --kept;  // not mid-character
+        const std::string cut = text.substr(0, kept) + "...(cut " + std::to_string(text.size() - kept) + " bytes)";
+        line = prefix + json_object(cut, level, subject, now);
+    }
+    return line;
+}
+
 void GgmlLogJoiner::emit(std::string_view line) {
-    if (shown_(level_)) write_log_line(fd_, one_line(line));
+    if (!shown_(level_)) return;
+    if (g_format == LogFormat::json) {
+        write_log_line(fd_, format_json_log_line(std::string(line), level_of(level_), process_subject(),
+                                                 stderr_is_journal(), std::time(nullptr)));
+    } else {
+        write_log_line(fd_, one_line(line));
+    }
 }
 
 namespace {
@@ -114,9 +187,16 @@ bool stderr_is_journal() {
     return journal;
 }
 
-void log_line(const std::string &text, LogLevel level) {
+void log_line(const std::string &text, LogLevel level, const LogSubject &about) {
     // One write per line: other processes' lines never land inside it (server_log.h).
-    write_log_line(STDERR_FILENO, format_log_line(text, level, stderr_is_journal(), std::time(nullptr)));
+    const bool journal = stderr_is_journal();
+    const std::time_t now = std::time(nullptr);
+    if (g_format == LogFormat::json) {
+        const LogSubject &subject = about.session || !about.peer.empty() ? about : process_subject();
+        write_log_line(STDERR_FILENO, format_json_log_line(text, level, subject, journal, now));
+    } else {
+        write_log_line(STDERR_FILENO, format_log_line(text, level, journal, now));
+    }
 }
 
 }  // namespace ggml_remote::host

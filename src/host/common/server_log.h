@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -59,6 +60,30 @@ class GgmlLogJoiner {
 // other readers.
 enum class LogLevel { error = 3, warning = 4, info = 6 };
 
+// --log-format: lines for people (text), or one JSON object a line for collectors.
+enum class LogFormat { text, json };
+
+// What a line concerns, for the JSON format's "session" and "peer" fields: one
+// session (its id) and its peer, or nothing.
+struct LogSubject {
+    std::optional<int> session;
+    std::string peer;
+};
+
+// The format of this process's lines (text until set), read by every line after.
+void set_log_format(LogFormat format);
+LogFormat log_format();
+// What every line of this process concerns where its caller names nothing: a
+// worker serves one session, and sets it once.
+void set_log_subject(const LogSubject &subject);
+
+// The line in the JSON format: {"time":"2026-12-06T04:00:00Z","level":"info",
+// "message":TEXT} with "session" and "peer" where `subject` names them, after the
+// journal's "<N>" where `for_journal`. TEXT is cut, at a character's start, so
+// that the line fits kMaxLogLine with its newline.
+std::string format_json_log_line(const std::string &text, LogLevel level, const LogSubject &subject, bool for_journal,
+                                 std::time_t now);
+
 // The line as it is written: "<time> <zone> <LEVEL> ggml-remote-server: <text>", or
 // for the journal "<N>ggml-remote-server: <text>" (N the priority; the journal
 // stamps lines itself). `text` is made one line.
@@ -66,9 +91,12 @@ std::string format_log_line(const std::string &text, LogLevel level, bool for_jo
 // Whether stderr is the journal: JOURNAL_STREAM names its device and inode.
 bool stderr_is_journal();
 
-// Server log line on stderr, in one write.
-void log_line(const std::string &text, LogLevel level = LogLevel::info);
-inline void log_warning(const std::string &text) { log_line(text, LogLevel::warning); }
-inline void log_error(const std::string &text) { log_line(text, LogLevel::error); }
+// Server log line on stderr, in one write, in this process's format; `about` names
+// the session it concerns (default: the process's subject).
+void log_line(const std::string &text, LogLevel level = LogLevel::info, const LogSubject &about = {});
+inline void log_warning(const std::string &text, const LogSubject &about = {}) {
+    log_line(text, LogLevel::warning, about);
+}
+inline void log_error(const std::string &text, const LogSubject &about = {}) { log_line(text, LogLevel::error, about); }
 
 }  // namespace ggml_remote::host

@@ -9,10 +9,24 @@
 
 namespace ggml_remote::host {
 
+namespace {
+
+// Where the flags now read were written; empty: the command line.
+std::string &flag_origin() {
+    static std::string origin;
+    return origin;
+}
+
+}  // namespace
+
 [[noreturn]] void fail_command_line(const std::string &message) {
-    std::fprintf(stderr, "ggml-remote-server: %s (see --help)\n", message.c_str());
+    const std::string where = flag_origin().empty() ? "" : flag_origin() + ": ";
+    std::fprintf(stderr, "ggml-remote-server: %s%s (see --help)\n", where.c_str(), message.c_str());
     std::exit(2);
 }
+
+FlagOrigin::FlagOrigin(const std::string &where) { flag_origin() = where; }
+FlagOrigin::~FlagOrigin() { flag_origin().clear(); }
 
 uint64_t parse_size(const std::string &flag, const std::string &text) {
     char *end = nullptr;
@@ -92,6 +106,13 @@ void CommandLineCursor::append_given(std::vector<std::string> *command) const {
 
 namespace {
 
+LogFormat parse_log_format(CommandLineCursor &args) {
+    const std::string format = args.value();
+    if (format == "text") return LogFormat::text;
+    if (format == "json") return LogFormat::json;
+    fail_command_line("--log-format takes text or json, not '" + format + "'");
+}
+
 int parse_poll(CommandLineCursor &args) {
     const int poll = args.int_value(0);
     if (poll > 100) {
@@ -153,6 +174,8 @@ bool parse_serving_flag(CommandLineCursor &args, ServingOptions *options) {
         options->sandbox = false;
     } else if (flag == "-v" || flag == "--verbose") {
         options->verbose = true;
+    } else if (flag == "--log-format") {
+        options->log_format = parse_log_format(args);
     } else if (flag == "--shader-cache") {
         options->shader_cache = absolute_path(flag, args.value());
     } else if (flag == "--models") {

@@ -12,8 +12,19 @@
 
 namespace ggml_remote::host {
 
-// Prints "ggml-remote-server: MESSAGE (see --help)" and exits with status 2.
+// Prints "ggml-remote-server: MESSAGE (see --help)" and exits with status 2; while
+// a FlagOrigin lives, MESSAGE is preceded by where the flag was written.
 [[noreturn]] void fail_command_line(const std::string &message);
+
+// Names the place of the flags read while it lives ("FILE:LINE" of a configuration
+// file, config_file.h) in fail_command_line's message. One at a time.
+class FlagOrigin {
+  public:
+    explicit FlagOrigin(const std::string &where);
+    ~FlagOrigin();
+    FlagOrigin(const FlagOrigin &) = delete;
+    FlagOrigin &operator=(const FlagOrigin &) = delete;
+};
 
 // "8G" and the like: bytes, with an optional K, M, G or T suffix.
 uint64_t parse_size(const std::string &flag, const std::string &text);

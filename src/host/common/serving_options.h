@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "host/common/server_log.h"
 #include "host/common/session_limits.h"
 #include "protocol/status.h"
 #include "transport/wait_options.h"
@@ -26,6 +27,8 @@ struct ServingOptions {
     // --max-sessions: the listener admits this many; a worker names it to the guests it refuses.
     int max_sessions = 64;
     bool verbose = false;
+    // --log-format: each process's log lines for people, or as JSON (server_log.h).
+    LogFormat log_format = LogFormat::text;
     bool sandbox = true;  // workers enter the seccomp sandbox (sandbox.h); --no-sandbox
     // --worker-user: a server started as root runs its workers as this user.
     std::string worker_user;

@@ -18,6 +18,8 @@ std::vector<std::string> probe_arguments(const std::string &worker_program, cons
     std::vector<std::string> args = {worker_program, "--list-devices"};
     for (const std::string &name : options.devices) args.insert(args.end(), {"--device", name});
     if (options.verbose) args.push_back("--verbose");
+    // What ggml says goes to our stderr: in our lines' format.
+    if (options.log_format == LogFormat::json) args.insert(args.end(), {"--log-format", "json"});
     return args;
 }
 

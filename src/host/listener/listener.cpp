@@ -63,7 +63,7 @@ std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const 
     std::string refusal = known ? std::string() : "cannot tell who the peer is: " + known.message();
     if (known && authenticated) refusal = peers.refusal(*account);
     if (refusal.empty()) return std::nullopt;
-    log_warning("refused " + peer + ": " + refusal);
+    log_warning("refused " + peer + ": " + refusal, {std::nullopt, peer});
     refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
     return known ? GuestRefusal::peer_limit : GuestRefusal::server_error;
 }
@@ -117,6 +117,12 @@ std::string own_program() {
 std::string describe_worker(pid_t pid, const WorkerRecord *record) {
     if (record == nullptr) return "worker " + std::to_string(pid);
     return "session " + std::to_string(record->session_id) + " (" + record->peer + ")";
+}
+
+// The same worker, for the log's "session" and "peer" fields.
+LogSubject worker_subject(const WorkerRecord *record) {
+    if (record == nullptr) return {};
+    return {record->session_id, record->peer};
 }
 
 // The listener's state and its steps: sockets, signals, the counts that admit new
@@ -271,7 +277,8 @@ class Listener {
             const std::string peer = port.name();
             if (admission_.sessions_full()) {
                 log_warning("refused " + peer + ": " + std::to_string(admission_.sessions()) +
-                            " sessions already (--max-sessions)");
+                                " sessions already (--max-sessions)",
+                            {std::nullopt, peer});
                 count_refusal(GuestRefusal::server_full);
                 port.ended(-1);
                 continue;
@@ -286,7 +293,7 @@ class Listener {
             const UniqueFd store = store_channel(peer, false);  // the region's tenant, as its worker's peer
             const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1, store.get()}, &pid);
             if (!spawned) {
-                log_warning("refused " + peer + ": " + spawned.message());
+                log_warning("refused " + peer + ": " + spawned.message(), {std::nullopt, peer});
                 count_refusal(GuestRefusal::server_error);
                 port.ended(-1);
                 continue;
@@ -295,7 +302,8 @@ class Listener {
             admission_.add_authenticated(pid, slot);
             hold_place(pid, {pid, id, slot, peer, account});
             port.serving(pid);
-            log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
+            log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid),
+                     LogLevel::info, {id, peer});
         }
     }
 
@@ -551,6 +559,7 @@ class Listener {
     }
 
     std::string session_label(pid_t pid) const { return describe_worker(pid, jail_.find(pid)); }
+    LogSubject session_subject(pid_t pid) const { return worker_subject(jail_.find(pid)); }
 
     // Pre-authentication accounting, kept apart from accepting: the unauthenticated cap
     // evicts the oldest connection still in its handshake, so that key-less clients held
@@ -558,8 +567,9 @@ class Listener {
     void make_room_for_unauthenticated() {
         if (const std::optional<pid_t> oldest = admission_.evict_oldest_unauthenticated_if_full()) {
             log_warning(session_label(*oldest) + ": ended unauthenticated to make room (" +
-                        std::to_string(admission_.unauthenticated()) +
-                        " others in their handshake, --max-unauthenticated)");
+                            std::to_string(admission_.unauthenticated()) +
+                            " others in their handshake, --max-unauthenticated)",
+                        session_subject(*oldest));
             jail_.kill(*oldest);
             count_refusal(GuestRefusal::unauthenticated_full);
         }
@@ -568,7 +578,8 @@ class Listener {
     void end_overdue_unauthenticated() {
         for (pid_t pid : admission_.take_overdue(Admission::Clock::now())) {
             log_warning(session_label(pid) + ": ended, not authenticated within " +
-                        std::to_string(kUnauthenticatedDeadlineMs) + " ms");
+                            std::to_string(kUnauthenticatedDeadlineMs) + " ms",
+                        session_subject(pid));
             jail_.kill(pid);
             count_refusal(GuestRefusal::unauthenticated_timeout);
         }
@@ -632,9 +643,11 @@ class Listener {
         const int wait_status = ended.wait_status;
         if (WIFSIGNALED(wait_status) && !admission_.ended_by_listener(ended.pid)) {
             log_error(label + ": worker died from signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
-                      strsignal(WTERMSIG(wait_status)) + "); only this guest was affected");
+                          strsignal(WTERMSIG(wait_status)) + "); only this guest was affected",
+                      worker_subject(&ended.record));
         } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) > 2) {
-            log_warning(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)));
+            log_warning(label + ": worker exited with code " + std::to_string(WEXITSTATUS(wait_status)),
+                        worker_subject(&ended.record));
         }
     }
 
@@ -651,8 +664,9 @@ class Listener {
         // A TLS guest authenticates in its worker; everyone else at accept.
         const bool authenticated = !(tls_ && peer.rfind("tls://", 0) == 0);
         if (authenticated && admission_.sessions_full()) {
-            log_warning("refused " + peer + ": " + std::to_string(admission_.sessions()) +
-                        " sessions already (--max-sessions)");
+            log_warning(
+                "refused " + peer + ": " + std::to_string(admission_.sessions()) + " sessions already (--max-sessions)",
+                {std::nullopt, peer});
             refuse(client.get(), Code::limit_exceeded,
                    "the server is serving its maximum of " + std::to_string(options_.max_sessions) + " sessions");
             count_refusal(GuestRefusal::server_full);
@@ -672,7 +686,7 @@ class Listener {
         if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
-            log_warning("refused " + peer + ": socketpair: " + std::strerror(errno));
+            log_warning("refused " + peer + ": socketpair: " + std::strerror(errno), {std::nullopt, peer});
             count_refusal(GuestRefusal::server_error);
             return;
         }
@@ -688,7 +702,7 @@ class Listener {
         const Status spawned =
             jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get()}, &pid);
         if (!spawned) {
-            log_warning("refused " + peer + ": " + spawned.message());
+            log_warning("refused " + peer + ": " + spawned.message(), {std::nullopt, peer});
             refuse(client, Code::error, "the server could not start a session worker");
             count_refusal(GuestRefusal::server_error);
             return;
@@ -702,7 +716,8 @@ class Listener {
             admission_.add_unauthenticated(pid, slot, std::move(admission_listener_end));
             unauthenticated_peers_[pid] = account;
         }
-        log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid));
+        log_line("session " + std::to_string(id) + " (" + peer + "): connected, worker pid " + std::to_string(pid),
+                 LogLevel::info, {id, peer});
     }
 
     void reset_status_slot(int index, int id, const std::string &peer) {

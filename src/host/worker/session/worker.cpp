@@ -383,6 +383,7 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
     const std::string &peer = launch.peer;
     const auto started = std::chrono::steady_clock::now();
     const std::string label = "session " + std::to_string(session_id) + " (" + peer + ")";
+    set_log_subject({session_id, peer});  // every line of this worker concerns its session
     // Who the server runs as, for the status query's trust, before the worker becomes
     // --worker-user.
     const uid_t server_uid = ::geteuid();
