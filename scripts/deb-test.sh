@@ -461,19 +461,8 @@ conffiles_registered() {
 }
 
 # server_reads_conf: the installed server starts with --config /etc/ggml-remote/server.conf.
-# A server without --config (this branch may predate it) is a SKIP, and phase 2
-# then runs the service with the flags the conffile holds, from a drop-in.
 server_reads_conf() {
     local pid sock=$SOCK_DIR/config-test.sock
-    if ! /usr/bin/ggml-remote-server --help 2>&1 | grep -q -- '--config'; then
-        mkdir -p /etc/systemd/system/ggml-remote.service.d
-        printf '%s\n' '# deb-test: this build of ggml-remote-server has no --config' '[Service]' 'ExecStart=' \
-            'ExecStart=/usr/bin/ggml-remote-server --keep-sessions --shader-cache %C/ggml-remote/shaders' \
-            >/etc/systemd/system/ggml-remote.service.d/deb-test-no-config.conf
-        skip "ggml-remote-server --help does not mention --config (this build predates it); phase 2 runs" \
-            "the service with the conffile's flags from a drop-in"
-        return
-    fi
     install -d -o ggml-remote -g ggml-remote -m 0755 "$SOCK_DIR" /var/cache/ggml-remote
     setpriv --reuid=ggml-remote --regid=ggml-remote --init-groups -- \
         /usr/bin/ggml-remote-server --config "$CONF" --listen "unix:$sock" >"$LOGS/config-server.log" 2>&1 &
