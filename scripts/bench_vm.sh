@@ -127,7 +127,7 @@ vm_round() {
         -object "memory-backend-file,id=ivshmem0,share=on,mem-path=$region,size=$region_size" \
         -device ivshmem-plain,memdev=ivshmem0 -- \
         bash "$work/in-vm.sh" "$1" "${order[@]}" >&2 || echo "bench-vm: the VM run failed" >&2
-    [ -z "$vsock_pid" ] || { kill "$vsock_pid" 2>/dev/null; wait "$vsock_pid" 2>/dev/null || true; vsock_pid=""; }
+    [ -z "$vsock_pid" ] || { kill "$vsock_pid" 2>/dev/null || true; wait "$vsock_pid" 2>/dev/null || true; vsock_pid=""; }
     [ ! -f "$job/timing" ] || echo "bench-vm: $(cat "$job/timing")" >&2
     for variant in "${order[@]}"; do
         [ -s "$job/$variant.json" ] || { echo "bench-vm: no figures for $variant" >&2; continue; }
