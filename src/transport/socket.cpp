@@ -118,9 +118,9 @@ Status connect_vsock(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
         return error(Code::disconnected, name + "ANY is for listening; a guest connects to CID 2, its host");
     }
     UniqueFd fd(::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) return error(Code::disconnected, name + errno_text(errno) + vsock_hint(errno, false));
+    int err = fd.valid() ? 0 : errno;
+    if (err != 0) return error(Code::disconnected, name + errno_text(err) + vsock_hint(err, false));
     const sockaddr_vm address = vsock_address(endpoint.cid, endpoint.vsock_port);
-    int err = 0;
     if (::connect(fd.get(), reinterpret_cast<const sockaddr *>(&address), sizeof(address)) != 0) {
         err = errno == EINPROGRESS ? finish_connect(fd.get(), timeout_ms) : errno;
     }
@@ -135,9 +135,8 @@ Status connect_vsock(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
 Status listen_vsock(Endpoint *endpoint, UniqueFd *out) {
     const std::string name = "listen " + endpoint->to_string() + ": ";
     UniqueFd fd(::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd.valid()) return error(Code::error, name + errno_text(errno) + vsock_hint(errno, true));
     const sockaddr_vm address = vsock_address(endpoint->cid, endpoint->vsock_port);
-    if (::bind(fd.get(), reinterpret_cast<const sockaddr *>(&address), sizeof(address)) != 0 ||
+    if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<const sockaddr *>(&address), sizeof(address)) != 0 ||
         ::listen(fd.get(), 64) != 0) {
         const int err = errno;
         return error(Code::error, name + errno_text(err) + vsock_hint(err, true));
