@@ -28,7 +28,8 @@ bench: build
 	$(RUN) scripts/bench.sh $(BUILD)
 
 # make bench-vm: llama.cpp inside the test VM (scripts/vm/run) beside the host:
-# its own CPU, through our server over its network, through ggml-rpc (scripts/bench_vm.sh).
+# its own CPU, through our server over its network, vsock and ivshmem, through
+# ggml-rpc (scripts/bench_vm.sh).
 bench-vm: build
 	$(RUN) scripts/bench_vm.sh $(BUILD)
 

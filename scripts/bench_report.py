@@ -195,9 +195,9 @@ def report(path):
         print("(x local: as above, over local Vulkan0; target: the remote's x local at least 0.95, pp and tg)")
     if vm:
         print("llama.cpp from a QEMU VM (issue 18, scripts/bench_vm.sh): local is the host's CPU without a VM")
-        order = ["local", "vm-cpu", "vm-tcp", "vm-ivshmem", "vm-rpc"]
+        order = ["local", "vm-cpu", "vm-tcp", "vm-vsock", "vm-ivshmem", "vm-rpc"]
         llama_table(sorted(vm, key=lambda r: order.index(r["transport"]) if r["transport"] in order else 99),
-                    results, expected=("vm-ivshmem",))
+                    results, expected=("vm-vsock", "vm-ivshmem"))
         print("(x local: as above; a variant that was not run shows -)")
     if whisper:
         print()

@@ -4,13 +4,18 @@
 #   local      the host's own CPU, no VM (the reference of "x local")
 #   vm-cpu     the VM's own CPU
 #   vm-tcp     from the VM through our server over QEMU's user network
+#   vm-vsock   from the VM through our server over virtio-vsock (vsock://2:PORT):
+#              QEMU's vhost-user-vsock-pci, served by vhost-device-vsock, which
+#              hands the connection to the server's unix socket UDS_PATH_PORT
+#              (skipped, with a line, where vhost-device-vsock is missing)
 #   vm-ivshmem from the VM through ivshmem: the server's region (BENCH_VM_REGION_SIZE,
 #              default 1G) mapped into the VM as an ivshmem-plain PCI device
 #   vm-rpc     from the VM through ggml-rpc-server on the host
 # Each round boots one VM that runs every VM variant, in an order rotated from
 # round to round. Prints a table and writes BUILD/bench-vm/results.json.
 #   BENCH_VM_MODELS="small mid"  BENCH_VM_REPS=3  BENCH_VM_RUNS=1  BENCH_VM_PP=32  BENCH_VM_TG=16
-#   BENCH_VM_VARIANTS="vm-cpu vm-tcp vm-ivshmem vm-rpc" (the VM's; vm-cpu takes most of the time)
+#   BENCH_VM_VARIANTS="vm-cpu vm-tcp vm-vsock vm-ivshmem vm-rpc" (the VM's; vm-cpu takes most of the time)
+#   VHOST_DEVICE_VSOCK=PATH (default: vhost-device-vsock on PATH)
 #   VM_CPUS=2 (the VM's vCPUs and every variant's threads)  VM_MEMORY=3G
 # Under TCG (no KVM) the VM's own CPU is many times slower than the host's: the
 # defaults keep a round of the mid model to minutes.
@@ -34,6 +39,10 @@ work=$(mktemp -d /tmp/ggml-remote-bench-vm.XXXXXX)
 # The ivshmem region: a memory file (sparse) that holds the mid model's weights too.
 region=/dev/shm/ggml-remote-bench-vm.$$
 region_size=${BENCH_VM_REGION_SIZE:-1G}
+# vsock: the guest's port, and the unix socket vhost-device-vsock forwards it to.
+vsock_port=50053
+vsock_uds=$work/vm.vsock
+vsock_backend=${VHOST_DEVICE_VSOCK:-$(command -v vhost-device-vsock || true)}
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -46,7 +55,7 @@ source "$here/bench_lib.sh"  # free_port, wait_for, ensure_model, cache_as_read,
 
 port=$(free_port)
 "$build/bin/ggml-remote-server" --listen "tcp://127.0.0.1:$port" --listen "ivshmem:$region,size=$region_size" \
-    --threads "$threads" >"$work/remote.log" 2>&1 &
+    --listen "unix:${vsock_uds}_$vsock_port" --threads "$threads" >"$work/remote.log" 2>&1 &
 pids+=($!)
 rpc_port=$(free_port)
 "$rpc_server" -H 127.0.0.1 -p "$rpc_port" -t "$threads" >"$work/rpc.log" 2>&1 &
@@ -64,6 +73,8 @@ for variant in "\$@"; do
     case \$variant in
         vm-cpu) runner=(env); offload=() ;;
         vm-tcp) runner=(env GGML_BACKEND_PATH=$build/lib/libggml-remote.so GGML_REMOTE_SERVERS=tcp://10.0.2.2:$port)
+                offload=(-ngl 99) ;;
+        vm-vsock) runner=(env GGML_BACKEND_PATH=$build/lib/libggml-remote.so GGML_REMOTE_SERVERS=vsock://2:$vsock_port)
                 offload=(-ngl 99) ;;
         vm-ivshmem) runner=(env GGML_BACKEND_PATH=$build/lib/libggml-remote.so GGML_REMOTE_SERVERS=ivshmem:)
                 offload=(-ngl 99) ;;
@@ -87,15 +98,36 @@ local_round() {
 }
 
 # vm_round MODEL NAME REP: one VM runs every VM variant.
-read -r -a vm_variants <<<"${BENCH_VM_VARIANTS:-vm-cpu vm-tcp vm-ivshmem vm-rpc}"
+read -r -a vm_variants <<<"${BENCH_VM_VARIANTS:-vm-cpu vm-tcp vm-vsock vm-ivshmem vm-rpc}"
+if [[ " ${vm_variants[*]} " == *" vm-vsock "* ]] && [ ! -x "$vsock_backend" ]; then
+    echo "bench-vm: no vhost-device-vsock (Debian package vhost-device-vsock): vm-vsock is not measured" >&2
+    read -r -a vm_variants <<<"$(printf '%s\n' "${vm_variants[@]}" | grep -vx vm-vsock | paste -sd ' ')"
+fi
+
+# vsock_backend_start JOB: a vhost-device-vsock for this round's VM (CID 3); sets
+# vsock_args to scripts/vm/run's option for it. Nothing without vm-vsock.
+vsock_args=()
+vsock_pid=""
+vsock_backend_start() {
+    vsock_args=()
+    [[ " ${vm_variants[*]} " == *" vm-vsock "* ]] || return 0
+    "$vsock_backend" --guest-cid 3 --socket "$1.vhost.sock" --uds-path "$vsock_uds" >"$1.vhost.log" 2>&1 &
+    vsock_pid=$!
+    pids+=("$vsock_pid")
+    wait_for test -S "$1.vhost.sock"
+    vsock_args=(--vsock "$1.vhost.sock")
+}
+
 vm_round() {
     local shift_by=$((($3 - 1) % ${#vm_variants[@]})) job=$work/job-$2-$3 variant
     local order=("${vm_variants[@]:shift_by}" "${vm_variants[@]:0:shift_by}")
     echo "bench-vm: $2 ${order[*]} in one VM (round $3 of $reps)" >&2
-    "$here/vm/run" --build "$build" --share "$work" --job "$job" --timeout 3000 --qemu \
+    vsock_backend_start "$job"
+    "$here/vm/run" --build "$build" --share "$work" --job "$job" --timeout 3000 "${vsock_args[@]}" --qemu \
         -object "memory-backend-file,id=ivshmem0,share=on,mem-path=$region,size=$region_size" \
         -device ivshmem-plain,memdev=ivshmem0 -- \
         bash "$work/in-vm.sh" "$1" "${order[@]}" >&2 || echo "bench-vm: the VM run failed" >&2
+    [ -z "$vsock_pid" ] || { kill "$vsock_pid" 2>/dev/null || true; wait "$vsock_pid" 2>/dev/null || true; vsock_pid=""; }
     [ ! -f "$job/timing" ] || echo "bench-vm: $(cat "$job/timing")" >&2
     for variant in "${order[@]}"; do
         [ -s "$job/$variant.json" ] || { echo "bench-vm: no figures for $variant" >&2; continue; }

@@ -82,6 +82,7 @@ Status FramedStream::write_all(iovec *next, size_t count, const int *fds, size_t
         msghdr message{};
         message.msg_iov = next;
         message.msg_iovlen = count;
+        if (write_cap_ > 0) cap_message(next, count, &message);
         // The descriptors ride on the first bytes of the frame.
         if (fds_pending) attach_fds(&message, control, sizeof(control), fds, fd_count);
         const ssize_t sent = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL);
@@ -128,6 +129,18 @@ Status FramedStream::write_tls(const iovec *iov, size_t count) {
     if (status && used > 0) status = tls_->write(gathered, used);
     if (!status) return error(status.code(), "send to " + peer_ + ": " + status.message());
     return Status::success();
+}
+
+void FramedStream::cap_message(const iovec *iov, size_t count, msghdr *message) {
+    capped_.clear();
+    size_t room = write_cap_;
+    for (size_t i = 0; i < count && room > 0; ++i) {
+        const size_t take = std::min(iov[i].iov_len, room);
+        capped_.push_back({iov[i].iov_base, take});
+        room -= take;
+    }
+    message->msg_iov = capped_.data();
+    message->msg_iovlen = capped_.size();
 }
 
 Status FramedStream::send_fds(const int *fds, size_t fd_count) {
@@ -186,7 +199,7 @@ bool FramedStream::reads_ahead() {
         int domain = 0;
         socklen_t length = sizeof(domain);
         reads_ahead_ = ::getsockopt(fd_.get(), SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 &&
-                       (domain == AF_INET || domain == AF_INET6);
+                       (domain == AF_INET || domain == AF_INET6 || domain == AF_VSOCK);
     }
     return reads_ahead_ == 1;
 }

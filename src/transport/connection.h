@@ -2,6 +2,7 @@
 // a TLS session on one (tls:// endpoints).
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <initializer_list>
@@ -118,6 +119,10 @@ class FramedStream {
     // within `timeout_ms`: it is sending, not idling.
     bool input_waiting(int timeout_ms) const;
 
+    // Each write to the socket carries at most `bytes` (0: no limit). vsock guests
+    // use it: see kVsockWriteBytes in guest/session/connector.cpp.
+    void cap_writes(size_t bytes) { write_cap_ = bytes; }
+
     bool connected() const { return fd_.valid(); }
     int fd() const { return fd_.get(); }
     const std::string &peer() const { return peer_; }
@@ -130,6 +135,8 @@ class FramedStream {
     Status failure(const char *what, int err);
     std::string silence_reason() const;
     Status write_all(struct iovec *iov, size_t count, const int *fds, size_t fd_count);
+    // Points `message` at the first write_cap_ bytes of `iov` (a copy in capped_).
+    void cap_message(const iovec *iov, size_t count, msghdr *message);
     // Sends descriptors alone, on one byte (shared-ring sessions).
     Status send_fds(const int *fds, size_t fd_count);
     // Receives descriptors into received_fds_; `wait` false when they must be there already.
@@ -141,7 +148,7 @@ class FramedStream {
     // the socket has bytes (the read that follows sleeps if it still has none).
     void spin_until_readable();
     // Whether reads go through inbox_: on sockets that cannot carry descriptors
-    // (TCP), whose frames a descriptor never has to be matched to.
+    // (TCP, vsock), whose frames a descriptor never has to be matched to.
     bool reads_ahead();
     // receive() through inbox_: a guest's batch of small frames (a token's inputs,
     // its compute and its read) costs one system call instead of two per frame.
@@ -155,7 +162,9 @@ class FramedStream {
     WaitOptions wait_options_;
     SpinPolicy socket_spin_;
     int silence_limit_ms_ = 0;
-    int reads_ahead_ = -1;        // unknown until the first read
+    int reads_ahead_ = -1;  // unknown until the first read
+    size_t write_cap_ = 0;  // bytes per write at most; 0: no cap
+    std::vector<struct iovec> capped_;
     std::vector<uint8_t> inbox_;  // bytes read ahead of the frame being read
     size_t inbox_at_ = 0, inbox_end_ = 0;
 };

@@ -16,7 +16,8 @@ Status bad_endpoint(const std::string &text, const std::string &why) {
         "invalid endpoint '" + text + "': " + why +
             " (expected unix:/path/to.sock, shm:/path/to.sock, tcp://host:port (or host:port), "
             "tls://host:port[?psk-file=/path[&psk-identity=NAME]], "
-            "ivshmem:[PCI address | file:/path] or, listening, ivshmem:/path,size=BYTES[,reuse][,group=NAME])");
+            "vsock://CID:PORT (CID a number or, listening, ANY), ivshmem:[PCI address | file:/path] or, listening, "
+            "ivshmem:/path,size=BYTES[,reuse][,group=NAME])");
 }
 
 // "64M", "1G", "4096": bytes, with an optional K, M or G (powers of 1024).
@@ -69,6 +70,42 @@ Status parse_ivshmem_options(const std::string &text, const std::string &options
             return bad_endpoint(text, "unknown ivshmem option '" + option + "' (size=, reuse, group=)");
         }
     }
+    return Status::success();
+}
+
+// Digits only (no sign, space or hex), at most `max`.
+bool parse_decimal(const std::string &text, uint64_t max, uint64_t *value) {
+    if (text.empty() || text.size() > 10) return false;
+    uint64_t number = 0;
+    for (const char c : text) {
+        if (c < '0' || c > '9') return false;
+        number = number * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (number > max) return false;
+    *value = number;
+    return true;
+}
+
+// "vsock://CID:PORT": CID 0 to 4294967294 or ANY, port 0 to 4294967294 (the
+// all-ones values are the kernel's wildcards).
+Status parse_vsock(const std::string &text, Endpoint *result) {
+    const std::string rest = text.substr(8);
+    const size_t colon = rest.find(':');
+    if (colon == std::string::npos) return bad_endpoint(text, "missing port");
+    const std::string cid = rest.substr(0, colon);
+    uint64_t number = 0;
+    if (cid == "ANY") {
+        result->cid = Endpoint::kAnyCid;
+    } else if (parse_decimal(cid, Endpoint::kAnyCid - 1, &number)) {
+        result->cid = static_cast<uint32_t>(number);
+    } else {
+        return bad_endpoint(text, "the vsock CID must be a number from 0 to 4294967294, or ANY");
+    }
+    if (!parse_decimal(rest.substr(colon + 1), 0xFFFFFFFEu, &number)) {
+        return bad_endpoint(text, "the vsock port must be a number from 0 to 4294967294");
+    }
+    result->kind = Endpoint::Kind::vsock;
+    result->vsock_port = static_cast<uint32_t>(number);
     return Status::success();
 }
 
@@ -172,12 +209,16 @@ std::string Endpoint::to_string() const {
     if (kind == Kind::unix_socket) return "unix:" + path;
     if (kind == Kind::shared_memory) return "shm:" + path;
     if (kind == Kind::ivshmem) return "ivshmem:" + (path.empty() ? pci_address : "file:" + path);
+    if (kind == Kind::vsock) {
+        return "vsock://" + (cid == kAnyCid ? std::string("ANY") : std::to_string(cid)) + ":" +
+               std::to_string(vsock_port);
+    }
     const bool v6 = host.find(':') != std::string::npos;
     return (kind == Kind::tls ? "tls://" : "tcp://") + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 bool Endpoint::is_loopback() const {
-    if (uses_unix_socket() || kind == Kind::ivshmem) return true;
+    if (uses_unix_socket() || kind == Kind::ivshmem || kind == Kind::vsock) return true;
     return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
@@ -211,6 +252,9 @@ Status parse_endpoint(const std::string &text, Endpoint *endpoint) {
         if (result.path.size() >= sizeof(sockaddr_un{}.sun_path)) return bad_endpoint(text, "socket path too long");
     } else if (text.rfind("ivshmem:", 0) == 0) {
         Status status = parse_ivshmem(text, &result);
+        if (!status) return status;
+    } else if (text.rfind("vsock://", 0) == 0) {
+        Status status = parse_vsock(text, &result);
         if (!status) return status;
     } else if (text.rfind("tcp://", 0) == 0 || text.rfind("tls://", 0) == 0) {
         result.kind = text.rfind("tls://", 0) == 0 ? Endpoint::Kind::tls : Endpoint::Kind::tcp;

@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+// After sys/socket.h, which it needs.
+#include <linux/vm_sockets.h>
 
 #include <cerrno>
 #include <cstring>
@@ -37,6 +40,10 @@ std::string address_account(const sockaddr *address, socklen_t length) {
             return "address " + ipv4_text(ipv4);
         }
         return "address " + ipv6_prefix_text(ip);
+    }
+    if (address->sa_family == AF_VSOCK && length >= static_cast<socklen_t>(sizeof(sockaddr_vm))) {
+        // The hypervisor sets a VM's CID; the guest cannot choose it.
+        return "vsock cid " + std::to_string(reinterpret_cast<const sockaddr_vm *>(address)->svm_cid);
     }
     return "";
 }

@@ -19,12 +19,13 @@ struct PeerAccount {
 };
 
 // The account of a connected socket: its user on a unix socket (SO_PEERCRED), its
-// address on TCP (see address_account). An error when the kernel cannot say.
+// address on TCP or vsock (see address_account). An error when the kernel cannot say.
 Status peer_account(int fd, PeerAccount *account);
 
 // The account of a TCP peer's address: an IPv4 address as it is (also when it comes
 // IPv4-mapped on an IPv6 socket); an IPv6 address by its /64 prefix, the block that
-// one host is usually free to pick addresses from. Empty for another family.
+// one host is usually free to pick addresses from; a vsock peer by its VM's CID.
+// Empty for another family.
 std::string address_account(const sockaddr *address, socklen_t length);
 
 }  // namespace ggml_remote

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+// After sys/socket.h, which it needs.
+#include <linux/vm_sockets.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -91,6 +93,99 @@ Status connect_tcp(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
                                          " (is ggml-remote-server running and listening there?)");
 }
 
+sockaddr_vm vsock_address(uint32_t cid, uint32_t port) {
+    sockaddr_vm address{};
+    address.svm_family = AF_VSOCK;
+    address.svm_cid = cid;
+    address.svm_port = port;
+    return address;
+}
+
+// Why a vsock call failed, in words a user can act on.
+std::string vsock_hint(int err, bool listening) {
+    if (err == EADDRNOTAVAIL && listening) return " (that CID is not this machine's: listen on vsock://ANY:PORT)";
+    if (err == EAFNOSUPPORT || err == ENODEV) {
+        return " (no vsock transport here: a guest needs its VM's virtio-vsock device and the "
+               "vmw_vsock_virtio_transport module, a host the vhost_vsock module; microVMs: see docs/MICROVMS.md)";
+    }
+    if (err == ECONNRESET || err == ECONNREFUSED) return " (is ggml-remote-server listening on that vsock port?)";
+    return "";
+}
+
+Status connect_vsock(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
+    const std::string name = "connect " + endpoint.to_string() + ": ";
+    if (endpoint.cid == Endpoint::kAnyCid) {
+        return error(Code::disconnected, name + "ANY is for listening; a guest connects to CID 2, its host");
+    }
+    UniqueFd fd(::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    int err = fd.valid() ? 0 : errno;
+    if (err != 0) return error(Code::disconnected, name + errno_text(err) + vsock_hint(err, false));
+    const sockaddr_vm address = vsock_address(endpoint.cid, endpoint.vsock_port);
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr *>(&address), sizeof(address)) != 0) {
+        err = errno == EINPROGRESS ? finish_connect(fd.get(), timeout_ms) : errno;
+    }
+    if (err != 0) return error(Code::disconnected, name + errno_text(err) + vsock_hint(err, false));
+    const int flags = ::fcntl(fd.get(), F_GETFL);
+    ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+    tune_stream_socket(fd.get());
+    *out = std::move(fd);
+    return Status::success();
+}
+
+Status listen_vsock(Endpoint *endpoint, UniqueFd *out) {
+    const std::string name = "listen " + endpoint->to_string() + ": ";
+    UniqueFd fd(::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const sockaddr_vm address = vsock_address(endpoint->cid, endpoint->vsock_port);
+    if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<const sockaddr *>(&address), sizeof(address)) != 0 ||
+        ::listen(fd.get(), 64) != 0) {
+        const int err = errno;
+        return error(Code::error, name + errno_text(err) + vsock_hint(err, true));
+    }
+    *out = std::move(fd);
+    return Status::success();
+}
+
+Status listen_unix(Endpoint *endpoint, UniqueFd *out) {
+    struct stat st{};
+    if (::lstat(endpoint->path.c_str(), &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            return error(Code::error, "listen " + endpoint->to_string() + ": the path exists and is not a socket");
+        }
+        UniqueFd probe;
+        if (connect_unix(*endpoint, &probe).ok()) {
+            return error(Code::error,
+                         "listen " + endpoint->to_string() + ": another server is already listening there");
+        }
+        ::unlink(endpoint->path.c_str());  // stale socket of a server that exited
+    }
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return error(Code::error, "socket: " + errno_text(errno));
+    sockaddr_un address = unix_address(endpoint->path);
+    if (::bind(fd.get(), reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0 || ::listen(fd.get(), 64) != 0) {
+        return error(Code::error, "listen " + endpoint->to_string() + ": " + errno_text(errno));
+    }
+    *out = std::move(fd);
+    return Status::success();
+}
+
+// How a log line names the peer of an accepted connection.
+std::string describe_peer(int fd, const Endpoint &endpoint, const sockaddr_storage &address, socklen_t len) {
+    if (endpoint.uses_unix_socket()) {
+        ucred cred{};
+        socklen_t cred_len = sizeof(cred);
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) return endpoint.to_string();
+        return endpoint.to_string() + " pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+    }
+    if (address.ss_family == AF_VSOCK) {
+        const auto &vm = reinterpret_cast<const sockaddr_vm &>(address);
+        return "vsock://" + std::to_string(vm.svm_cid) + ":" + std::to_string(vm.svm_port);
+    }
+    char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "?";
+    ::getnameinfo(reinterpret_cast<const sockaddr *>(&address), len, host, sizeof(host), service, sizeof(service),
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+    return std::string("tcp://") + host + ":" + service;
+}
+
 }  // namespace
 
 bool adopt_listening_socket(int fd, InheritedSocket *socket) {
@@ -109,6 +204,11 @@ bool adopt_listening_socket(int fd, InheritedSocket *socket) {
         socket->endpoint.host = host;
         // NI_NUMERICSERV: the port's digits, or the "0" it started as.
         socket->endpoint.port = static_cast<int>(std::strtol(service, nullptr, 10));
+    } else if (address.ss_family == AF_VSOCK) {
+        const auto &vm = reinterpret_cast<const sockaddr_vm &>(address);
+        socket->endpoint.kind = Endpoint::Kind::vsock;
+        socket->endpoint.cid = vm.svm_cid;
+        socket->endpoint.vsock_port = vm.svm_port;
     } else {
         return false;
     }
@@ -140,33 +240,13 @@ void tune_stream_socket(int fd) {
 
 Status connect_endpoint(const Endpoint &endpoint, int timeout_ms, UniqueFd *fd) {
     if (endpoint.uses_unix_socket()) return connect_unix(endpoint, fd);
+    if (endpoint.is_vsock()) return connect_vsock(endpoint, timeout_ms, fd);
     return connect_tcp(endpoint, timeout_ms, fd);
 }
 
 Status listen_endpoint(Endpoint *endpoint, UniqueFd *out) {
-    if (endpoint->uses_unix_socket()) {
-        struct stat st{};
-        if (::lstat(endpoint->path.c_str(), &st) == 0) {
-            if (!S_ISSOCK(st.st_mode)) {
-                return error(Code::error, "listen " + endpoint->to_string() + ": the path exists and is not a socket");
-            }
-            UniqueFd probe;
-            if (connect_unix(*endpoint, &probe).ok()) {
-                return error(Code::error,
-                             "listen " + endpoint->to_string() + ": another server is already listening there");
-            }
-            ::unlink(endpoint->path.c_str());  // stale socket of a server that exited
-        }
-        UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-        if (!fd.valid()) return error(Code::error, "socket: " + errno_text(errno));
-        sockaddr_un address = unix_address(endpoint->path);
-        if (::bind(fd.get(), reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0 ||
-            ::listen(fd.get(), 64) != 0) {
-            return error(Code::error, "listen " + endpoint->to_string() + ": " + errno_text(errno));
-        }
-        *out = std::move(fd);
-        return Status::success();
-    }
+    if (endpoint->uses_unix_socket()) return listen_unix(endpoint, out);
+    if (endpoint->is_vsock()) return listen_vsock(endpoint, out);
 
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -205,20 +285,7 @@ Status accept_connection(int listen_fd, const Endpoint &endpoint, UniqueFd *out,
     socklen_t len = sizeof(address);
     UniqueFd fd(::accept4(listen_fd, reinterpret_cast<sockaddr *>(&address), &len, SOCK_CLOEXEC));
     if (!fd.valid()) return error(Code::error, "accept on " + endpoint.to_string() + ": " + errno_text(errno));
-    if (endpoint.uses_unix_socket()) {
-        ucred cred{};
-        socklen_t cred_len = sizeof(cred);
-        if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0) {
-            *peer = endpoint.to_string() + " pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
-        } else {
-            *peer = endpoint.to_string();
-        }
-    } else {
-        char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "?";
-        ::getnameinfo(reinterpret_cast<sockaddr *>(&address), len, host, sizeof(host), service, sizeof(service),
-                      NI_NUMERICHOST | NI_NUMERICSERV);
-        *peer = std::string("tcp://") + host + ":" + service;
-    }
+    *peer = describe_peer(fd.get(), endpoint, address, len);
     tune_stream_socket(fd.get());
     *out = std::move(fd);
     return Status::success();

@@ -1,4 +1,4 @@
-// Stream sockets for the two socket transports: unix and TCP.
+// Stream sockets for the socket transports: unix, TCP and vsock.
 #pragma once
 
 #include <sys/socket.h>
@@ -32,7 +32,7 @@ struct InheritedSocket {
 // server reads LISTEN_FDS and checks LISTEN_PID), made close-on-exec.
 std::vector<InheritedSocket> adopt_listening_sockets(int count);
 // Takes one inherited listening socket `fd` (made close-on-exec); false when it is
-// no unix or TCP socket (then `fd` is left as it is).
+// no unix, TCP or vsock socket (then `fd` is left as it is).
 bool adopt_listening_socket(int fd, InheritedSocket *socket);
 
 // Per-connection socket options: no Nagle delay, keep-alive probes on TCP.

@@ -19,6 +19,7 @@ add_integration_test(errors_no_server errors_no_server.sh)
 add_integration_test(errors_bad_endpoint errors_bad_endpoint.sh)
 # device_names: REMOTE<i> is the i-th server of GGML_REMOTE_SERVERS, whichever are down.
 add_integration_test(device_names device_names.sh)
+add_integration_test(errors_vsock errors_vsock.sh)
 add_integration_test(errors_version_mismatch errors_version_mismatch.sh $<TARGET_FILE:ggml-remote-handshake-client>)
 add_integration_test(errors_wrong_peer errors_wrong_peer.sh)
 add_integration_test(errors_foreign_clients errors_foreign_clients.sh)

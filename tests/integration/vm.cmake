@@ -9,3 +9,8 @@ add_integration_test(vm_llama_tokens_tls vm_llama_tokens.sh tls)
 add_integration_test(vm_ivshmem_llama vm_ivshmem.sh llama)
 add_integration_test(vm_ivshmem_whisper vm_ivshmem.sh whisper)
 add_integration_test(vm_ivshmem_killed vm_ivshmem.sh killed)
+# Over vsock: QEMU's vhost-user-vsock-pci served by vhost-device-vsock, which
+# forwards to the server's unix socket UDS_PATH_PORT; and the server's own
+# AF_VSOCK listener over the VM kernel's loopback (vm_vsock.sh's header).
+add_integration_test(vm_vsock_llama vm_vsock.sh llama)
+add_integration_test(vm_vsock_loopback vm_vsock.sh loopback)

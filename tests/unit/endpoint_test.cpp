@@ -1,4 +1,4 @@
-// Endpoints: "unix:/path" and "tcp://host:port", one at a time or as a list.
+// Endpoints: "unix:/path", "tcp://host:port", "vsock://CID:PORT" and the rest, one at a time or as a list.
 #include "transport/endpoint.h"
 
 #include <gmock/gmock.h>
@@ -280,6 +280,65 @@ TEST(EndpointList, OneBadItemFailsTheListWithItsReason) {
     Status status = parse_endpoint_list("unix:/a.sock, tcp://h:notaport", &endpoints);
     EXPECT_EQ(status.code(), Code::bad_request);
     EXPECT_THAT(status.message(), HasSubstr("'tcp://h:notaport'"));
+}
+
+TEST(Endpoint, VsockFormTakesANumericCidAndPort) {
+    const Endpoint endpoint = parse_ok("vsock://2:50052");
+    EXPECT_EQ(endpoint.kind, Endpoint::Kind::vsock);
+    EXPECT_TRUE(endpoint.is_vsock());
+    EXPECT_EQ(endpoint.cid, 2u);
+    EXPECT_EQ(endpoint.vsock_port, 50052u);
+    EXPECT_FALSE(endpoint.uses_unix_socket());
+    EXPECT_FALSE(endpoint.uses_tls());
+}
+
+TEST(Endpoint, VsockTakesTheWholeThirtyTwoBitRangeButTheWildcards) {
+    const Endpoint endpoint = parse_ok("vsock://4294967294:4294967294");
+    EXPECT_EQ(endpoint.cid, 4294967294u);
+    EXPECT_EQ(endpoint.vsock_port, 4294967294u);
+    EXPECT_EQ(parse_ok("vsock://0:0").cid, 0u);
+    EXPECT_THAT(parse_error("vsock://4294967295:1").message(), HasSubstr("CID must be a number"));
+    EXPECT_THAT(parse_error("vsock://2:4294967295").message(), HasSubstr("port must be a number"));
+}
+
+TEST(Endpoint, VsockAnyIsTheListeningWildcard) {
+    const Endpoint endpoint = parse_ok("vsock://ANY:1024");
+    EXPECT_EQ(endpoint.cid, Endpoint::kAnyCid);
+    EXPECT_EQ(endpoint.vsock_port, 1024u);
+    EXPECT_EQ(endpoint.to_string(), "vsock://ANY:1024");
+}
+
+TEST(Endpoint, VsockRefusesAnythingButDigits) {
+    for (const char *text : {"vsock://", "vsock://2", "vsock://2:", "vsock://:5", "vsock://host:5", "vsock://any:5",
+                             "vsock://-1:5", "vsock://+2:5", "vsock://2:-5", "vsock://2:+5", "vsock://0x2:5",
+                             "vsock://2:0x10", "vsock:// 2:5", "vsock://2:5 ", "vsock://2:5:6", "vsock://[2]:5",
+                             "vsock://2:99999999999", "vsock://18446744073709551618:5", "vsock:2:5"}) {
+        Status status = parse_error(text);
+        EXPECT_EQ(status.code(), Code::bad_request) << text;
+        EXPECT_THAT(status.message(), HasSubstr(text)) << text;
+    }
+}
+
+TEST(Endpoint, VsockErrorNamesTheForm) {
+    EXPECT_THAT(parse_error("vsock://x:1").message(), HasSubstr("vsock://CID:PORT"));
+}
+
+TEST(Endpoint, VsockRoundTripsAndCountsAsLocal) {
+    for (const char *text : {"vsock://2:1234", "vsock://3:0", "vsock://ANY:50052"}) {
+        const Endpoint endpoint = parse_ok(text);
+        EXPECT_EQ(endpoint.to_string(), text);
+        // No network reaches a vsock port: only this host's VMs (docs/SECURITY.md).
+        EXPECT_TRUE(endpoint.is_loopback()) << text;
+    }
+}
+
+TEST(EndpointList, MixesVsockWithOtherForms) {
+    std::vector<Endpoint> endpoints;
+    ASSERT_TRUE(parse_endpoint_list("vsock://2:5000, tcp://h:1", &endpoints).ok());
+    ASSERT_EQ(endpoints.size(), 2u);
+    EXPECT_EQ(endpoints[0].kind, Endpoint::Kind::vsock);
+    EXPECT_EQ(endpoints[0].vsock_port, 5000u);
+    EXPECT_EQ(endpoints[1].kind, Endpoint::Kind::tcp);
 }
 
 TEST(Endpoint, IvshmemGuestFormsNameTheFirstDeviceAnAddressOrAFile) {

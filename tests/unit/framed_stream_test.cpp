@@ -477,5 +477,32 @@ TEST(FramedStreamFilled, ALargeTailIsFilledInBoundedPiecesOverASocket) {
     EXPECT_EQ(pieces, 4u);
 }
 
+// A capped stream (vsock guests, see guest/session/connector.cpp) writes at most
+// the cap per system call: over a packet socket each write is one packet.
+TEST(FramedStream, CappedWritesSplitAFrameIntoPiecesNoLargerThanTheCap) {
+    int fds[2] = {-1, -1};
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds), 0);
+    FramedStream sender(UniqueFd(fds[0]), "receiver");
+    UniqueFd receiver(fds[1]);
+    sender.cap_writes(1000);
+    std::vector<uint8_t> first(1500), second(700);
+    std::iota(first.begin(), first.end(), uint8_t{1});
+    std::iota(second.begin(), second.end(), uint8_t{7});
+    ASSERT_TRUE(sender.send(FrameHeader{}, {ByteView(first), ByteView(second)}).ok());
+    std::vector<uint8_t> received;
+    std::vector<size_t> pieces;
+    uint8_t packet[4096];
+    while (received.size() < sizeof(FrameHeader) + first.size() + second.size()) {
+        const ssize_t got = ::recv(receiver.get(), packet, sizeof(packet), 0);
+        ASSERT_GT(got, 0);
+        pieces.push_back(static_cast<size_t>(got));
+        received.insert(received.end(), packet, packet + got);
+    }
+    EXPECT_EQ(pieces, (std::vector<size_t>{1000, 1000, 216}));
+    std::vector<uint8_t> payload(first);
+    payload.insert(payload.end(), second.begin(), second.end());
+    EXPECT_TRUE(std::equal(payload.begin(), payload.end(), received.begin() + sizeof(FrameHeader)));
+}
+
 }  // namespace
 }  // namespace ggml_remote

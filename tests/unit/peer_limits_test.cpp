@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <linux/vm_sockets.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -125,6 +126,18 @@ TEST(PeerAccount, AnIPv4PeerCountsByItsAddressWhateverItsPort) {
 
 TEST(PeerAccount, AnIPv4MappedPeerCountsAsItsIPv4Address) {
     EXPECT_EQ(account_of(ipv6("::ffff:10.0.0.7")), account_of(ipv4("10.0.0.7")));
+}
+
+TEST(PeerAccount, AVsockPeerCountsByItsVmsCidWhateverItsPort) {
+    sockaddr_vm vm{};
+    vm.svm_family = AF_VSOCK;
+    vm.svm_cid = 3;
+    vm.svm_port = 1234;
+    const auto *address = reinterpret_cast<const sockaddr *>(&vm);
+    EXPECT_EQ(address_account(address, sizeof(vm)), "vsock cid 3");
+    vm.svm_port = 99;
+    EXPECT_EQ(address_account(address, sizeof(vm)), "vsock cid 3");
+    EXPECT_EQ(address_account(address, sizeof(vm) - 1), "");
 }
 
 TEST(PeerAccount, AnIPv6PeerCountsByItsSlash64SoItCannotPickFreshAddresses) {

@@ -55,7 +55,11 @@ options:
                                 sockets systemd passes with socket activation)
                                 ENDPOINT is unix:/path/to.sock or tcp://host:port,
                                 or ivshmem:/dev/shm/NAME,size=64M: a memory file
-                                that QEMU maps into one VM (ivshmem-plain)
+                                that QEMU maps into one VM (ivshmem-plain), or
+                                vsock://ANY:PORT (or vsock://CID:PORT): AF_VSOCK for
+                                VMs on a host with vhost-vsock; for Firecracker,
+                                Cloud Hypervisor and vhost-device-vsock listen on
+                                unix:UDS_PATH_PORT instead (docs/MICROVMS.md)
          --tls-psk FILE         every tcp:// listener speaks TLS 1.3 and admits only
                                 guests that hold a key of FILE (identity:hexkey lines,
                                 made with psktool -u NAME -p FILE); guests connect to

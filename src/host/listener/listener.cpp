@@ -167,7 +167,7 @@ class Listener {
 
   private:
     std::string describe(const Endpoint &endpoint) const {
-        if (endpoint.uses_unix_socket() || !tls_) return endpoint.to_string();
+        if (endpoint.kind != Endpoint::Kind::tcp || !tls_) return endpoint.to_string();  // TLS: TCP only
         Endpoint guests = endpoint;
         guests.kind = Endpoint::Kind::tls;
         return endpoint.to_string() + " with TLS (guests use " + guests.to_string() + ")";
