@@ -6,13 +6,11 @@ the man page and in the reference; every GGML_REMOTE_* variable the sources read
 (a quoted "GGML_REMOTE_..." literal under the given source folders) must appear in
 the reference. The other way round, every long flag that the man page, the reference
 and each --doc name must be the server's or one of another program's that they quote
-(OTHER_PROGRAMS_FLAGS). With --socket-unit, every unix:/shm: endpoint in /run/ggml-remote* that
-the documents, --doc files and sources name, and the default of `status --help`, must
-be the packaged socket (the unit's ListenStream). Prints one line per mistake and
-exits 1 if there is any.
+(OTHER_PROGRAMS_FLAGS). Socket paths are scripts/packaged-socket.py's to check.
+Prints one line per mistake and exits 1 if there is any.
 
 usage: docs-name-flags.py --server BINARY --man PAGE --reference FILE [--doc FILE]...
-                          [--sources DIR]... [--socket-unit UNIT]
+                          [--sources DIR]...
 """
 import argparse
 import pathlib
@@ -25,11 +23,6 @@ import sys
 OPTION_LINE = re.compile(r"^ {2}(?:(-[A-Za-z]),)?\s{1,8}(--[a-z][a-z0-9-]*)")
 ANY_FLAG = re.compile(r"(?<![\w-])(--?[a-z][a-z0-9-]*)")
 ENV_LITERAL = re.compile(r'"(GGML_REMOTE_[A-Z0-9_]+)"')
-# A unix socket endpoint in the package's place under /run (/run/ggml-remote...), as
-# guests and the server name it; a metrics endpoint (after --metrics) is another
-# socket on purpose, and other paths (/run/a.sock) are examples.
-RUN_ENDPOINT = re.compile(r"(?<!--metrics )(?:unix|shm):(/run/ggml-remote[\w./-]*\w)")
-LISTEN_STREAM = re.compile(r"^ListenStream=(/\S+)$", re.MULTILINE)
 
 # Long flags the documents quote from other programs, not the server's.
 OTHER_PROGRAMS_FLAGS = {
@@ -83,42 +76,11 @@ def unknown_flags(known, text):
     return [flag for flag in named if flag.startswith("--") and flag not in known and flag not in OTHER_PROGRAMS_FLAGS]
 
 
-def packaged_socket(unit_text):
-    match = LISTEN_STREAM.search(unit_text)
-    if not match:
-        sys.exit("no ListenStream=/path in the socket unit")
-    return match.group(1)
-
-
-def other_sockets(socket, text):
-    """The unix:/shm: endpoints under /run in `text` that are not `socket`."""
-    return [path for path in dict.fromkeys(RUN_ENDPOINT.findall(plain_text(text))) if path != socket]
-
-
-def source_texts(folders):
-    for folder in folders:
-        for path in sorted(pathlib.Path(folder).rglob("*")):
-            if path.suffix in (".cpp", ".h") and path.is_file():
-                yield str(path), path.read_text(errors="replace")
-
-
 def help_text(server, *args):
     run = subprocess.run([server, *args, "--help"], capture_output=True, text=True, timeout=30)
     if run.returncode != 0:
         sys.exit(f"{server} {' '.join(args)} --help failed ({run.returncode}): {run.stderr.strip()}")
     return run.stdout
-
-
-def socket_mistakes(args, documents):
-    socket = packaged_socket(pathlib.Path(args.socket_unit).read_text())
-    texts = dict(documents)
-    texts.update(source_texts(args.sources))
-    texts[f"{args.server} status --help"] = help_text(args.server, "status")
-    mistakes = [f"{name} names {path}, not the packaged socket {socket}"
-                for name, text in texts.items() for path in other_sockets(socket, text)]
-    if socket not in texts[f"{args.server} status --help"]:
-        mistakes.append(f"{args.server} status --help does not name the packaged socket {socket}")
-    return mistakes
 
 
 def main(argv=None):
@@ -128,7 +90,6 @@ def main(argv=None):
     parser.add_argument("--reference", required=True, help="docs/REFERENCE.md")
     parser.add_argument("--sources", action="append", default=[], help="folders whose GGML_REMOTE_* literals count")
     parser.add_argument("--doc", action="append", default=[], help="another document (README) whose flags must exist")
-    parser.add_argument("--socket-unit", help="the packaged socket unit: every /run/ggml-remote* endpoint must be its socket")
     args = parser.parse_args(argv)
 
     flags = flags_of_help(help_text(args.server))
@@ -146,8 +107,6 @@ def main(argv=None):
     documents.update({doc: pathlib.Path(doc).read_text() for doc in args.doc})
     for name, text in documents.items():
         missing += [f"{name} names {flag}, which the server does not have" for flag in unknown_flags(flags, text)]
-    if args.socket_unit:
-        missing += socket_mistakes(args, documents)
     for line in missing:
         print(line)
     print(f"checked {len(flags)} flags and {len(env)} environment variables: {len(missing)} missing")

@@ -104,19 +104,6 @@ class DocsNameFlagsTest(unittest.TestCase):
         text = "ggml-remote-server --listen X --lisen Y; llama-cli --rpc host:port; setpriv --reuid 1"
         self.assertEqual(docs_name_flags.unknown_flags(["--listen"], text), ["--lisen"])
 
-    def test_only_the_packaged_socket_may_be_named_under_run_ggml_remote(self):
-        socket = docs_name_flags.packaged_socket("[Socket]\nListenStream=/run/ggml-remote/s.sock\nSocketMode=0660\n")
-        self.assertEqual(socket, "/run/ggml-remote/s.sock")
-        text = (
-            "GGML_REMOTE_SERVERS=shm:/run/ggml-remote/s.sock\n"
-            "--listen unix:/run/ggml-remote.sock and unix:/run/a.sock (an example)\n"
-            "--metrics unix:/run/ggml-remote/metrics.sock\n"
-            "status --connect unix:/run/ggml-remote/old.sock\n"
-        )
-        self.assertEqual(
-            docs_name_flags.other_sockets(socket, text), ["/run/ggml-remote.sock", "/run/ggml-remote/old.sock"]
-        )
-
 
 if __name__ == "__main__":
     unittest.main()

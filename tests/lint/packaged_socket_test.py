@@ -34,6 +34,31 @@ class PackagedSocketTest(unittest.TestCase):
             ["server.conf does not name the packaged socket /run/ggml-remote/s.sock"],
         )
 
+    def test_a_metrics_endpoint_is_another_socket_on_purpose(self):
+        text = "--metrics unix:/run/ggml-remote/metrics.sock, --connect unix:/run/ggml-remote/metrics.sock\n"
+        self.assertEqual(len(packaged_socket.other_paths("doc", text, SOCKET)), 1)
+
+    def test_troff_hyphens_are_read_as_hyphens(self):
+        text = ".B /run/ggml\\-remote/old.sock\n"
+        self.assertEqual(
+            packaged_socket.other_paths("page.1", text, SOCKET),
+            ["page.1 names /run/ggml-remote/old.sock, neither the packaged socket /run/ggml-remote/s.sock nor its directory"],
+        )
+
+    def test_sources_below_a_may_name_folder_need_not_name_the_socket(self):
+        with tempfile.TemporaryDirectory() as folder:
+            folder = pathlib.Path(folder)
+            (folder / "sub").mkdir()
+            (folder / "sub" / "a.cpp").write_text('const char *kSocket = "/run/ggml-remote/old.sock";\n')
+            (folder / "b.h").write_text("// no socket at all\n")
+            (folder / "data.bin").write_text("/run/ggml-remote/ignored.sock\n")
+            names = [name for name, text in packaged_socket.texts_below(folder)]
+            self.assertEqual([pathlib.Path(name).name for name in names], ["b.h", "a.cpp"])
+            mistakes = [m for name, text in packaged_socket.texts_below(folder)
+                        for m in packaged_socket.other_paths(name, text, SOCKET)]
+            self.assertEqual(len(mistakes), 1)
+            self.assertIn("a.cpp names /run/ggml-remote/old.sock", mistakes[0])
+
     def test_the_script_fails_on_a_mistake_and_passes_without(self):
         with tempfile.TemporaryDirectory() as folder:
             folder = pathlib.Path(folder)
