@@ -36,50 +36,31 @@ server() {
     echo "$rc" >"$WORK/$name.rc"
 }
 
-# expect_refusal NAME REGEX... -- ARGS...: the server exits non-zero at once (not
-# 124: it did not start serving) and its stderr matches every REGEX.
-expect_refusal() {
-    local name=$1 patterns=() pattern rc
-    shift
-    while [ "$1" != -- ]; do patterns+=("$1"); shift; done
-    shift
-    server "$name" "$@"
-    rc=$(cat "$WORK/$name.rc")
-    [ "$rc" != 0 ] || fail "ggml-remote-server $*: exited 0"
-    [ "$rc" != 124 ] || fail "ggml-remote-server $*: kept running instead of refusing"
-    for pattern in "${patterns[@]}"; do
-        grep -qE -- "$pattern" "$WORK/$name.err" ||
-            { cat "$WORK/$name.err" >&2; fail "ggml-remote-server $*: stderr does not match /$pattern/"; }
-    done
-    if grep -q 'listening on' "$WORK/$name.err"; then fail "ggml-remote-server $*: started listening"; fi
-    note "ggml-remote-server $* -> exit $rc: $(head -n 1 "$WORK/$name.err")"
-}
-
-expect_refusal listen-garbage "invalid endpoint 'garbage'" "$UNIX_FORM" "$TCP_FORM" -- --listen garbage
-expect_refusal listen-bad-port "invalid endpoint 'tcp://127\.0\.0\.1:notaport'" "$UNIX_FORM" "$TCP_FORM" -- \
+expect_server_refusal listen-garbage "invalid endpoint 'garbage'" "$UNIX_FORM" "$TCP_FORM" -- --listen garbage
+expect_server_refusal listen-bad-port "invalid endpoint 'tcp://127\.0\.0\.1:notaport'" "$UNIX_FORM" "$TCP_FORM" -- \
     --listen tcp://127.0.0.1:notaport
 # A second, bad --listen is caught before the first one is opened.
-expect_refusal listen-second-bad "invalid endpoint 'garbage'" -- --listen "unix:$WORK/never.sock" --listen garbage
+expect_server_refusal listen-second-bad "invalid endpoint 'garbage'" -- --listen "unix:$WORK/never.sock" --listen garbage
 [ ! -e "$WORK/never.sock" ] || fail "a refused command line still created the first socket"
 
 port=$(perl -MIO::Socket::INET -e \
     '$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0, Listen => 1) or die; print $s->sockport')
-expect_refusal listen-public "refusing to listen on tcp://0\.0\.0\.0:$port" "--tls-psk FILE" "--insecure" -- \
+expect_server_refusal listen-public "refusing to listen on tcp://0\.0\.0\.0:$port" "--tls-psk FILE" "--insecure" -- \
     --listen "tcp://0.0.0.0:$port"
 # TLS needs a usable key file, and a tls:// listener needs --tls-psk.
 printf 'guest:0011\n' >"$WORK/short.psk"
-expect_refusal tls-short-key "--tls-psk: key file .*short\.psk: line 1: .*at least 16" -- \
+expect_server_refusal tls-short-key "--tls-psk: key file .*short\.psk: line 1: .*at least 16" -- \
     --listen "tcp://0.0.0.0:$port" --tls-psk "$WORK/short.psk"
-expect_refusal tls-missing-key "--tls-psk: key file .*missing\.psk: No such file" -- \
+expect_server_refusal tls-missing-key "--tls-psk: key file .*missing\.psk: No such file" -- \
     --listen "tcp://0.0.0.0:$port" --tls-psk "$WORK/missing.psk"
-expect_refusal tls-listen-without-key "--listen tls://127\.0\.0\.1:$port needs --tls-psk FILE" -- \
+expect_server_refusal tls-listen-without-key "--listen tls://127\.0\.0\.1:$port needs --tls-psk FILE" -- \
     --listen "tls://127.0.0.1:$port"
 # A key file per endpoint is the guest's: a server takes its keys from --tls-psk.
-expect_refusal listen-psk-file "psk-file= is for guests; a server takes its keys from --tls-psk FILE" -- \
+expect_server_refusal listen-psk-file "psk-file= is for guests; a server takes its keys from --tls-psk FILE" -- \
     --listen "tls://127.0.0.1:$port?psk-file=$WORK/short.psk"
-expect_refusal unknown-flag "unknown argument: --frobnicate" "--help" -- --frobnicate
-expect_refusal missing-value "--listen needs a value" -- --listen
-expect_refusal bad-threads "--threads" "got 'many'" -- --threads many --listen "unix:$WORK/x.sock"
+expect_server_refusal unknown-flag "unknown argument: --frobnicate" "--help" -- --frobnicate
+expect_server_refusal missing-value "--listen needs a value" -- --listen
+expect_server_refusal bad-threads "--threads" "got 'many'" -- --threads many --listen "unix:$WORK/x.sock"
 
 # With --insecure the public address is accepted: the server starts listening.
 "$SERVER_BIN" --listen "tcp://0.0.0.0:$port" --insecure >"$WORK/insecure.log" 2>&1 &

@@ -26,29 +26,12 @@ guest_case() {
 guest_case guest-any vsock://ANY:5000 "vsock://ANY:5000" "ANY is for listening" "CID 2"
 guest_case guest-host-name vsock://host:5000 "'vsock://host:5000'" "CID must be a number" "vsock://CID:PORT"
 
-# server_refuses NAME REGEX... -- ARGS...: the server exits non-zero at once, never
-# listening, and its stderr matches every REGEX.
-server_refuses() {
-    local name=$1 patterns=() pattern rc=0
-    shift
-    while [ "$1" != -- ]; do patterns+=("$1"); shift; done
-    shift
-    timeout 10 "$SERVER_BIN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
-    [ "$rc" != 0 ] || fail "ggml-remote-server $*: exited 0"
-    [ "$rc" != 124 ] || fail "ggml-remote-server $*: kept running instead of refusing"
-    for pattern in "${patterns[@]}"; do
-        grep -qE -- "$pattern" "$WORK/$name.err" ||
-            { cat "$WORK/$name.err" >&2; fail "ggml-remote-server $*: stderr does not match /$pattern/"; }
-    done
-    if grep -q 'listening on vsock' "$WORK/$name.err"; then fail "ggml-remote-server $*: started listening"; fi
-    note "ggml-remote-server $* -> exit $rc: $(grep -m1 vsock "$WORK/$name.err")"
-}
-server_refuses listen-port-too-big "invalid endpoint 'vsock://ANY:4294967295'" "port must be a number" -- \
+expect_server_refusal listen-port-too-big "invalid endpoint 'vsock://ANY:4294967295'" "port must be a number" -- \
     --listen vsock://ANY:4294967295
-server_refuses listen-signed-cid "invalid endpoint 'vsock://-1:5000'" "CID must be a number" -- \
+expect_server_refusal listen-signed-cid "invalid endpoint 'vsock://-1:5000'" "CID must be a number" -- \
     --listen vsock://-1:5000
 # CID 4294967294 is nobody's: a VM's own CID is small, a host's is 2.
-server_refuses listen-foreign-cid "listen vsock://4294967294:[0-9]+: " \
+expect_server_refusal listen-foreign-cid "listen vsock://4294967294:[0-9]+: " \
     "not this machine's: listen on vsock://ANY:PORT|no vsock transport here" -- \
     --listen "vsock://4294967294:$((40000 + RANDOM % 20000))"
 

@@ -110,3 +110,22 @@ generate() {
     local model=$1 n=$2; shift 2
     llama-simple -m "$model" -n "$n" "$@" "Hello world" 2>>"$WORK/generate.err"
 }
+
+# expect_server_refusal NAME REGEX... -- ARGS...: `ggml-remote-server ARGS` exits
+# non-zero at once (not 124: it did not start serving), never says it listens, and
+# its stderr ($WORK/NAME.err) matches every REGEX.
+expect_server_refusal() {
+    local name=$1 patterns=() pattern rc=0
+    shift
+    while [ "$1" != -- ]; do patterns+=("$1"); shift; done
+    shift
+    timeout 10 "$SERVER_BIN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+    [ "$rc" != 0 ] || fail "ggml-remote-server $*: exited 0"
+    [ "$rc" != 124 ] || fail "ggml-remote-server $*: kept running instead of refusing"
+    for pattern in "${patterns[@]}"; do
+        grep -qE -- "$pattern" "$WORK/$name.err" ||
+            { cat "$WORK/$name.err" >&2; fail "ggml-remote-server $*: stderr does not match /$pattern/"; }
+    done
+    if grep -q 'listening on' "$WORK/$name.err"; then fail "ggml-remote-server $*: started listening"; fi
+    note "ggml-remote-server $* -> exit $rc: $(head -n 1 "$WORK/$name.err")"
+}
