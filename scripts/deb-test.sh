@@ -699,8 +699,8 @@ stop_and_reactivate() {
 # operator_walkthrough: what the README tells a new operator, under systemd: one
 # changed setting is one line of server.conf (here: metrics on loopback), a
 # restart applies it, 20 guest sessions later a scrape has as many series as after
-# one (labels are bounded) and counts 20 more sessions, and the journal has the
-# server's lines with their priority.
+# one (labels are bounded; both taken with no session live) and counts 20 more
+# sessions, and the journal has the server's lines with their priority.
 operator_walkthrough() {
     local scrape1 scrape20 series1 series20 started1 started20 i
     echo 'metrics = tcp://127.0.0.1:9464' >>"$CONF"
@@ -724,9 +724,16 @@ operator_walkthrough() {
     journalctl -u ggml-remote.service -o short-iso -p info --no-pager -n 4 2>&1 | indent
     journalctl -u ggml-remote.service -o verbose --no-pager -n 1 2>/dev/null | grep -E '^ *PRIORITY=' | indent
 }
-# metrics_scrape: the server's /metrics page, with the Python of the test root.
+# metrics_scrape: the server's /metrics page, with the Python of the test root, once
+# no session is live any more (a tenant's series last as long as its sessions).
 metrics_scrape() {
-    python3 -c 'import urllib.request, sys; sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=10).read().decode())'
+    local page
+    for _ in $(seq 50); do
+        page=$(python3 -c 'import urllib.request, sys; sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=10).read().decode())') || return
+        grep -qx 'ggml_remote_sessions_live 0' <<<"$page" && break
+        sleep 0.2
+    done
+    printf '%s\n' "$page"
 }
 
 purge_under_systemd() {

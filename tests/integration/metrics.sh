@@ -8,8 +8,8 @@
 #  - anything but GET /metrics, and a request that never ends, get 404;
 #  - a scraper that connects and sends nothing holds up neither guests nor scrapes;
 #  - a unix: endpoint (here of a TLS server) serves the same;
-#  - without --metrics-per-session no series names a session, and neither 20
-#    guests nor live sessions add a series; sessions_started_total counts the 20 guests, not a status query;
+#  - without --metrics-per-session no series names a session, 20 guests add no
+#    series, and live sessions only their tenant's (sessions, memory); sessions_started_total counts the 20 guests, not a status query;
 #    guests that compute fill the histograms (in seconds), their sessions' lengths too.
 # usage: metrics.sh HANDSHAKE_CLIENT MEMORY_CLIENT ASYNC_CLIENT
 source "$(dirname "$0")/lib.sh"
@@ -52,7 +52,7 @@ scrape() {
     [ "$rc" = 0 ] || { cat "$WORK/$name.err" "$WORK/$name.txt" >&2; fail "$name: the scrape failed or is invalid"; }
 }
 # value NAME SERIES: the value of SERIES (name and labels, as rendered) in scrape NAME.
-value() { awk -v series="$2" '$1 == series { print $2 }' "$WORK/$1.txt"; }
+value() { awk -v series="$2 " 'index($0, series) == 1 { print substr($0, length(series) + 1) }' "$WORK/$1.txt"; }
 # expect NAME SERIES OP NUMBER: a failure unless SERIES's value OP (-eq, -gt, ...) NUMBER.
 expect() {
     local got
@@ -218,15 +218,19 @@ expect await ggml_remote_compute_round_trip_seconds_count -ge 1
 grep -q 'session=' "$WORK/await.txt" && failures+=("a series names a session without --metrics-per-session")
 note "histograms: $(grep -E '^ggml_remote_[a-z_]+_seconds_(count|sum) ' "$WORK/await.txt" | tr '\n' ' ')"
 
-# Live sessions add no series either; sessions that only shook hands are no guests'.
+# Live sessions add only their tenant's two series (one tenant here: this test's
+# user), whatever their number; sessions that only shook hands are no guests'.
 hold live1 "$bounded_UNIX"
 hold live2 "$bounded_UNIX"
 scrape bounded-live
 expect bounded-live ggml_remote_sessions_live -eq 2
 expect bounded-live ggml_remote_sessions_started_total -eq 20
+tenant="uid $(id -u)"
+expect bounded-live "ggml_remote_tenant_sessions_live{tenant=\"$tenant\"}" -eq 2
+expect bounded-live "ggml_remote_tenant_memory_bytes{tenant=\"$tenant\"}" -ge 0
 series_live=$(grep -c . "$WORK/bounded-live.txt")
-[ "$series_live" -eq "$series_before" ] ||
-    failures+=("live sessions added series: $series_before lines before, $series_live with 2 live sessions")
+[ "$series_live" -eq $((series_before + 2)) ] ||
+    failures+=("live sessions of one tenant added other than its 2 series: $series_before lines before, $series_live with 2 live sessions")
 kill "${HOLDER[live1]}" "${HOLDER[live2]}"
 
 kill -0 "$srv_PID" 2>/dev/null || failures+=("the server exited")

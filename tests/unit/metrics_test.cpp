@@ -168,6 +168,24 @@ TEST(MetricsText, BuildInfoAndEachDevicesMemory) {
     EXPECT_EQ(value_of(text, R"(ggml_remote_device_memory_free_bytes{device="Vulkan0"})"), "32");
 }
 
+TEST(MetricsText, LiveSessionsAndTheirMemoryAreCountedByTenant) {
+    MetricsSnapshot snapshot;
+    snapshot.sessions = {session(1, "p", 5), session(2, "q", 7), session(3, "r", 1)};
+    snapshot.sessions[0].tenant = snapshot.sessions[1].tenant = "uid 1000";
+    snapshot.sessions[2].tenant = "address 10.0.0.7";
+    snapshot.sessions[0].memory_in_use = 100;
+    snapshot.sessions[1].memory_in_use = 20;
+    snapshot.sessions[2].memory_in_use = 3;
+    const std::string text = render_metrics(snapshot);
+    EXPECT_EQ(value_of(text, R"(ggml_remote_tenant_sessions_live{tenant="uid 1000"})"), "2");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_tenant_sessions_live{tenant="address 10.0.0.7"})"), "1");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_tenant_memory_bytes{tenant="uid 1000"})"), "120");
+    EXPECT_EQ(value_of(text, R"(ggml_remote_tenant_memory_bytes{tenant="address 10.0.0.7"})"), "3");
+    EXPECT_THAT(exposition_errors(text), IsEmpty()) << text;
+    snapshot.sessions.clear();  // a tenant with no live session has no series
+    EXPECT_THAT(render_metrics(snapshot), Not(HasSubstr("tenant=")));
+}
+
 TEST(MetricsText, CounterTotalsIncludeEndedSessionsAndGaugeTotalsOnlyLiveOnes) {
     MetricsSnapshot snapshot;
     snapshot.sessions = {session(1, "p", 5), session(2, "q", 7)};

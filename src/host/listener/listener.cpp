@@ -786,6 +786,7 @@ class Listener {
             SessionFigures figures = read_figures(*slot);
             figures.id = id;
             figures.peer = peer;
+            figures.tenant = peers_.account_of(pid);
             snapshot.sessions.push_back(std::move(figures));
         };
         for (const auto &[pid, session] : jail_.workers()) list(pid, session.session_id, session.peer, session.slot);

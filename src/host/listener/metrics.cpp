@@ -1,6 +1,7 @@
 #include "host/listener/metrics.h"
 
 #include <cstdio>
+#include <map>
 
 namespace ggml_remote::host {
 
@@ -142,6 +143,26 @@ void render_totals(const MetricsSnapshot &snapshot, Exposition *out) {
     }
 }
 
+// Live sessions and their device memory by tenant: as many series as tenants
+// being served, at most --max-sessions, and none once they have gone.
+void render_tenants(const std::vector<SessionFigures> &sessions, Exposition *out) {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> tenants;  // sessions, memory
+    for (const SessionFigures &session : sessions) {
+        auto &[count, memory] = tenants[session.tenant];
+        ++count;
+        memory = saturating_add(memory, session.memory_in_use);
+    }
+    const std::string live = std::string(kPrefix) + "tenant_sessions_live";
+    out->family(live, "gauge",
+                "Sessions being served, by tenant: a unix socket's user, a TCP or TLS address, a VM's CID or region");
+    for (const auto &[tenant, figures] : tenants)
+        out->sample(live, label("tenant", tenant), std::to_string(figures.first));
+    const std::string memory = std::string(kPrefix) + "tenant_memory_bytes";
+    out->family(memory, "gauge", "Device memory in use, in bytes, by tenant, live sessions");
+    for (const auto &[tenant, figures] : tenants)
+        out->sample(memory, label("tenant", tenant), std::to_string(figures.second));
+}
+
 void render_sessions(const std::vector<SessionFigures> &sessions, Exposition *out) {
     for (const SessionFigure &figure : kSessionFigures) {
         if (is_limit(figure.kind)) continue;  // the same for all: render_limits
@@ -217,6 +238,7 @@ std::string render_metrics(const MetricsSnapshot &snapshot) {
     render_limits(snapshot.limits, &out);
     render_totals(snapshot, &out);
     render_histograms(snapshot, &out);
+    render_tenants(snapshot.sessions, &out);
     if (snapshot.per_session) render_sessions(snapshot.sessions, &out);
     return out.take();
 }

@@ -23,6 +23,7 @@ namespace ggml_remote::host {
 struct SessionFigures : SessionFigureValues {
     int32_t id = 0;
     std::string peer;
+    std::string tenant;  // whom the session's limits count against: "uid 1000", "address 10.0.0.7"
 };
 
 // The figures in `slot`; id and peer are left to the caller, who knows them

@@ -40,4 +40,9 @@ int PeerLimits::sessions(const std::string &key) const {
     return found == sessions_.end() ? 0 : found->second;
 }
 
+std::string PeerLimits::account_of(pid_t worker) const {
+    const auto it = accounts_.find(worker);
+    return it == accounts_.end() ? std::string() : it->second;
+}
+
 }  // namespace ggml_remote::host

@@ -32,6 +32,8 @@ class PeerLimits {
     void closed(pid_t worker);
     // How many sessions the peer counted under `key` holds.
     int sessions(const std::string &key) const;
+    // The key of the peer whose session `worker` serves ("" for none): its tenant in /metrics.
+    std::string account_of(pid_t worker) const;
 
   private:
     bool exempt(const PeerAccount &peer) const;
