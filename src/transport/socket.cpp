@@ -42,6 +42,18 @@ int finish_connect(int fd, int timeout_ms) {
     return err;
 }
 
+// Connects the non-blocking stream socket `fd` within `timeout_ms`, then makes it
+// blocking and tuned (tune_stream_socket); 0 or the errno that failed it.
+int connect_stream_within(int fd, const sockaddr *address, socklen_t length, int timeout_ms) {
+    if (::connect(fd, address, length) != 0) {
+        const int err = errno == EINPROGRESS ? finish_connect(fd, timeout_ms) : errno;
+        if (err != 0) return err;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    tune_stream_socket(fd);
+    return 0;
+}
+
 Status connect_unix(const Endpoint &endpoint, UniqueFd *out) {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return error(Code::disconnected, "socket: " + errno_text(errno));
@@ -73,17 +85,11 @@ Status connect_tcp(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
             last_error = errno;
             continue;
         }
-        int err = 0;
-        if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
-            err = errno == EINPROGRESS ? finish_connect(fd.get(), timeout_ms) : errno;
-        }
+        const int err = connect_stream_within(fd.get(), a->ai_addr, a->ai_addrlen, timeout_ms);
         if (err != 0) {
             last_error = err;
             continue;
         }
-        const int flags = ::fcntl(fd.get(), F_GETFL);
-        ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
-        tune_stream_socket(fd.get());
         ::freeaddrinfo(found);
         *out = std::move(fd);
         return Status::success();
@@ -121,13 +127,8 @@ Status connect_vsock(const Endpoint &endpoint, int timeout_ms, UniqueFd *out) {
     int err = fd.valid() ? 0 : errno;
     if (err != 0) return error(Code::disconnected, name + errno_text(err) + vsock_hint(err, false));
     const sockaddr_vm address = vsock_address(endpoint.cid, endpoint.vsock_port);
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr *>(&address), sizeof(address)) != 0) {
-        err = errno == EINPROGRESS ? finish_connect(fd.get(), timeout_ms) : errno;
-    }
+    err = connect_stream_within(fd.get(), reinterpret_cast<const sockaddr *>(&address), sizeof(address), timeout_ms);
     if (err != 0) return error(Code::disconnected, name + errno_text(err) + vsock_hint(err, false));
-    const int flags = ::fcntl(fd.get(), F_GETFL);
-    ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
-    tune_stream_socket(fd.get());
     *out = std::move(fd);
     return Status::success();
 }

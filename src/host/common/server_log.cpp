@@ -83,16 +83,21 @@ LogLevel level_of(ggml_log_level level) {
     }
 }
 
-const char *json_level(LogLevel level) {
+// A level's names: the text format's word and the JSON format's value.
+struct LevelNames {
+    const char *word;
+    const char *json;
+};
+LevelNames level_names(LogLevel level) {
     switch (level) {
         case LogLevel::error:
-            return "error";
+            return {"ERROR", "error"};
         case LogLevel::warning:
-            return "warning";
+            return {"WARN", "warning"};
         case LogLevel::info:
             break;
     }
-    return "info";
+    return {"INFO", "info"};
 }
 
 // The JSON object of one line, its message as given.
@@ -101,7 +106,7 @@ std::string json_object(std::string_view message, LogLevel level, const LogSubje
     std::tm utc{};
     gmtime_r(&now, &utc);
     std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &utc);
-    std::string object = std::string("{\"time\":\"") + stamp + "\",\"level\":\"" + json_level(level) +
+    std::string object = std::string("{\"time\":\"") + stamp + "\",\"level\":\"" + level_names(level).json +
                          "\",\"message\":" + json_string(message);
     if (subject.session) object += ",\"session\":" + std::to_string(*subject.session);
     if (!subject.peer.empty()) object += ",\"peer\":" + json_string(subject.peer);
@@ -111,7 +116,6 @@ std::string json_object(std::string_view message, LogLevel level, const LogSubje
 }  // namespace
 
 void set_log_format(LogFormat format) { g_format = format; }
-LogFormat log_format() { return g_format; }
 void set_log_subject(const LogSubject &subject) { process_subject() = subject; }
 
 std::string format_json_log_line(const std::string &text, LogLevel level, const LogSubject &subject, bool for_journal,
@@ -140,22 +144,6 @@ void GgmlLogJoiner::emit(std::string_view line) {
     }
 }
 
-namespace {
-
-const char *level_word(LogLevel level) {
-    switch (level) {
-        case LogLevel::error:
-            return "ERROR";
-        case LogLevel::warning:
-            return "WARN";
-        case LogLevel::info:
-            break;
-    }
-    return "INFO";
-}
-
-}  // namespace
-
 std::string format_log_line(const std::string &text, LogLevel level, bool for_journal, std::time_t now) {
     // Guest strings are escaped where they enter a message (printable()); this is
     // the guard behind that, so that no entry can ever start a line of its own.
@@ -165,7 +153,7 @@ std::string format_log_line(const std::string &text, LogLevel level, bool for_jo
     std::tm local{};
     localtime_r(&now, &local);
     std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S %z", &local);
-    return std::string(stamp) + " " + level_word(level) + " " + body;
+    return std::string(stamp) + " " + level_names(level).word + " " + body;
 }
 
 bool stderr_is_journal() {

@@ -72,7 +72,6 @@ struct LogSubject {
 
 // The format of this process's lines (text until set), read by every line after.
 void set_log_format(LogFormat format);
-LogFormat log_format();
 // What every line of this process concerns where its caller names nothing: a
 // worker serves one session, and sets it once.
 void set_log_subject(const LogSubject &subject);

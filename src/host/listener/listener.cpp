@@ -53,6 +53,11 @@ void refuse(int fd, Code code, const std::string &reason) {
     (void)!::send(fd, reason.data(), reason.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+// The log's warning that `peer` was turned away, and why; its "peer" field for JSON.
+void log_refused(const std::string &peer, const std::string &why) {
+    log_warning("refused " + peer + ": " + why, {std::nullopt, peer});
+}
+
 // Fairness between peers: why the guest on `fd` may not open one more session, or
 // nothing when it may (a guest that has yet to authenticate is counted when it has:
 // only whether we know who it is matters now). A guest turned away is told why, and
@@ -63,7 +68,7 @@ std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const 
     std::string refusal = known ? std::string() : "cannot tell who the peer is: " + known.message();
     if (known && authenticated) refusal = peers.refusal(*account);
     if (refusal.empty()) return std::nullopt;
-    log_warning("refused " + peer + ": " + refusal, {std::nullopt, peer});
+    log_refused(peer, refusal);
     refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
     return known ? GuestRefusal::peer_limit : GuestRefusal::server_error;
 }
@@ -276,9 +281,7 @@ class Listener {
             if (!claimed_region(port)) continue;
             const std::string peer = port.name();
             if (admission_.sessions_full()) {
-                log_warning("refused " + peer + ": " + std::to_string(admission_.sessions()) +
-                                " sessions already (--max-sessions)",
-                            {std::nullopt, peer});
+                log_refused(peer, std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
                 count_refusal(GuestRefusal::server_full);
                 port.ended(-1);
                 continue;
@@ -293,7 +296,7 @@ class Listener {
             const UniqueFd store = store_channel(peer, false);  // the region's tenant, as its worker's peer
             const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1, store.get()}, &pid);
             if (!spawned) {
-                log_warning("refused " + peer + ": " + spawned.message(), {std::nullopt, peer});
+                log_refused(peer, spawned.message());
                 count_refusal(GuestRefusal::server_error);
                 port.ended(-1);
                 continue;
@@ -664,9 +667,7 @@ class Listener {
         // A TLS guest authenticates in its worker; everyone else at accept.
         const bool authenticated = !(tls_ && peer.rfind("tls://", 0) == 0);
         if (authenticated && admission_.sessions_full()) {
-            log_warning(
-                "refused " + peer + ": " + std::to_string(admission_.sessions()) + " sessions already (--max-sessions)",
-                {std::nullopt, peer});
+            log_refused(peer, std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
             refuse(client.get(), Code::limit_exceeded,
                    "the server is serving its maximum of " + std::to_string(options_.max_sessions) + " sessions");
             count_refusal(GuestRefusal::server_full);
@@ -686,7 +687,7 @@ class Listener {
         if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
-            log_warning("refused " + peer + ": socketpair: " + std::strerror(errno), {std::nullopt, peer});
+            log_refused(peer, std::string("socketpair: ") + std::strerror(errno));
             count_refusal(GuestRefusal::server_error);
             return;
         }
@@ -702,7 +703,7 @@ class Listener {
         const Status spawned =
             jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get()}, &pid);
         if (!spawned) {
-            log_warning("refused " + peer + ": " + spawned.message(), {std::nullopt, peer});
+            log_refused(peer, spawned.message());
             refuse(client, Code::error, "the server could not start a session worker");
             count_refusal(GuestRefusal::server_error);
             return;
