@@ -10,16 +10,10 @@ failures=()
 # serve NAME ARGS...: starts a server (its socket is $WORK/NAME.sock, set by the
 # file) and waits for the socket.
 serve() {
-    local name=$1 i; shift
+    local name=$1; shift
     "$SERVER_BIN" "$@" >"$WORK/$name.log" 2>&1 &
     SERVER_PIDS+=("$!")
-    for i in $(seq 100); do
-        [ -S "$WORK/$name.sock" ] && return 0
-        kill -0 "$!" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$WORK/$name.log" >&2
-    fail "server $name did not listen on $WORK/$name.sock"
+    wait_for_socket "$WORK/$name.sock" "$!" "$WORK/$name.log" "server $name"
 }
 # max_sessions ENDPOINT: --max-sessions as a session worker of that server has it.
 max_sessions() {

@@ -129,3 +129,16 @@ expect_server_refusal() {
     if grep -q 'listening on' "$WORK/$name.err"; then fail "ggml-remote-server $*: started listening"; fi
     note "ggml-remote-server $* -> exit $rc: $(head -n 1 "$WORK/$name.err")"
 }
+
+# wait_for_socket PATH PID LOG WHAT: waits up to 10 s for the socket file PATH while
+# PID runs; else shows LOG and fails saying that WHAT did not listen there.
+wait_for_socket() {
+    local i
+    for i in $(seq 100); do
+        [ -S "$1" ] && return 0
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$3" >&2
+    fail "$4 did not listen on $1"
+}

@@ -52,18 +52,12 @@ vm_ivshmem_args() {
 # Firecracker and Cloud Hypervisor do. Sets VM_VSOCK_SOCKET (for vm_run's
 # --vsock) and VM_VSOCK_PID; skips the test where the backend is missing.
 vm_vsock_backend() {
-    local backend=${VHOST_DEVICE_VSOCK:-$(command -v vhost-device-vsock || true)} i
+    local backend=${VHOST_DEVICE_VSOCK:-$(command -v vhost-device-vsock || true)}
     [ -n "$backend" ] && [ -x "$backend" ] ||
         skip "no vhost-device-vsock (Debian package vhost-device-vsock; or set VHOST_DEVICE_VSOCK)"
     VM_VSOCK_SOCKET=$WORK/vhost-vsock.sock
     "$backend" --guest-cid 3 --socket "$VM_VSOCK_SOCKET" --uds-path "$1" >"$WORK/vhost-vsock.log" 2>&1 &
     VM_VSOCK_PID=$!
     SERVER_PIDS+=("$VM_VSOCK_PID")
-    for i in $(seq 100); do
-        [ -S "$VM_VSOCK_SOCKET" ] && return 0
-        kill -0 "$VM_VSOCK_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$WORK/vhost-vsock.log" >&2
-    fail "vhost-device-vsock did not listen on $VM_VSOCK_SOCKET"
+    wait_for_socket "$VM_VSOCK_SOCKET" "$VM_VSOCK_PID" "$WORK/vhost-vsock.log" vhost-device-vsock
 }
