@@ -3,6 +3,7 @@
 #include <gnutls/gnutls.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -40,8 +41,13 @@ struct TlsSession::State {
     gnutls_psk_client_credentials_t client_credentials = nullptr;
     gnutls_psk_server_credentials_t server_credentials = nullptr;
     ServerKeys server_keys;  // server: the keys a guest may hold
-    int last_errno = 0;      // of the socket call that failed last
-    bool capturing = false;  // guest, during the handshake
+    // Of the receive and the send that failed last: kept apart, since one thread may
+    // send while another receives.
+    int last_recv_errno = 0;
+    int last_send_errno = 0;
+    int read_timeout_ms = 0;   // set_read_timeout_ms's, for the message
+    int write_timeout_ms = 0;  // set_write_timeout_ms's
+    bool capturing = false;    // guest, during the handshake
     std::string captured;
 
     ~State() {
@@ -64,7 +70,7 @@ ssize_t pull(gnutls_transport_ptr_t context, void *data, size_t size) {
         got = ::recv(state->fd, data, size, 0);
     } while (got < 0 && errno == EINTR);
     if (got < 0) {
-        state->last_errno = errno;
+        state->last_recv_errno = errno;
         gnutls_transport_set_errno(state->session, errno);
     } else if (state->capturing && state->captured.size() < kCaptureLimit) {
         state->captured.append(static_cast<const char *>(data),
@@ -79,7 +85,7 @@ int pull_timeout(gnutls_transport_ptr_t context, unsigned int ms) {
     const int timeout = ms == GNUTLS_INDEFINITE_TIMEOUT ? -1 : static_cast<int>(std::min<unsigned>(ms, INT_MAX));
     const int ready = poll_one(state->fd, POLLIN, timeout);
     if (ready < 0) {
-        state->last_errno = errno;
+        state->last_recv_errno = errno;
         gnutls_transport_set_errno(state->session, errno);
     }
     return ready;
@@ -96,7 +102,7 @@ ssize_t push(gnutls_transport_ptr_t context, const giovec_t *iov, int count) {
         sent = ::sendmsg(state->fd, &message, MSG_NOSIGNAL);
     } while (sent < 0 && errno == EINTR);
     if (sent < 0) {
-        state->last_errno = errno;
+        state->last_send_errno = errno;
         gnutls_transport_set_errno(state->session, errno);
     }
     return sent;
@@ -133,9 +139,19 @@ TlsSession::~TlsSession() = default;
 
 Status TlsSession::failure(int code) const {
     if (code == GNUTLS_E_PREMATURE_TERMINATION) return error(Code::disconnected, "connection closed by peer");
+    if (code == GNUTLS_E_TIMEDOUT) {
+        return error(Code::disconnected, "no answer within " + std::to_string(state_->read_timeout_ms) + " ms");
+    }
+    if (code == GNUTLS_E_AGAIN && state_->write_timeout_ms > 0) {
+        return error(Code::disconnected,
+                     "the peer took no data within " + std::to_string(state_->write_timeout_ms) + " ms");
+    }
     if (code == GNUTLS_E_AGAIN) return error(Code::disconnected, std::strerror(EAGAIN));  // SO_RCVTIMEO/SO_SNDTIMEO
-    if ((code == GNUTLS_E_PULL_ERROR || code == GNUTLS_E_PUSH_ERROR) && state_->last_errno != 0) {
-        return error(Code::disconnected, std::strerror(state_->last_errno));
+    if (code == GNUTLS_E_PULL_ERROR && state_->last_recv_errno != 0) {
+        return error(Code::disconnected, std::strerror(state_->last_recv_errno));
+    }
+    if (code == GNUTLS_E_PUSH_ERROR && state_->last_send_errno != 0) {
+        return error(Code::disconnected, std::strerror(state_->last_send_errno));
     }
     if (code == GNUTLS_E_FATAL_ALERT_RECEIVED) {
         return error(Code::disconnected, std::string("TLS alert from the peer: ") +
@@ -278,6 +294,21 @@ Status TlsSession::read(void *data, size_t size) {
         out += got;
         size -= static_cast<size_t>(got);
     }
+    return Status::success();
+}
+
+void TlsSession::set_read_timeout_ms(int ms) {
+    state_->read_timeout_ms = std::max(ms, 0);
+    gnutls_record_set_timeout(state_->session, static_cast<unsigned>(state_->read_timeout_ms));
+}
+
+Status TlsSession::set_write_timeout_ms(int ms) {
+    ms = std::max(ms, 0);
+    const timeval limit{ms / 1000, (ms % 1000) * 1000};
+    if (::setsockopt(state_->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
+        return error(Code::error, std::string("setsockopt SO_SNDTIMEO: ") + std::strerror(errno));
+    }
+    state_->write_timeout_ms = ms;
     return Status::success();
 }
 

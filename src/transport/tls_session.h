@@ -32,6 +32,13 @@ class TlsSession {
     // Receives exactly `size` bytes; Code::disconnected when the peer went away.
     Status read(void *data, size_t size);
 
+    // From here on each read waits at most `ms` for the peer's next bytes (0: no
+    // limit, the default), then fails with Code::disconnected, "no answer within N ms".
+    void set_read_timeout_ms(int ms);
+    // From here on each write waits at most `ms` for the peer to take bytes (0: no
+    // limit, the default); it sets SO_SNDTIMEO on the socket.
+    Status set_write_timeout_ms(int ms);
+
     // The protocol and cipher suite, e.g. "(TLS1.3)-(ECDHE-SECP256R1)-(AES-256-GCM)".
     std::string description() const;
     // The identity the guest presented (server side), escaped with printable(): the
