@@ -27,6 +27,7 @@
 
 #include "protocol/status.h"
 #include "transport/peer_exchange.h"
+#include "transport/tls_key.h"
 #include "transport/unique_fd.h"
 
 namespace ggml_remote {
@@ -59,6 +60,10 @@ class PeerLinks {
 
     // HMAC-SHA-256 of the token under a fixed label, cut to 16 bytes.
     static TokenId token_id(const Token &token);
+    // The TLS key of the group's links: HMAC-SHA-256 of the token under another
+    // label, with the hex of token_id as its identity. Public for tests that play
+    // a peer; it wipes itself.
+    static PreSharedKey tls_key(const Token &token);
 
     // Starts the group for `place` (checked with PeerExchange::check_place) with
     // `links[r]`, a connected socket to rank r, for every rank but ours (ours
@@ -66,8 +71,8 @@ class PeerLinks {
     // the client, with each higher one as the server, in rank order (one order
     // for every pair, so no two ranks wait for each other). A handshake that
     // fails, or a peer that names another rank first thing, fails the open.
-    static Status open(const PeerExchange::Place &place, std::vector<UniqueFd> links,
-                       std::chrono::milliseconds timeout, PeerLinks *links_out);
+    static Status open(const PeerExchange::Place &place, std::vector<UniqueFd> links, std::chrono::milliseconds timeout,
+                       PeerLinks *links_out);
 
     // Sums `count` floats at `values` with the same of every other rank, in rank
     // order, waiting for each at most `timeout`. A failure breaks the group for
@@ -83,6 +88,15 @@ class PeerLinks {
         UniqueFd fd;
         std::unique_ptr<TlsSession> tls;
     };
+    Status exchange_ranks(uint32_t peer, std::chrono::steady_clock::time_point deadline);
+    // Sends our partial to every peer in rank order (the step's sending thread).
+    Status send_all(uint32_t step, const float *values, size_t count);
+    // Receives every peer's partial of `step` into received_, in rank order.
+    Status receive_all(uint32_t step, size_t count, std::chrono::steady_clock::time_point deadline);
+    Status receive_from(uint32_t peer, uint32_t step, size_t count, std::chrono::steady_clock::time_point deadline);
+    void sum_in_rank_order(float *values, size_t count) const;
+    // Ends every connection, so a sending thread blocked on one returns at once.
+    void shut_down_links();
     Status fail(Status status);
 
     PeerExchange::Place place_;
