@@ -89,7 +89,8 @@ enum CommandPolicy : uint32_t {
     X(29, buffer_adopt, BufferAdopt, kFixedReply)                                          \
     X(30, comm_join, CommJoin, kFixedReply)                                                \
     X(31, comm_all_reduce, CommAllReduce, kOneWay | kFailureLogged)                        \
-    X(32, comm_leave, CommLeave, kOneWay | kReleases)
+    X(32, comm_leave, CommLeave, kOneWay | kReleases)                                      \
+    X(33, comm_join_links, CommJoinLinks, kTakesTail | kFixedReply)
 
 #define GGML_REMOTE_COMMAND_ID(id, name, Cmd, size) name = id,
 enum class CommandId : uint16_t {
@@ -161,6 +162,11 @@ enum SessionCaps : uint64_t {
     // results through a memory file the guest gives them all (CommJoin; unix
     // sockets only, as descriptors must pass).
     kSessionPeerExchange = 1 << 5,
+    // Tensor parallelism between machines: the session may join a group whose
+    // servers sum partial results over TCP connections their listeners make
+    // (CommJoinLinks; transport/peer_links.h). Granted where the listener gave the
+    // worker a peer channel.
+    kSessionPeerLinks = 1 << 6,
 };
 
 #pragma pack(push, 1)
@@ -534,6 +540,29 @@ struct CommAllReduce {
     };
     using Reply = Empty;
 };
+
+// Tensor parallelism between machines: as CommJoin, but the servers sum over
+// TCP connections between them (transport/peer_links.h) instead of a memory
+// file. Rank r dials every lower rank (its listener, --tensor-peer) and awaits
+// every higher one; the connections are made at the first all-reduce.
+// Request tail: for each lower rank in order, its endpoint as this guest names
+// it ("tcp://host:port" or "tls://host:port", options left out), each ended by a
+// NUL. Reply: the handle CommAllReduce and CommLeave name.
+struct CommJoinLinks {
+    static constexpr CommandId id = CommandId::comm_join_links;
+    static constexpr bool one_way = command_has(id, kOneWay);
+    struct Request {
+        uint32_t rank;
+        uint32_t ranks;
+        uint64_t slot_bytes;
+        uint32_t wait_ms;
+        uint8_t token[16];
+    };
+    struct Reply {
+        uint64_t comm;
+    };
+};
+constexpr uint32_t kMaxPeerEndpointBytes = 255;
 
 struct CommLeave {
     static constexpr CommandId id = CommandId::comm_leave;

@@ -67,6 +67,10 @@ options:
          --insecure             allow plain TCP on a non-loopback address (anyone who
                                 can reach it can use the host's devices), also for
                                 --metrics
+         --tensor-peer ENDPOINT another server (tcp://host:port or tls://host:port) this
+                                one may connect to, for a guest's tensor-parallel group
+                                across machines (llama.cpp -sm tensor); repeatable
+                                (default: none: such groups fall back to the guest)
          --metrics ENDPOINT     answer Prometheus scrapes (HTTP GET /metrics) on
                                 tcp://host:port or unix:/path.sock; no authentication:
                                 keep it on loopback or a unix socket
@@ -262,11 +266,26 @@ struct CommandLine {
     std::vector<std::string> listener_command;
 };
 
+// A --tensor-peer endpoint: a server of another machine, tcp:// or tls://.
+std::string tensor_peer(const std::string &text) {
+    Endpoint endpoint;
+    Status status = parse_endpoint(text, &endpoint);
+    if (!status) fail("--tensor-peer " + text + ": " + status.message());
+    if (endpoint.kind != Endpoint::Kind::tcp && endpoint.kind != Endpoint::Kind::tls) {
+        fail("--tensor-peer " + text + ": a peer server is tcp://host:port or tls://host:port");
+    }
+    if (!endpoint.psk_file.empty())
+        fail("--tensor-peer " + text + ": takes no psk-file= (the group's key is the link's)");
+    return text;
+}
+
 // Flags only the listener acts on; --weight-store reaches the workers resolved.
 bool parse_listener_flag(host::CommandLineCursor &args, CommandLine *line) {
     const std::string flag = args.flag();
     if (flag == "-l" || flag == "--listen") {
         line->options.listen.push_back(args.value());
+    } else if (flag == "--tensor-peer") {
+        line->options.tensor_peers.push_back(tensor_peer(args.value()));
     } else if (flag == "--metrics") {
         line->options.metrics = args.value();
     } else if (flag == "--metrics-per-session") {

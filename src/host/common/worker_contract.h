@@ -30,6 +30,7 @@ struct WorkerLaunch {
     int admission_fd = -1;  // -1: authenticated at accept
     int keys_fd = -1;       // TLS: the listener's sealed copy of the key file (key_snapshot.h), or -1
     int store_fd = -1;      // its channel to the weight store's owner (store_owner.h), or -1
+    int peer_fd = -1;       // its channel to the peer broker (peer_channel.h), or -1
 };
 
 // The worker's command-line arguments for `launch` (after the serving flags).

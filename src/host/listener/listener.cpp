@@ -28,6 +28,7 @@
 #include "host/listener/listener_handover.h"
 #include "host/listener/metrics.h"
 #include "host/listener/metrics_endpoint.h"
+#include "host/listener/peer_broker.h"
 #include "host/listener/peer_limits.h"
 #include "host/listener/region_port.h"
 #include "host/listener/session_ledger.h"
@@ -71,6 +72,16 @@ std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const 
     log_refused(peer, refusal);
     refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
     return known ? GuestRefusal::peer_limit : GuestRefusal::server_error;
+}
+
+// --tensor-peer's endpoints (checked when the flags were read).
+std::vector<Endpoint> tensor_peers(const ListenerOptions &options) {
+    std::vector<Endpoint> peers;
+    for (const std::string &text : options.tensor_peers) {
+        Endpoint endpoint;
+        if (parse_endpoint(text, &endpoint).ok()) peers.push_back(endpoint);
+    }
+    return peers;
 }
 
 // The earlier of two poll timeouts (-1: none).
@@ -147,6 +158,7 @@ class Listener {
           admission_(options.max_sessions, options.max_unauthenticated,
                      std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
           jail_(worker_command, original_mask_, worker_command.front()),
+          peer_broker_(tensor_peers(options)),
           peers_(sessions_per_peer(options), ::geteuid()) {}
 
     int run() {
@@ -236,6 +248,15 @@ class Listener {
         if (!store_owner_.serves_workers()) return worker_end;
         Status status = store_owner_.connect(tenant, tenant_from_worker, &worker_end);
         if (!status) log_warning("no weight store for this session: " + status.message());
+        return worker_end;
+    }
+
+    // A worker's channel to the peer broker: for guests on a socket (a TCP one may
+    // be a peer server's connection); none for a region's.
+    UniqueFd peer_broker_channel(const std::string &peer) {
+        UniqueFd worker_end;
+        Status status = peer_broker_.connect(&worker_end);
+        if (!status) log_warning(peer + ": no tensor-parallel links for this session: " + status.message());
         return worker_end;
     }
 
@@ -700,8 +721,10 @@ class Listener {
         const int keys = tls ? keys_.fd() : -1;  // only TLS workers read keys
         // The store's tenant: the account the kernel names, or a TLS guest's identity.
         const UniqueFd store = store_channel(account.key, tls);
-        const Status spawned =
-            jail_.spawn({client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get()}, &pid);
+        const UniqueFd peer_channel = peer_broker_channel(peer);
+        const Status spawned = jail_.spawn(
+            {client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get(), peer_channel.get()},
+            &pid);
         if (!spawned) {
             log_refused(peer, spawned.message());
             refuse(client, Code::error, "the server could not start a session worker");
@@ -842,6 +865,7 @@ class Listener {
     bool handover_failed_ = false;
     Admission admission_;
     WorkerJail jail_;
+    PeerBroker peer_broker_;  // its channels' threads end before the jail's workers are forgotten
     StoreOwner store_owner_;  // its channels' threads end before the jail's workers are forgotten
     PeerLimits peers_;
     std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake

@@ -13,6 +13,9 @@ namespace ggml_remote::host {
 
 struct ListenerOptions : ServingOptions {
     std::vector<std::string> listen;  // endpoints
+    // --tensor-peer: the servers this one may dial for its guests' tensor-parallel
+    // groups across machines (peer_broker.h), tcp:// or tls:// endpoints.
+    std::vector<std::string> tensor_peers;
     // --max-sessions-per-peer; 0: the default, a quarter of max_sessions (peer_limits.h).
     int max_sessions_per_peer = 0;
     // Connections that have not authenticated yet (TLS guests in their handshake);
