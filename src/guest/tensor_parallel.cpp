@@ -40,6 +40,7 @@ struct Member {
 
 struct Group {
     std::vector<Member> members;
+    bool over_links = false;  // the servers are on other machines: TCP between them, no file
     UniqueFd file;
     PeerExchange watch;             // our mapping of the file: to mark a lost server gone
     bool usable = true;             // false once a member failed: ggml does the steps
@@ -52,13 +53,34 @@ std::vector<Group *> g_groups;
 TensorParallelCounts g_counts;
 
 void mark_lost_locked(Group *group, size_t rank, const std::string &why) {
-    group->watch.mark_gone(static_cast<uint32_t>(rank));
+    // Over links, a peer sees the lost server's connection close instead.
+    if (!group->over_links) group->watch.mark_gone(static_cast<uint32_t>(rank));
     if (group->usable) group->failure_to_report = why;
     group->usable = false;
 }
 
-// The members, if every backend is ours, on a server of its own that lets a
-// session join a group.
+// How the servers of `members` can sum: through a memory file when every one is
+// on a unix socket here, over links when every one is on TCP; false when neither.
+bool choose_route(const std::vector<Member> &members, bool *over_links) {
+    const auto all = [&](bool (RemoteSession::*granted)() const) {
+        return std::all_of(members.begin(), members.end(),
+                           [&](const Member &member) { return (member.device->session().*granted)(); });
+    };
+    if (all(&RemoteSession::peer_exchange)) {
+        *over_links = false;
+        return true;
+    }
+    if (all(&RemoteSession::peer_links)) {
+        *over_links = true;
+        return true;
+    }
+    log(GGML_LOG_LEVEL_INFO,
+        "tensor parallelism: the servers are neither all on unix sockets here nor all on TCP with peer "
+        "links; partial results go through this process");
+    return false;
+}
+
+// The members, if every backend is ours, on a server of its own.
 bool gather_members(ggml_backend_t *backends, size_t n_backends, std::vector<Member> *members) {
     for (size_t i = 0; i < n_backends; ++i) {
         Member member;
@@ -66,13 +88,6 @@ bool gather_members(ggml_backend_t *backends, size_t n_backends, std::vector<Mem
         member.device = remote_device_of(backends[i]);
         if (member.device == nullptr) return false;
         RemoteSession &session = member.device->session();
-        if (!session.peer_exchange()) {
-            log(GGML_LOG_LEVEL_INFO,
-                "%s: tensor parallelism: the server is not on a unix socket here; "
-                "partial results go through this process",
-                member.device->name().c_str());
-            return false;
-        }
         for (const Member &other : *members) {
             if (&other.device->session() == &session) return false;  // one worker would wait for itself
         }
@@ -88,6 +103,32 @@ void leave(Group *group) {
     }
 }
 
+// Each server joins over links, told the endpoints of the lower ranks, which it
+// dials (through its listener); the token is the links' key.
+Status join_links(Group *group, const PeerExchange::Place &place) {
+    std::string endpoints;
+    for (size_t rank = 0; rank < group->members.size(); ++rank) {
+        Member &member = group->members[rank];
+        CommJoinLinks::Request request{};
+        request.rank = static_cast<uint32_t>(rank);
+        request.ranks = place.ranks;
+        request.slot_bytes = place.slot_bytes;
+        request.wait_ms = kPeerWaitMs;
+        std::memcpy(request.token, place.token.data(), sizeof(request.token));
+        CommJoinLinks::Reply reply{};
+        Status status = member.device->session()
+                            .call<CommJoinLinks>(request)
+                            .tail(ByteView(endpoints.data(), endpoints.size()))
+                            .reply(&reply)
+                            .run();
+        if (!status) return error(status.code(), member.device->name() + ": comm_join_links: " + status.message());
+        member.comm = reply.comm;
+        endpoints += member.device->session().endpoint();
+        endpoints.push_back('\0');
+    }
+    return Status::success();
+}
+
 Status join(Group *group) {
     PeerExchange::Place place;
     place.ranks = static_cast<uint32_t>(group->members.size());
@@ -95,6 +136,7 @@ Status join(Group *group) {
     if (::getrandom(place.token.data(), place.token.size(), 0) != static_cast<ssize_t>(place.token.size())) {
         return error(Code::error, "no random token for the group");
     }
+    if (group->over_links) return join_links(group, place);
     if (Status s = PeerExchange::create_area(place, &group->file); !s) return s;
     if (Status s = PeerExchange::watch(group->file.get(), place, &group->watch); !s) return s;
     for (size_t rank = 0; rank < group->members.size(); ++rank) {
@@ -167,6 +209,7 @@ void *tensor_parallel_init(ggml_backend_t *backends, size_t n_backends) {
     if (n_backends < 2 || n_backends > PeerExchange::kMaxRanks) return nullptr;
     auto group = std::make_unique<Group>();
     if (!gather_members(backends, n_backends, &group->members)) return nullptr;
+    if (!choose_route(group->members, &group->over_links)) return nullptr;
     if (Status status = join(group.get()); !status) {
         log(GGML_LOG_LEVEL_WARN, "tensor parallelism: %s; partial results go through this process",
             status.message().c_str());

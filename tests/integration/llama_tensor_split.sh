@@ -1,22 +1,31 @@
 # llama_tensor_split: llama.cpp's -sm tensor (ggml's meta backend) over two of our
 # servers, whose partial results the servers sum among themselves (the plugin's
-# comm all-reduce, PeerExchange).
+# comm all-reduce): through a memory file (shm, unix: PeerExchange) or over a TCP
+# connection their listeners make (tcp: PeerLinks; the second server may dial the
+# first, --tensor-peer).
 #
 # The oracle: ggml's own all-reduce, through this process, adds the same two
-# partials in the same order, so over TCP (where the plugin leaves every step to
-# ggml) the tokens must be the same bits; and the same as the CPU's alone. The
-# guest's counts must show that the servers did the steps (not ggml), so that a
-# plugin that silently left them to ggml fails here.
-# usage: llama_tensor_split.sh shm|unix
+# partials in the same order, so over TCP to servers that may not link (where
+# the plugin leaves every step to ggml) the tokens must be the same bits; and
+# the same as the CPU's alone. The guest's counts must show that the servers did
+# the steps (not ggml), so that a plugin that silently left them to ggml fails.
+# usage: llama_tensor_split.sh shm|unix|tcp
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
-transport=${1:?usage: llama_tensor_split.sh shm|unix}
+transport=${1:?usage: llama_tensor_split.sh shm|unix|tcp}
 
 start_server first
-start_server second
+case $transport in
+    tcp) start_server second --tensor-peer "$first_TCP" ;;
+    *) start_server second ;;
+esac
+# Servers that may not link: the second may dial no one (the group's join fails).
+start_server third
+unlinked="$first_TCP,$third_TCP"
 case $transport in
     unix) ours="$first_UNIX,$second_UNIX" ;;
     shm) ours="shm:${first_UNIX#unix:},shm:${second_UNIX#unix:}" ;;
+    tcp) ours="$first_TCP,$second_TCP" ;;
     *) fail "unknown transport '$transport'" ;;
 esac
 N=32
@@ -35,15 +44,21 @@ complete() {
 unset GGML_BACKEND_PATH GGML_REMOTE_SERVERS  # the local run takes neither
 complete local
 GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS=$ours GGML_REMOTE_STATS=1 complete ours -ngl 99 -sm tensor
-GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS="$first_TCP,$second_TCP" GGML_REMOTE_STATS=1 \
+GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS="$unlinked" GGML_REMOTE_STATS=1 \
     complete ggml_own -ngl 99 -sm tensor
 
 counts=$(grep 'tensor parallelism:' "$WORK/ours.err" || true)
 [ -n "$counts" ] || fail "no tensor-parallel group over $transport: $(grep -i 'tensor\|meta' "$WORK/ours.err" | head -5)"
 by_servers=$(sed -n 's/.* \([0-9][0-9]*\) all-reduces between servers.*/\1/p' <<<"$counts")
 [ "${by_servers:-0}" -ge $((N * 2)) ] || fail "the servers did only ${by_servers:-0} all-reduces: $counts"
-if grep -q 'tensor parallelism:' "$WORK/ggml_own.err"; then
-    fail "over TCP the plugin must leave the all-reduce to ggml: $(grep 'tensor parallelism:' "$WORK/ggml_own.err")"
+if grep -q 'all-reduces between servers' "$WORK/ggml_own.err"; then
+    fail "without --tensor-peer the plugin must leave the all-reduce to ggml: $(grep 'tensor parallelism:' "$WORK/ggml_own.err")"
+fi
+grep -q 'may not reach tcp://127.0.0.1' "$WORK/ggml_own.err" ||
+    fail "the guest did not say why the unlinked servers could not sum: $(grep -i 'tensor' "$WORK/ggml_own.err" | head -3)"
+if [ "$transport" = tcp ]; then
+    grep -q "a peer server's connection (rank 1), handed to its session" "$first_LOG" ||
+        fail "the first server never took the second's connection: $(grep -i peer "$first_LOG" | head -3)"
 fi
 assert_same_tokens ggml_own ours
 assert_same_tokens local ours

@@ -23,6 +23,7 @@ Hello::Request hello_for(const HandshakeAsk &ask, const GuestOptions &options) {
     }
     if (ask.region_heap) hello.capabilities |= kSessionRegionHeap;
     if (ask.peer_exchange) hello.capabilities |= kSessionPeerExchange;
+    if (ask.peer_links) hello.capabilities |= kSessionPeerLinks;
     return hello;
 }
 
@@ -105,6 +106,7 @@ Status handshake(FramedStream &stream, const std::string &name, const GuestOptio
     terms->model_library = terms->weight_store && (hello.capabilities & reply.capabilities & kSessionModelLibrary) != 0;
     terms->region_heap = (hello.capabilities & reply.capabilities & kSessionRegionHeap) != 0;
     terms->peer_exchange = (hello.capabilities & reply.capabilities & kSessionPeerExchange) != 0;
+    terms->peer_links = (hello.capabilities & reply.capabilities & kSessionPeerLinks) != 0;
     if (ask.shared_memory && !terms->shared_memory) {
         log(GGML_LOG_LEVEL_WARN, "%s did not grant shared memory; tensor data goes over the socket", name.c_str());
     }

@@ -15,6 +15,7 @@ struct HandshakeAsk {
     bool shared_memory = false;  // shared buffers (shm: endpoints)
     bool region_heap = false;    // buffers in an ivshmem region's heap
     bool peer_exchange = false;  // tensor-parallel groups (unix sockets: descriptors pass)
+    bool peer_links = false;     // tensor-parallel groups across machines (tcp://, tls://)
 };
 
 // What the server granted.
@@ -25,6 +26,7 @@ struct SessionTerms {
     bool model_library = false;  // and published models: worth asking for any weight
     bool region_heap = false;
     bool peer_exchange = false;  // the session may join tensor-parallel groups (CommJoin)
+    bool peer_links = false;     // and groups across machines (CommJoinLinks)
 };
 
 // The hello exchange on a new `stream`, within options.connect_timeout_ms (a peer

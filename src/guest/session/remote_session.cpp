@@ -35,7 +35,8 @@ Status RemoteSession::open(const Endpoint &endpoint, const GuestOptions &options
     if (!status) return status;
     const bool unix_socket =
         endpoint.kind == Endpoint::Kind::shared_memory || endpoint.kind == Endpoint::Kind::unix_socket;
-    const HandshakeAsk ask{endpoint.kind == Endpoint::Kind::shared_memory, false, unix_socket};
+    const bool tcp = endpoint.kind == Endpoint::Kind::tcp || endpoint.kind == Endpoint::Kind::tls;
+    const HandshakeAsk ask{endpoint.kind == Endpoint::Kind::shared_memory, false, unix_socket, tcp};
     std::unique_ptr<RemoteSession> session(new RemoteSession(endpoint.to_string(), options, ask));
     session->set_connector(connector_for(endpoint, options));
     return begin(std::move(session), std::move(stream), out);

@@ -33,6 +33,7 @@
 #include "protocol/tensor_codec.h"
 #include "transport/connection.h"
 #include "transport/peer_exchange.h"
+#include "transport/peer_links.h"
 #include "transport/shared_memory.h"
 #include "transport/shared_ring.h"
 
@@ -67,6 +68,9 @@ class Session {
     // The server has a model library (--models): with the store, the guest is told
     // to look up weights of files it never loaded too (kSessionModelLibrary).
     void offer_model_library() { model_library_offered_ = true; }
+    // Lets the guest join tensor-parallel groups across machines (CommJoinLinks),
+    // through the channel to the listener's peer broker (peer_channel.h).
+    void use_peer_channel(UniqueFd channel) { peer_channel_ = std::move(channel); }
     const StoreFillCounters &store_counters() const { return store_fill_.counters(); }
     // Test-only: waits until the store has checked and named every new entry.
     void wait_for_store_for_testing() { store_fill_.store().wait_for_commits(); }
@@ -206,6 +210,12 @@ class Session {
                        ReplyFrame *reply);
     // "this session already has 16 backends (--max-backends)": the refusal of a capped object.
     static Status over_cap(size_t count, const char *what, const char *flag);
+    // Tensor parallelism across machines (session_comm.cpp).
+    struct Group;
+    Status dial_lower_ranks(const PeerExchange::Place &place, const std::vector<std::string> &endpoints,
+                            std::vector<UniqueFd> *connections);
+    void leave_broker(const PeerExchange::Place &place);
+    Status open_links(Group *group);
     Status device_at(uint32_t index, ggml_backend_dev_t *device) const;
     Status buffer_at(uint64_t handle, SessionBuffer **buffer);
     Status backend_at(uint64_t handle, SessionBackend **backend);
@@ -335,11 +345,21 @@ class Session {
     // Tensor parallelism (session_comm.cpp): the groups this session joined; each
     // file's bytes (PeerExchange::area_bytes) count against the memory quota.
     struct Group {
-        PeerExchange exchange;
+        PeerExchange exchange;  // one machine: the guest's memory file
+        // Across machines (CommJoinLinks): the connections by rank, those to lower
+        // ranks dialled at the join, the others taken from the listener at the
+        // first step, which opens `links` with them.
+        bool over_links = false;
+        PeerExchange::Place place;
+        std::vector<UniqueFd> connections;
+        PeerLinks links;
+        Status links_failure;               // the first step's, when it could not open the links
         std::chrono::milliseconds wait{0};  // for the other servers, each step
     };
     HandleTable<Group> groups_;
     bool peer_exchange_granted_ = false;
+    UniqueFd peer_channel_;  // to the listener's peer broker (peer_channel.h), or none
+    bool peer_links_granted_ = false;
     uint64_t memory_in_use_ = 0;
     uint64_t mapped_file_bytes_ = 0;
     // Set by serve()'s watchdog when the guest hangs up during a compute.

@@ -134,6 +134,9 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
     // Descriptors pass on a unix socket: a guest there may give its servers a file.
     peer_exchange_granted_ = shared_memory_allowed_ && (request.capabilities & kSessionPeerExchange) != 0;
     if (peer_exchange_granted_) call.reply.capabilities |= kSessionPeerExchange;
+    // The listener dials and accepts for the worker, which may open no socket.
+    peer_links_granted_ = peer_channel_.valid() && (request.capabilities & kSessionPeerLinks) != 0;
+    if (peer_links_granted_) call.reply.capabilities |= kSessionPeerLinks;
     region_heap_granted_ = region_ != nullptr && (request.capabilities & kSessionRegionHeap) != 0;
     if (region_heap_granted_) call.reply.capabilities |= kSessionRegionHeap;
     if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {

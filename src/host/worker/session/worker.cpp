@@ -12,8 +12,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "host/common/peer_channel.h"
 #include "host/common/server_log.h"
 #include "host/common/shader_cache.h"
+#include "host/common/store_channel.h"
 #include "host/common/worker_contract.h"
 #include "host/worker/jail/sandbox.h"
 #include "host/worker/jail/worker_identity.h"
@@ -22,6 +24,7 @@
 #include "transport/connection.h"
 #include "transport/ivshmem_region.h"
 #include "transport/peer_account.h"
+#include "transport/peer_links.h"
 #include "transport/socket.h"
 #include "transport/tls_key.h"
 
@@ -203,6 +206,7 @@ int confine_worker(const std::string &label, const WorkerLaunch &launch, const S
     if (launch.admission_fd >= 0) kept.push_back(launch.admission_fd);
     if (launch.keys_fd >= 0) kept.push_back(launch.keys_fd);
     if (launch.store_fd >= 0) kept.push_back(launch.store_fd);
+    if (launch.peer_fd >= 0) kept.push_back(launch.peer_fd);
     close_descriptors_except(kept);
     // The key file is read before the sandbox, which leaves it unreachable; the keys
     // are wiped from memory once the handshake is over.
@@ -283,6 +287,47 @@ void offer_weight_store(const std::string &label, const FramedStream &stream, co
     if (!status) log_warning(label + ": no weight store for this session: " + status.message());
 }
 
+// Whether the connection is a peer server's (transport/peer_links.h): a TCP one
+// whose first byte is the peer hello's, which no guest's first byte is.
+bool is_peer_link(const WorkerLaunch &launch, int client_fd) {
+    return launch.peer_fd >= 0 && is_tcp(client_fd) &&
+           peek_first_byte(client_fd, kTlsHandshakeTimeoutMs) == PeerLinks::kHelloMagic[0];
+}
+
+// Reads the peer hello (here, in the sandbox) and hands the connection to the
+// listener's peer broker, which gives it to the session whose group it names.
+int hand_over_peer_link(const std::string &label, const WorkerLaunch &launch, FramedStream *stream) {
+    PeerLinks::Hello hello{};
+    const bool read = poll_one(stream->fd(), POLLIN, kTlsHandshakeTimeoutMs) > 0 &&
+                      ::recv(stream->fd(), &hello, sizeof(hello), MSG_WAITALL) == static_cast<ssize_t>(sizeof(hello));
+    if (!read || std::memcmp(hello.magic, PeerLinks::kHelloMagic.data(), sizeof(hello.magic)) != 0) {
+        log_warning(label + ": refused: not a peer server's hello");
+        return 2;
+    }
+    peer_channel::Request offer;
+    offer.kind = static_cast<uint32_t>(peer_channel::Kind::offer);
+    offer.rank = hello.to_rank;
+    offer.other_rank = hello.from_rank;
+    std::memcpy(offer.token_id, hello.token_id, sizeof(offer.token_id));
+    const int connection = stream->fd();
+    peer_channel::Reply reply;
+    constexpr int kAnswerMs = 5000;
+    store_channel::NoSigpipe no_sigpipe;
+    if (!store_channel::send_message(launch.peer_fd, &offer, sizeof(offer), &connection, 1) ||
+        !store_channel::receive_message(launch.peer_fd, &reply, sizeof(reply), nullptr, 0, kAnswerMs)) {
+        log_warning(label + ": a peer server's connection: no answer from the listener");
+        return 2;
+    }
+    reply.message[sizeof(reply.message) - 1] = '\0';
+    if (reply.code != 0) {
+        log_warning(label + ": refused a peer server's connection: " + std::string(reply.message));
+        return 2;
+    }
+    log_line(label + ": a peer server's connection (rank " + std::to_string(hello.from_rank) +
+             "), handed to its session");
+    return 0;
+}
+
 // This worker's slot of the listener's status board (mapped into `board`), or null.
 SessionSlot *attach_status_slot(const WorkerLaunch &launch, StatusBoard *board) {
     if (launch.status_fd < 0 || !StatusBoard::attach(launch.status_fd, board).ok()) return nullptr;
@@ -302,6 +347,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, const WorkerL
     session.log_compute_failures([&label](const std::string &message) { log_warning(label + ": " + message); });
     offer_weight_store(label, *stream, launch, &session);
     if (!options.models.empty()) session.offer_model_library();
+    if (launch.peer_fd >= 0) session.use_peer_channel(UniqueFd(launch.peer_fd));
     int domain = 0;
     socklen_t length = sizeof(domain);
     bool trusted_local_peer = false;
@@ -409,6 +455,8 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
         stream = FramedStream(UniqueFd(client_fd), peer);
     }
     stream.set_wait_options(options.waiting);
+    // A peer server's connection of a tensor-parallel group: to its session's worker.
+    if (is_peer_link(launch, client_fd)) return hand_over_peer_link(label, launch, &stream);
     StatusBoard board;
     SessionSlot *slot = attach_status_slot(launch, &board);
     if (needs_tls && !authenticate(label, launch, options, &keys, &stream, slot)) return 2;
