@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make bench, tensor parallelism section (issue 28): llama.cpp's -sm layer against
-# -sm tensor (ggml's meta backend) over two servers, ours (shm) against ggml-rpc's,
-# in one run, rounds rotated; then the pinned setup: one server on one core against
-# two servers on a core each.
+# -sm tensor (ggml's meta backend) over two servers, ours (shm, unix, and tcp: the
+# servers sum over a TCP link between them, as between machines) against
+# ggml-rpc's, in one run, rounds rotated; then the pinned setup: one server on one
+# core against two servers on a core each.
 #   bench_tensor.sh BUILD
 #   BENCH_TENSOR_MODELS="small mid-q4km"  BENCH_TENSOR_REPS=3  BENCH_TENSOR_PP=64  BENCH_TENSOR_TG=32
 #   BENCH_TENSOR_PINNED_MODEL=mid-q4km (empty: no pinned part)
@@ -81,11 +82,13 @@ variant_command() {
         ours-layer) echo "${plugin[*]} GGML_REMOTE_SERVERS=shm:$a,shm:$b llama-bench -t 1 -ngl 99 -sm layer" ;;
         ours-tensor) echo "${plugin[*]} GGML_REMOTE_SERVERS=shm:$a,shm:$b llama-bench -t 1 -ngl 99 -sm tensor" ;;
         ours-tensor-unix) echo "${plugin[*]} GGML_REMOTE_SERVERS=unix:$a,unix:$b llama-bench -t 1 -ngl 99 -sm tensor" ;;
+        ours-tensor-tcp) echo "${plugin[*]} GGML_REMOTE_SERVERS=tcp://127.0.0.1:$tcp_a,tcp://127.0.0.1:$tcp_b llama-bench -t 1 -ngl 99 -sm tensor" ;;
         rpc-layer) echo "llama-bench -t 1 -ngl 99 -sm layer --rpc 127.0.0.1:$rpc_a,127.0.0.1:$rpc_b" ;;
         rpc-tensor) echo "llama-bench -t 1 -ngl 99 -sm tensor --rpc 127.0.0.1:$rpc_a,127.0.0.1:$rpc_b" ;;
         one-server) echo "${plugin[*]} GGML_REMOTE_SERVERS=shm:$work/one.sock llama-bench -t 1 -ngl 99" ;;
         two-layer) echo "${plugin[*]} GGML_REMOTE_SERVERS=shm:$work/p0.sock,shm:$work/p1.sock llama-bench -t 1 -ngl 99 -sm layer" ;;
         two-tensor) echo "${plugin[*]} GGML_REMOTE_SERVERS=shm:$work/p0.sock,shm:$work/p1.sock llama-bench -t 1 -ngl 99 -sm tensor" ;;
+        two-tensor-tcp) echo "${plugin[*]} GGML_REMOTE_SERVERS=tcp://127.0.0.1:$tcp_a,tcp://127.0.0.1:$tcp_b llama-bench -t 1 -ngl 99 -sm tensor" ;;
     esac
 }
 
@@ -104,9 +107,12 @@ rounds() {
     done
 }
 
-# Part 1: two servers on the whole machine, each with one thread.
-start_ours a "" --threads 1
-start_ours b "" --threads 1
+# Part 1: two servers on the whole machine, each with one thread; the second may
+# dial the first for a TCP link (--tensor-peer).
+tcp_a=$(free_port)
+tcp_b=$(free_port)
+start_ours a "" --threads 1 --listen "tcp://127.0.0.1:$tcp_a"
+start_ours b "" --threads 1 --listen "tcp://127.0.0.1:$tcp_b" --tensor-peer "tcp://127.0.0.1:$tcp_a"
 rpc_a=$(free_port)
 rpc_b=$(free_port)
 "$rpc_server" -H 127.0.0.1 -p "$rpc_a" -t 1 >"$work/rpc-a.log" 2>&1 &
@@ -116,16 +122,18 @@ pids+=($!)
 wait_for tcp_open "$rpc_a"
 wait_for tcp_open "$rpc_b"
 for name in $models; do
-    rounds split "$name" ours-layer ours-tensor ours-tensor-unix rpc-layer rpc-tensor
+    rounds split "$name" ours-layer ours-tensor ours-tensor-unix ours-tensor-tcp rpc-layer rpc-tensor
 done
 stop_servers
 
 # Part 2: pinned, one core a server (its workers too: taskset is inherited).
 if [ -n "$pinned_model" ]; then
     start_ours one 0 --cores 1 --threads 1
-    start_ours p0 0 --cores 1 --threads 1
-    start_ours p1 1 --cores 1 --threads 1
-    rounds pinned "$pinned_model" one-server two-layer two-tensor
+    tcp_a=$(free_port)
+    tcp_b=$(free_port)
+    start_ours p0 0 --cores 1 --threads 1 --listen "tcp://127.0.0.1:$tcp_a"
+    start_ours p1 1 --cores 1 --threads 1 --listen "tcp://127.0.0.1:$tcp_b" --tensor-peer "tcp://127.0.0.1:$tcp_a"
+    rounds pinned "$pinned_model" one-server two-layer two-tensor two-tensor-tcp
     stop_servers
 fi
 

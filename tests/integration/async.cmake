@@ -13,4 +13,5 @@ add_integration_test(llama_tensor_split_unix llama_tensor_split.sh unix)
 add_integration_test(llama_tensor_split_tcp llama_tensor_split.sh tcp)
 # A server of the group killed mid-token: the guest fails fast and clearly, both
 # servers go on.
-add_integration_test(errors_tensor_peer_killed errors_tensor_peer_killed.sh)
+add_integration_test(errors_tensor_peer_killed errors_tensor_peer_killed.sh shm)
+add_integration_test(errors_tensor_peer_killed_tcp errors_tensor_peer_killed.sh tcp)

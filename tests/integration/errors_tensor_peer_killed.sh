@@ -1,12 +1,15 @@
 # errors_tensor_peer_killed: llama.cpp generates with -sm tensor over two servers
-# (shm), whose workers sum partial results among themselves; the second server's
-# worker is killed mid-token (kill -9). The first server's worker sees its peer's
-# process end (not waiting out its 30 s for a peer), fails the step, and the
-# guest's next compute fails, naming the lost server: llama.cpp stops with an
-# error well within the limit. Both servers go on: a new guest on each alone
-# generates the CPU's tokens.
+# whose workers sum partial results among themselves (shm: a memory file; tcp: a
+# TCP link between the servers); the second server's worker is killed mid-token
+# (kill -9). The first server's worker sees its peer's process end (shm: its lock
+# in the file; tcp: the link closes), not waiting out its 30 s for a peer, fails
+# the step, and the guest's next compute fails, naming the lost server: llama.cpp
+# stops with an error well within the limit. Both servers go on: a new guest on
+# each alone generates the CPU's tokens.
+# usage: errors_tensor_peer_killed.sh shm|tcp
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
+transport=${1:-shm}
 
 EXIT_LIMIT_S=10
 export GGML_REMOTE_CONNECT_TIMEOUT_MS=2000
@@ -16,8 +19,18 @@ tiny=$(model tiny)
 run_local tiny-local "$tiny" 16
 
 start_server first
-start_server second
-GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS="shm:${first_UNIX#unix:},shm:${second_UNIX#unix:}" \
+case $transport in
+    shm)
+        start_server second
+        servers="shm:${first_UNIX#unix:},shm:${second_UNIX#unix:}"
+        ;;
+    tcp)
+        start_server second --tensor-peer "$first_TCP"
+        servers="$first_TCP,$second_TCP"
+        ;;
+    *) fail "unknown transport '$transport'" ;;
+esac
+GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS="$servers" GGML_REMOTE_STATS=1 \
     timeout "$GUEST_TIMEOUT" llama-completion -m "$path" -n 4000 --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
     -ngl 99 -sm tensor -p "$PROMPT" </dev/null >"$WORK/victim.out" 2>"$WORK/victim.err" &
 victim=$!
@@ -38,6 +51,9 @@ wait "$victim" || rc=$?
 [ "$rc" != 0 ] || fail "the guest exited with 0 though a server of its group died mid-generation"
 failure=$(grep -m1 'a server of its tensor-parallel group failed' "$WORK/victim.err") ||
     { tail -n 20 "$WORK/victim.err" >&2; fail "the guest's compute did not fail naming the lost server"; }
+# The servers summed (not ggml through this process) before the kill.
+grep -q 'all-reduces between servers' "$WORK/victim.err" ||
+    { tail -n 5 "$WORK/victim.err" >&2; fail "the servers formed no group over $transport"; }
 note "the guest exited with $rc ${took} ms after the kill: ${failure#* E }"
 
 # Both servers go on.
