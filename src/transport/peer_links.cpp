@@ -21,6 +21,10 @@ constexpr const char *kKeyLabel = "ggml-remote peer link key";
 constexpr size_t kDigestBytes = 32;  // SHA-256
 // Floats summed per pass: small enough for the stack, large enough to vectorize.
 constexpr size_t kSumChunk = 2048;
+// A partial up to this size (a token's, in generation) goes out in one record
+// before this rank reads: the sockets' buffers hold it, so neither side's send
+// waits for the other to read, and no thread is started for the step.
+constexpr uint64_t kInlineBytes = 32 << 10;
 
 using Clock = std::chrono::steady_clock;
 
@@ -151,12 +155,19 @@ Status PeerLinks::all_reduce_f32(float *values, size_t count, std::chrono::milli
     const uint32_t step = ++step_;
     const auto deadline = Clock::now() + timeout;
     const int timeout_ms = static_cast<int>(std::clamp<int64_t>(timeout.count(), 1, INT_MAX));
-    for (uint32_t peer = 0; peer < place_.ranks; ++peer) {
+    for (uint32_t peer = 0; peer < place_.ranks && timeout_ms != write_timeout_ms_; ++peer) {
         if (peer == place_.rank) continue;
         if (Status s = links_[peer].tls->set_write_timeout_ms(timeout_ms); !s) return fail(s);
     }
+    write_timeout_ms_ = timeout_ms;  // a socket option: set when it changes, not each step
     received_.resize(size_t{place_.ranks} * count);
 
+    if (bytes <= kInlineBytes) {
+        if (Status s = send_all(step, values, count); !s) return fail(s);
+        if (Status s = receive_all(step, count, deadline); !s) return fail(s);
+        sum_in_rank_order(values, count);
+        return Status::success();
+    }
     // Sends and receives at once: with both directions full, neither would drain.
     Status sent;
     std::thread sender([&] { sent = send_all(step, values, count); });
@@ -171,11 +182,23 @@ Status PeerLinks::all_reduce_f32(float *values, size_t count, std::chrono::milli
 
 Status PeerLinks::send_all(uint32_t step, const float *values, size_t count) {
     const MessageHeader header{step, 0, uint64_t{count} * sizeof(float)};
+    // A small partial goes with its header in one record: one send, one packet.
+    const bool together = header.bytes <= kInlineBytes;
+    if (together) {
+        outgoing_.resize(sizeof(header) + header.bytes);
+        std::memcpy(outgoing_.data(), &header, sizeof(header));
+        std::memcpy(outgoing_.data() + sizeof(header), values, header.bytes);
+    }
     for (uint32_t peer = 0; peer < place_.ranks; ++peer) {
         if (peer == place_.rank) continue;
         TlsSession &tls = *links_[peer].tls;
-        Status s = tls.write(&header, sizeof(header));
-        if (s) s = tls.write(values, header.bytes);
+        Status s;
+        if (together) {
+            s = tls.write(outgoing_.data(), outgoing_.size());
+        } else {
+            s = tls.write(&header, sizeof(header));
+            if (s) s = tls.write(values, header.bytes);
+        }
         if (!s) return about(peer, step, s);
     }
     return Status::success();

@@ -102,6 +102,8 @@ class PeerLinks {
     PeerExchange::Place place_;
     std::vector<Link> links_;  // by rank; ours has no session
     std::vector<float> received_;
+    std::vector<uint8_t> outgoing_;  // a small partial with its header
+    int write_timeout_ms_ = -1;
     uint32_t step_ = 0;
     Status broken_;
 };

@@ -49,7 +49,10 @@ took=$(($(now_ms) - killed_at))
 rc=0
 wait "$victim" || rc=$?
 [ "$rc" != 0 ] || fail "the guest exited with 0 though a server of its group died mid-generation"
-failure=$(grep -m1 'a server of its tensor-parallel group failed' "$WORK/victim.err") ||
+# Whichever the guest hears first: its own connection to the lost server, or the
+# first server's failed step, which names the lost rank.
+failure=$(grep -m1 -E 'a server of its tensor-parallel group failed|comm_all_reduce: peer rank 1, step [0-9]+: ' \
+    "$WORK/victim.err") ||
     { tail -n 20 "$WORK/victim.err" >&2; fail "the guest's compute did not fail naming the lost server"; }
 # The servers summed (not ggml through this process) before the kill.
 grep -q 'all-reduces between servers' "$WORK/victim.err" ||

@@ -37,8 +37,8 @@ constexpr uint32_t kMaxTakeMs = 120000;
 
 struct Request {
     uint32_t kind = 0;
-    uint32_t rank = 0;   // enrol, dial: the asking session's; offer: the rank dialled
-    uint32_t ranks = 0;  // enrol
+    uint32_t rank = 0;        // enrol, dial: the asking session's; offer: the rank dialled
+    uint32_t ranks = 0;       // enrol
     uint32_t other_rank = 0;  // dial: the rank dialled; take, offer: the rank that dialled
     uint32_t timeout_ms = 0;  // take
     uint32_t unused = 0;

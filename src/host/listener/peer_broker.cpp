@@ -167,12 +167,12 @@ Status PeerBroker::leave(const Channel &channel, const Request &request) {
 Status PeerBroker::dial(const Request &request, UniqueFd *connection) const {
     Endpoint endpoint;
     if (Status s = endpoint_of(request, &endpoint); !s) return s;
-    const bool allowed = std::any_of(peers_.begin(), peers_.end(),
-                                     [&](const Endpoint &peer) { return same_server(peer, endpoint); });
+    const bool allowed =
+        std::any_of(peers_.begin(), peers_.end(), [&](const Endpoint &peer) { return same_server(peer, endpoint); });
     if (!allowed) {
         return error(Code::unsupported, "this server may not reach " + endpoint.to_string() +
-                                                  " for tensor parallelism (start it with --tensor-peer " +
-                                                  endpoint.to_string() + ")");
+                                            " for tensor parallelism (start it with --tensor-peer " +
+                                            endpoint.to_string() + ")");
     }
     endpoint.kind = Endpoint::Kind::tcp;  // the link's TLS is the workers' own, under the group's key
     if (Status s = connect_endpoint(endpoint, peer_channel::kDialTimeoutMs, connection); !s) return s;
@@ -209,7 +209,7 @@ Status PeerBroker::take(const Channel &channel, const Request &request, UniqueFd
         if (stopping_.load()) return error(Code::disconnected, "the listener is stopping");
         if (arrivals_.wait_until(lock, deadline) == std::cv_status::timeout) {
             return error(Code::disconnected, "rank " + std::to_string(request.other_rank) + " did not connect within " +
-                                            std::to_string(timeout.count()) + " ms");
+                                                 std::to_string(timeout.count()) + " ms");
         }
     }
 }

@@ -65,6 +65,8 @@ Status peer_endpoints(ByteView tail, uint32_t count, std::vector<std::string> *e
     return Status::success();
 }
 
+uint64_t links_bytes(const PeerExchange::Place &place) { return place.slot_bytes * place.ranks; }
+
 peer_channel::Request channel_request(peer_channel::Kind kind, const PeerExchange::Place &place) {
     peer_channel::Request request;
     request.kind = static_cast<uint32_t>(kind);
@@ -166,6 +168,10 @@ Status Session::handle(const CommJoinLinks::Request &request, Call<CommJoinLinks
     group.place = place_of(request);
     group.wait = std::chrono::milliseconds(request.wait_ms);
     if (Status s = PeerExchange::check_place(group.place); !s) return s;
+    // The links receive every rank's partial of a step at most.
+    if (!fits_quota(links_bytes(group.place))) {
+        return error(Code::limit_exceeded, "the group's receive buffers would exceed the session's memory quota");
+    }
     std::vector<std::string> endpoints;
     if (Status s = peer_endpoints(call.tail, request.rank, &endpoints); !s) return s;
     if (Status s = ask_broker(peer_channel_.get(), channel_request(peer_channel::Kind::enrol, group.place),
@@ -179,6 +185,7 @@ Status Session::handle(const CommJoinLinks::Request &request, Call<CommJoinLinks
         leave_broker(group.place);
         return status;
     }
+    memory_in_use_ += links_bytes(group.place);
     call.reply.comm = groups_.insert(std::move(group));
     return Status::success();
 }
@@ -221,6 +228,7 @@ Status Session::handle(const CommLeave::Request &request, Call<CommLeave> &) {
     if (group == nullptr) return error(Code::not_found, "no tensor-parallel group " + std::to_string(request.comm));
     if (group->over_links) {
         leave_broker(group->place);
+        memory_in_use_ -= links_bytes(group->place);
     } else {
         memory_in_use_ -= PeerExchange::area_bytes(group->exchange.place());
     }
