@@ -9,23 +9,38 @@
 # the plugin leaves every step to ggml) the tokens must be the same bits; and
 # the same as the CPU's alone. The guest's counts must show that the servers did
 # the steps (not ggml), so that a plugin that silently left them to ggml fails.
-# usage: llama_tensor_split.sh shm|unix|tcp
+# tls: the same over TLS servers (the guest's sessions and the servers' link).
+# usage: llama_tensor_split.sh shm|unix|tcp|tls
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/llama_helpers.sh"
-transport=${1:?usage: llama_tensor_split.sh shm|unix|tcp}
+transport=${1:?usage: llama_tensor_split.sh shm|unix|tcp|tls}
 
-start_server first
+keys=()
+scheme=tcp
+if [ "$transport" = tls ]; then
+    psktool -u guest -p "$WORK/keys.psk" >/dev/null
+    chmod 600 "$WORK/keys.psk"
+    export GGML_REMOTE_TLS_PSK_FILE=$WORK/keys.psk
+    keys=(--tls-psk "$WORK/keys.psk")
+    scheme=tls
+fi
+# tcp_of NAME: the server's TCP endpoint, in the scheme of this run.
+tcp_of() {
+    local var=${1}_TCP
+    echo "$scheme://${!var#tcp://}"
+}
+start_server first "${keys[@]}"
 case $transport in
-    tcp) start_server second --tensor-peer "$first_TCP" ;;
+    tcp | tls) start_server second "${keys[@]}" --tensor-peer "$(tcp_of first)" ;;
     *) start_server second ;;
 esac
 # Servers that may not link: the second may dial no one (the group's join fails).
-start_server third
-unlinked="$first_TCP,$third_TCP"
+start_server third "${keys[@]}"
+unlinked="$(tcp_of first),$(tcp_of third)"
 case $transport in
     unix) ours="$first_UNIX,$second_UNIX" ;;
     shm) ours="shm:${first_UNIX#unix:},shm:${second_UNIX#unix:}" ;;
-    tcp) ours="$first_TCP,$second_TCP" ;;
+    tcp | tls) ours="$(tcp_of first),$(tcp_of second)" ;;
     *) fail "unknown transport '$transport'" ;;
 esac
 N=32
@@ -54,9 +69,9 @@ by_servers=$(sed -n 's/.* \([0-9][0-9]*\) all-reduces between servers.*/\1/p' <<
 if grep -q 'all-reduces between servers' "$WORK/ggml_own.err"; then
     fail "without --tensor-peer the plugin must leave the all-reduce to ggml: $(grep 'tensor parallelism:' "$WORK/ggml_own.err")"
 fi
-grep -q 'may not reach tcp://127.0.0.1' "$WORK/ggml_own.err" ||
+grep -q "may not reach $scheme://127.0.0.1" "$WORK/ggml_own.err" ||
     fail "the guest did not say why the unlinked servers could not sum: $(grep -i 'tensor' "$WORK/ggml_own.err" | head -3)"
-if [ "$transport" = tcp ]; then
+if [ "$scheme" = tls ] || [ "$transport" = tcp ]; then
     grep -q "a peer server's connection (rank 1), handed to its session" "$first_LOG" ||
         fail "the first server never took the second's connection: $(grep -i peer "$first_LOG" | head -3)"
 fi
