@@ -111,6 +111,9 @@ void PeerBroker::serve_channel(Channel *channel) {
         if (!store_channel::send_message(channel->fd.get(), &reply, sizeof(reply), &fd, fd >= 0 ? 1 : 0)) break;
     }
     forget_groups_of(*channel);
+    // The worker hears at once that its channel ended (the descriptor is closed
+    // only when the thread is joined, at the next connect).
+    (void)::shutdown(channel->fd.get(), SHUT_RDWR);
     channel->ended.store(true);
 }
 
@@ -167,12 +170,12 @@ Status PeerBroker::leave(const Channel &channel, const Request &request) {
 Status PeerBroker::dial(const Request &request, UniqueFd *connection) const {
     Endpoint endpoint;
     if (Status s = endpoint_of(request, &endpoint); !s) return s;
-    const bool allowed = std::any_of(peers_.begin(), peers_.end(),
-                                     [&](const Endpoint &peer) { return same_server(peer, endpoint); });
+    const bool allowed =
+        std::any_of(peers_.begin(), peers_.end(), [&](const Endpoint &peer) { return same_server(peer, endpoint); });
     if (!allowed) {
         return error(Code::unsupported, "this server may not reach " + endpoint.to_string() +
-                                                  " for tensor parallelism (start it with --tensor-peer " +
-                                                  endpoint.to_string() + ")");
+                                            " for tensor parallelism (start it with --tensor-peer " +
+                                            endpoint.to_string() + ")");
     }
     endpoint.kind = Endpoint::Kind::tcp;  // the link's TLS is the workers' own, under the group's key
     if (Status s = connect_endpoint(endpoint, peer_channel::kDialTimeoutMs, connection); !s) return s;
@@ -209,7 +212,7 @@ Status PeerBroker::take(const Channel &channel, const Request &request, UniqueFd
         if (stopping_.load()) return error(Code::disconnected, "the listener is stopping");
         if (arrivals_.wait_until(lock, deadline) == std::cv_status::timeout) {
             return error(Code::disconnected, "rank " + std::to_string(request.other_rank) + " did not connect within " +
-                                            std::to_string(timeout.count()) + " ms");
+                                                 std::to_string(timeout.count()) + " ms");
         }
     }
 }
