@@ -11,6 +11,9 @@ add_integration_test(llama_pipeline_shm llama_pipeline.sh shm)
 add_integration_test(llama_tensor_split_shm llama_tensor_split.sh shm)
 add_integration_test(llama_tensor_split_unix llama_tensor_split.sh unix)
 add_integration_test(llama_tensor_split_tcp llama_tensor_split.sh tcp)
+# Raw TCP clients play a hostile peer server (a hello for no group, the magic then
+# silence, a wrong hello): each is refused and closed in time, and the server goes on.
+add_integration_test(errors_tensor_peer_hostile errors_tensor_peer_hostile.sh)
 # A server of the group killed mid-token: the guest fails fast and clearly, both
 # servers go on.
 add_integration_test(errors_tensor_peer_killed errors_tensor_peer_killed.sh)
