@@ -6,12 +6,16 @@ target_link_libraries(ggml-remote-async-client PRIVATE ggml_all)
 add_integration_test(async_stream async_stream.sh $<TARGET_FILE:ggml-remote-async-client>)
 add_integration_test(llama_pipeline_unix llama_pipeline.sh unix)
 add_integration_test(llama_pipeline_shm llama_pipeline.sh shm)
-# llama_tensor_split_{shm,unix,tcp}: -sm tensor over two servers that sum their partial
-# results among themselves (tcp: over a connection their listeners make); tokens equal ggml's own all-reduce's and the CPU's.
+# llama_tensor_split_{shm,unix,tcp,tls}: -sm tensor over two servers that sum their
+# partial results among themselves (tcp, tls: over a connection their listeners
+# make); tokens equal ggml's own all-reduce's and the CPU's.
 add_integration_test(llama_tensor_split_shm llama_tensor_split.sh shm)
 add_integration_test(llama_tensor_split_unix llama_tensor_split.sh unix)
 add_integration_test(llama_tensor_split_tcp llama_tensor_split.sh tcp)
 add_integration_test(llama_tensor_split_tls llama_tensor_split.sh tls)
+# Raw TCP clients play a hostile peer server (a hello for no group, the magic then
+# silence, a wrong hello): each is refused and closed in time, and the server goes on.
+add_integration_test(errors_tensor_peer_hostile errors_tensor_peer_hostile.sh)
 # A server of the group killed mid-token: the guest fails fast and clearly, both
 # servers go on.
 add_integration_test(errors_tensor_peer_killed errors_tensor_peer_killed.sh shm)

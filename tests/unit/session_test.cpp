@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -26,6 +27,8 @@
 #include <vector>
 
 #include "ggml_test_support.h"
+#include "host/common/peer_channel.h"
+#include "host/common/store_channel.h"
 #include "host/listener/store_owner.h"
 #include "protocol/commands.h"
 #include "protocol/content_digest.h"
@@ -1224,6 +1227,175 @@ TEST_F(CpuSessionInGroup, AnAllReduceAddsThePeersValuesInPlace) {
     EXPECT_THAT(get_floats(buffer, 4), ElementsAre(11, 22, 33, 44));
     EXPECT_TRUE(WIFEXITED(child) && WEXITSTATUS(child) == 0)
         << "the peer holds the same sum (exit " << WEXITSTATUS(child) << ", status " << child << ")";
+}
+
+// Tensor parallelism across machines: the session joins a group whose links the
+// listener's peer broker makes, played here by a thread on the other end of the
+// session's peer channel.
+class CpuSessionWithLinks : public CpuSession {
+  protected:
+    void SetUp() override {
+        CpuSession::SetUp();
+        int pair[2] = {-1, -1};
+        ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+        session->use_peer_channel(UniqueFd(pair[0]));
+        broker_end.reset(pair[1]);
+        broker = std::thread([this] { play_broker(); });
+    }
+
+    void TearDown() override {
+        session.reset();  // closes the session's end: the broker's thread ends
+        if (broker.joinable()) broker.join();
+    }
+
+    // Answers every request: code 0, but `take` and `dial` as set below.
+    void play_broker() {
+        store_channel::NoSigpipe no_sigpipe;
+        for (;;) {
+            peer_channel::Request request;
+            std::vector<UniqueFd> fds;
+            if (!store_channel::receive_message(broker_end.get(), &request, sizeof(request), &fds, 1, -1)) return;
+            peer_channel::Reply reply;
+            {
+                std::lock_guard<std::mutex> lock(mutex);
+                requests.push_back(request);
+                if (request.kind == static_cast<uint32_t>(peer_channel::Kind::take)) {
+                    reply.code = static_cast<int32_t>(Code::disconnected);
+                    std::snprintf(reply.message, sizeof(reply.message), "rank %u did not connect within %u ms",
+                                  request.other_rank, request.timeout_ms);
+                } else if (request.kind == static_cast<uint32_t>(peer_channel::Kind::dial)) {
+                    reply.code = static_cast<int32_t>(Code::unsupported);
+                    std::snprintf(reply.message, sizeof(reply.message), "start it with --tensor-peer");
+                }
+            }
+            if (!store_channel::send_message(broker_end.get(), &reply, sizeof(reply), nullptr, 0)) return;
+        }
+    }
+
+    // The kinds of the requests the broker got, in order.
+    std::vector<uint32_t> kinds() {
+        std::lock_guard<std::mutex> lock(mutex);
+        std::vector<uint32_t> out;
+        for (const auto &request : requests) out.push_back(request.kind);
+        return out;
+    }
+
+    void hello_with_links() {
+        Hello::Request request;
+        request.capabilities = kSessionPeerLinks;
+        Outcome outcome = call<Hello>(request);
+        ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+        ASSERT_NE(outcome.reply<Hello::Reply>().capabilities & kSessionPeerLinks, 0u);
+    }
+
+    static CommJoinLinks::Request join_request(uint32_t rank, uint32_t ranks, uint32_t wait_ms = 5000) {
+        CommJoinLinks::Request request{};
+        request.rank = rank;
+        request.ranks = ranks;
+        request.slot_bytes = 4096;
+        request.wait_ms = wait_ms;
+        std::memset(request.token, 9, sizeof(request.token));
+        return request;
+    }
+
+    Status join(const CommJoinLinks::Request &request, const std::string &tail) {
+        return call<CommJoinLinks>(request, ByteView(reinterpret_cast<const uint8_t *>(tail.data()), tail.size()))
+            .status;
+    }
+
+    UniqueFd broker_end;
+    std::thread broker;
+    std::mutex mutex;
+    std::vector<peer_channel::Request> requests;
+};
+
+constexpr uint32_t kind_of(peer_channel::Kind kind) { return static_cast<uint32_t>(kind); }
+
+TEST_F(CpuSession, LinksAreNotGrantedWithoutAPeerChannel) {
+    Hello::Request request;
+    request.capabilities = kSessionPeerLinks;
+    Outcome outcome = call<Hello>(request);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities & kSessionPeerLinks, 0u);
+    CommJoinLinks::Request join{};
+    join.ranks = 2;
+    join.slot_bytes = 64;
+    join.wait_ms = 1000;
+    EXPECT_EQ(call<CommJoinLinks>(join).status.code(), Code::unsupported);
+}
+
+TEST_F(CpuSessionWithLinks, LinksAreNotGrantedUnlessTheGuestAsks) {
+    hello();
+    EXPECT_EQ(join(join_request(0, 2), "").code(), Code::unsupported);
+    EXPECT_TRUE(kinds().empty()) << "the broker heard nothing";
+}
+
+TEST_F(CpuSessionWithLinks, AJoinWithAMalformedTailIsRefusedBeforeTheBrokerHearsOfIt) {
+    hello_with_links();
+    const std::string a("tcp://10.0.0.1:7000\0", 20), b("tcp://10.0.0.2:7000\0", 20);
+    EXPECT_EQ(join(join_request(2, 3), a).code(), Code::bad_request) << "too few endpoints";
+    EXPECT_EQ(join(join_request(2, 3), "").code(), Code::bad_request) << "none";
+    EXPECT_EQ(join(join_request(2, 3), "tcp://10.0.0.1:7000").code(), Code::bad_request) << "unterminated";
+    EXPECT_EQ(join(join_request(2, 3), a + b + "x").code(), Code::bad_request) << "a byte after the endpoints";
+    EXPECT_EQ(join(join_request(2, 3), a + b + std::string(1, '\0')).code(), Code::bad_request);
+    EXPECT_EQ(join(join_request(0, 2), std::string(1, '\0')).code(), Code::bad_request) << "rank 0 dials nobody";
+    EXPECT_EQ(join(join_request(1, 2), std::string("tcp://10.0.0.1 :7000\0", 21)).code(), Code::bad_request)
+        << "a space";
+    EXPECT_EQ(join(join_request(1, 2), std::string("tcp://10.0.0.1:70\x01\x30\0", 20)).code(), Code::bad_request)
+        << "a control byte";
+    EXPECT_EQ(join(join_request(1, 2), std::string("tcp://10.0.0.1:7000\x7f\0", 21)).code(), Code::bad_request)
+        << "DEL";
+    EXPECT_EQ(join(join_request(1, 2), std::string("tcp://10.0.0.\xc3\xa9:7000\0", 22)).code(), Code::bad_request)
+        << "not ASCII";
+    EXPECT_EQ(join(join_request(1, 2), std::string(1, '\0')).code(), Code::bad_request) << "an empty endpoint";
+    const std::string longest = "tcp://" + std::string(kMaxPeerEndpointBytes - 11, 'h') + ":7000";
+    ASSERT_EQ(longest.size(), kMaxPeerEndpointBytes);
+    const Status too_long = join(join_request(1, 2), longest + "h" + std::string(1, '\0'));
+    EXPECT_EQ(too_long.code(), Code::bad_request) << "256 bytes";
+    EXPECT_THAT(too_long.message(), HasSubstr("1 to 255 bytes"));
+    EXPECT_EQ(join(join_request(0, 2, 0), "").code(), Code::bad_request) << "no wait";
+    EXPECT_EQ(join(join_request(0, 2, kMaxPeerWaitMs + 1), "").code(), Code::bad_request) << "too long a wait";
+    EXPECT_EQ(join(join_request(2, 2), "").code(), Code::bad_request) << "no place in the group";
+    EXPECT_TRUE(kinds().empty()) << "nothing reached the broker";
+
+    // The longest endpoint is taken, and asked of the broker (which refuses the dial).
+    const Status refused = join(join_request(1, 2), longest + std::string(1, '\0'));
+    EXPECT_EQ(refused.code(), Code::unsupported) << refused.message();
+    EXPECT_THAT(refused.message(), HasSubstr("--tensor-peer"));
+    EXPECT_EQ(kinds(), (std::vector<uint32_t>{kind_of(peer_channel::Kind::enrol), kind_of(peer_channel::Kind::dial),
+                                              kind_of(peer_channel::Kind::leave)}))
+        << "a join that fails leaves the broker's group";
+    std::lock_guard<std::mutex> lock(mutex);
+    ASSERT_EQ(requests.size(), 3u);
+    EXPECT_EQ(std::string(requests[1].endpoint), longest);
+    EXPECT_EQ(requests[1].rank, 1u);
+    EXPECT_EQ(requests[1].other_rank, 0u);
+}
+
+TEST_F(CpuSessionWithLinks, AnAllReduceWhoseLinksNeverCameFailsForGood) {
+    hello_with_links();
+    Outcome joined = call<CommJoinLinks>(join_request(0, 2, 200));
+    ASSERT_TRUE(joined.status.ok()) << joined.status.message();
+    const uint64_t comm = joined.reply<CommJoinLinks::Reply>().comm;
+    const uint64_t buffer = alloc(64);
+    std::vector<uint8_t> values(16);
+    const float ones[4] = {1, 1, 1, 1};
+    std::memcpy(values.data(), ones, sizeof(ones));
+    ASSERT_TRUE(set(buffer, 0, values).ok());
+
+    const Outcome first = call<CommAllReduce>({comm, {buffer, 0, 16}});
+    EXPECT_EQ(first.status.code(), Code::disconnected);
+    EXPECT_THAT(first.status.message(), HasSubstr("rank 1 did not connect within 200 ms"));
+    const auto start = std::chrono::steady_clock::now();
+    const Outcome again = call<CommAllReduce>({comm, {buffer, 0, 16}});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100)) << "at once";
+    EXPECT_EQ(again.status.code(), first.status.code());
+    EXPECT_EQ(again.status.message(), first.status.message()) << "the group stays failed";
+    EXPECT_EQ(get(buffer, 0, 16), values) << "nothing was added";
+    EXPECT_EQ(kinds(), (std::vector<uint32_t>{kind_of(peer_channel::Kind::enrol), kind_of(peer_channel::Kind::take)}))
+        << "one take only";
+    EXPECT_TRUE(call<CommLeave>({comm}).status.ok());
+    EXPECT_EQ(kinds().back(), kind_of(peer_channel::Kind::leave));
 }
 
 TEST_F(CpuSession, SharedMemoryIsNotGrantedUnlessTheServerAllowsIt) {

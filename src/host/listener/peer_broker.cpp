@@ -111,6 +111,9 @@ void PeerBroker::serve_channel(Channel *channel) {
         if (!store_channel::send_message(channel->fd.get(), &reply, sizeof(reply), &fd, fd >= 0 ? 1 : 0)) break;
     }
     forget_groups_of(*channel);
+    // The worker hears at once that its channel ended (the descriptor is closed
+    // only when the thread is joined, at the next connect).
+    (void)::shutdown(channel->fd.get(), SHUT_RDWR);
     channel->ended.store(true);
 }
 

@@ -294,12 +294,28 @@ bool is_peer_link(const WorkerLaunch &launch, int client_fd) {
            peek_first_byte(client_fd, kTlsHandshakeTimeoutMs) == PeerLinks::kHelloMagic[0];
 }
 
+// Reads the whole peer hello within `timeout_ms` from the first byte's arrival:
+// a peer that sends part of it and then nothing is given up on, not waited for.
+bool read_peer_hello(int fd, int timeout_ms, PeerLinks::Hello *hello) {
+    auto *bytes = reinterpret_cast<uint8_t *>(hello);
+    size_t got = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (got < sizeof(*hello)) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || poll_one(fd, POLLIN, static_cast<int>(left.count())) <= 0) return false;
+        const ssize_t n = ::recv(fd, bytes + got, sizeof(*hello) - got, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
+        if (n > 0) got += static_cast<size_t>(n);
+    }
+    return true;
+}
+
 // Reads the peer hello (here, in the sandbox) and hands the connection to the
 // listener's peer broker, which gives it to the session whose group it names.
 int hand_over_peer_link(const std::string &label, const WorkerLaunch &launch, FramedStream *stream) {
     PeerLinks::Hello hello{};
-    const bool read = poll_one(stream->fd(), POLLIN, kTlsHandshakeTimeoutMs) > 0 &&
-                      ::recv(stream->fd(), &hello, sizeof(hello), MSG_WAITALL) == static_cast<ssize_t>(sizeof(hello));
+    const bool read = read_peer_hello(stream->fd(), kTlsHandshakeTimeoutMs, &hello);
     if (!read || std::memcmp(hello.magic, PeerLinks::kHelloMagic.data(), sizeof(hello.magic)) != 0) {
         log_warning(label + ": refused: not a peer server's hello");
         return 2;
