@@ -25,6 +25,10 @@ constexpr size_t kSumChunk = 2048;
 // before this rank reads: the sockets' buffers hold it, so neither side's send
 // waits for the other to read, and no thread is started for the step.
 constexpr uint64_t kInlineBytes = 32 << 10;
+// How long a rank looks for a peer's partial before it sleeps in the read: a peer
+// a few microseconds behind is then answered without a wake-up on each side
+// (PeerExchange spins as long).
+constexpr auto kSpin = std::chrono::microseconds(30);
 
 using Clock = std::chrono::steady_clock;
 
@@ -216,6 +220,9 @@ Status PeerLinks::receive_from(uint32_t peer, uint32_t step, size_t count, Clock
     TlsSession &tls = *links_[peer].tls;
     const uint64_t bytes = uint64_t{count} * sizeof(float);
     MessageHeader header{};
+    const auto spin_until = Clock::now() + kSpin;
+    while (!tls.readable_now() && Clock::now() < spin_until) {
+    }
     tls.set_read_timeout_ms(remaining_ms(deadline));
     if (Status s = tls.read(&header, sizeof(header)); !s) return about(peer, step, s);
     if (header.step != step) {

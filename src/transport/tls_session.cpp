@@ -297,6 +297,12 @@ Status TlsSession::read(void *data, size_t size) {
     return Status::success();
 }
 
+bool TlsSession::readable_now() const {
+    if (gnutls_record_check_pending(state_->session) > 0) return true;
+    pollfd ready{state_->fd, POLLIN, 0};
+    return ::poll(&ready, 1, 0) > 0;
+}
+
 void TlsSession::set_read_timeout_ms(int ms) {
     state_->read_timeout_ms = std::max(ms, 0);
     gnutls_record_set_timeout(state_->session, static_cast<unsigned>(state_->read_timeout_ms));

@@ -31,6 +31,9 @@ class TlsSession {
     Status write(const void *data, size_t size);
     // Receives exactly `size` bytes; Code::disconnected when the peer went away.
     Status read(void *data, size_t size);
+    // Whether a read would find bytes at once: decrypted ones held here, or the
+    // socket's (which may be only part of a record).
+    bool readable_now() const;
 
     // From here on each read waits at most `ms` for the peer's next bytes (0: no
     // limit, the default), then fails with Code::disconnected, "no answer within N ms".
