@@ -251,10 +251,13 @@ class Listener {
         return worker_end;
     }
 
-    // A worker's channel to the peer broker: for guests on a socket (a TCP one may
-    // be a peer server's connection); none for a region's.
-    UniqueFd peer_broker_channel(const std::string &peer) {
+    // A worker's channel to the peer broker, for a TCP or TLS connection only: a
+    // guest there may join a group across machines, and the connection may be a
+    // peer server's. Others (unix sockets, vsock, regions) get none: a worker holds
+    // no descriptor it cannot use.
+    UniqueFd peer_broker_channel(const std::string &peer, bool tls) {
         UniqueFd worker_end;
+        if (!tls && peer.rfind("tcp://", 0) != 0) return worker_end;
         Status status = peer_broker_.connect(&worker_end);
         if (!status) log_warning(peer + ": no tensor-parallel links for this session: " + status.message());
         return worker_end;
@@ -721,7 +724,7 @@ class Listener {
         const int keys = tls ? keys_.fd() : -1;  // only TLS workers read keys
         // The store's tenant: the account the kernel names, or a TLS guest's identity.
         const UniqueFd store = store_channel(account.key, tls);
-        const UniqueFd peer_channel = peer_broker_channel(peer);
+        const UniqueFd peer_channel = peer_broker_channel(peer, tls);
         const Status spawned = jail_.spawn(
             {client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get(), peer_channel.get()},
             &pid);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,9 @@ class Session {
     // Lets the guest join tensor-parallel groups across machines (CommJoinLinks),
     // through the channel to the listener's peer broker (peer_channel.h).
     void use_peer_channel(UniqueFd channel) { peer_channel_ = std::move(channel); }
+    // --handshake-timeout counts from `connected` (the worker's start) instead of
+    // serve()'s: the time the worker spent looking at the first byte counts too.
+    void count_handshake_from(std::chrono::steady_clock::time_point connected) { connected_at_ = connected; }
     const StoreFillCounters &store_counters() const { return store_fill_.counters(); }
     // Test-only: waits until the store has checked and named every new entry.
     void wait_for_store_for_testing() { store_fill_.store().wait_for_commits(); }
@@ -359,6 +363,7 @@ class Session {
     HandleTable<Group> groups_;
     bool peer_exchange_granted_ = false;
     UniqueFd peer_channel_;  // to the listener's peer broker (peer_channel.h), or none
+    std::optional<std::chrono::steady_clock::time_point> connected_at_;  // count_handshake_from's
     bool peer_links_granted_ = false;
     uint64_t memory_in_use_ = 0;
     uint64_t mapped_file_bytes_ = 0;

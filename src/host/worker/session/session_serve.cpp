@@ -124,7 +124,9 @@ struct Session::ServeLoop {
 };
 
 Status Session::serve_frames(FramedStream &stream) {
-    ServeLoop loop(stream, &guest_gone_, after(limits_.handshake_timeout_s));
+    const auto handshake_deadline = connected_at_ ? *connected_at_ + std::chrono::seconds(limits_.handshake_timeout_s)
+                                                  : after(limits_.handshake_timeout_s);
+    ServeLoop loop(stream, &guest_gone_, handshake_deadline);
     // The compute handler reaches the watchdog through watchdog_ while serve() runs, never after.
     watchdog_ = &loop.watchdog;
     struct ForgetWatchdogOnReturn {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <optional>
 
 #include "host/common/peer_channel.h"
 #include "host/common/server_log.h"
@@ -55,6 +56,12 @@ bool is_tcp(int fd) {
     return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && (domain == AF_INET || domain == AF_INET6);
 }
 
+// Milliseconds left until `deadline`, at least 0.
+int ms_until(std::chrono::steady_clock::time_point deadline) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return static_cast<int>(std::max<int64_t>(left.count(), 0));
+}
+
 // The first byte a guest sends, without taking it: 22 (a TLS handshake record)
 // from a tls:// guest. -1 when nothing came within the time limit or it hung up.
 int peek_first_byte(int fd, int timeout_ms) {
@@ -81,10 +88,10 @@ void refuse(FramedStream *stream, Code code, const std::string &reason) {
 // TLS with a pre-shared key on a TCP guest's connection (--tls-psk), within
 // kTlsHandshakeTimeoutMs of connecting in all. A guest that speaks the plain
 // protocol is told, in it, to use tls://. The keys are wiped whatever happens.
-Status accept_tls(std::vector<PreSharedKey> *keys, FramedStream *stream) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTlsHandshakeTimeoutMs);
+Status accept_tls(std::vector<PreSharedKey> *keys, FramedStream *stream,
+                  std::chrono::steady_clock::time_point deadline) {
     constexpr int kTlsHandshakeRecord = 22;
-    const int first = peek_first_byte(stream->fd(), kTlsHandshakeTimeoutMs);
+    const int first = peek_first_byte(stream->fd(), ms_until(deadline));
     const auto left_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     Status status;
@@ -128,8 +135,9 @@ char ask_for_session_place(int admission_fd) {
 // before it) and the session place. False when the guest is not served; a failed
 // handshake is recorded in `slot` (the listener counts the refusals it answers itself).
 bool authenticate(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options,
-                  std::vector<PreSharedKey> *keys, FramedStream *stream, SessionSlot *slot) {
-    Status status = accept_tls(keys, stream);
+                  std::vector<PreSharedKey> *keys, FramedStream *stream, SessionSlot *slot,
+                  std::chrono::steady_clock::time_point first_byte_deadline) {
+    Status status = accept_tls(keys, stream, first_byte_deadline);
     if (!status) {
         log_error(label + ": " + status.message());
         if (slot != nullptr) record_turned_away(slot, GuestRefusal::tls_failed);
@@ -288,10 +296,22 @@ void offer_weight_store(const std::string &label, const FramedStream &stream, co
 }
 
 // Whether the connection is a peer server's (transport/peer_links.h): a TCP one
-// whose first byte is the peer hello's, which no guest's first byte is.
-bool is_peer_link(const WorkerLaunch &launch, int client_fd) {
+// whose first byte, by `deadline`, is the peer hello's, which no guest's first
+// byte is. The wait is the guest's first-byte wait, not one more.
+bool is_peer_link(const WorkerLaunch &launch, int client_fd, std::chrono::steady_clock::time_point deadline) {
     return launch.peer_fd >= 0 && is_tcp(client_fd) &&
-           peek_first_byte(client_fd, kTlsHandshakeTimeoutMs) == PeerLinks::kHelloMagic[0];
+           peek_first_byte(client_fd, ms_until(deadline)) == PeerLinks::kHelloMagic[0];
+}
+
+// When a TCP guest's first byte is due: a TLS guest's handshake must be done by
+// then; a plain guest's within --handshake-timeout of connecting anyway.
+std::chrono::steady_clock::time_point first_byte_deadline(const ServingOptions &options, bool needs_tls,
+                                                          std::chrono::steady_clock::time_point connected) {
+    int wait_ms = kTlsHandshakeTimeoutMs;
+    if (!needs_tls && options.limits.handshake_timeout_s > 0) {
+        wait_ms = std::min(wait_ms, options.limits.handshake_timeout_s * 1000);
+    }
+    return connected + std::chrono::milliseconds(wait_ms);
 }
 
 // Reads the whole peer hello within `timeout_ms` from the first byte's arrival:
@@ -355,8 +375,9 @@ SessionSlot *attach_status_slot(const WorkerLaunch &launch, StatusBoard *board) 
 Status serve_guest(const std::string &label, FramedStream *stream, const WorkerLaunch &launch, uid_t server_uid,
                    const std::vector<ggml_backend_dev_t> &devices, const ServingOptions &options,
                    const RegionShare &region, const StatusBoard &board, SessionSlot *slot, SessionCounters *counters,
-                   CoreStats *cores) {
+                   CoreStats *cores, std::optional<std::chrono::steady_clock::time_point> handshake_from) {
     Session session(devices, options.limits);
+    if (handshake_from) session.count_handshake_from(*handshake_from);
     if (region.mapping != nullptr) {
         session.use_region_heap(region.mapping, region.layout.heap_offset, region.layout.heap_size);
     }
@@ -472,10 +493,12 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
     }
     stream.set_wait_options(options.waiting);
     // A peer server's connection of a tensor-parallel group: to its session's worker.
-    if (is_peer_link(launch, client_fd)) return hand_over_peer_link(label, launch, &stream);
+    const auto connected = std::chrono::steady_clock::now();
+    const auto first_byte_due = first_byte_deadline(options, needs_tls, connected);
+    if (is_peer_link(launch, client_fd, first_byte_due)) return hand_over_peer_link(label, launch, &stream);
     StatusBoard board;
     SessionSlot *slot = attach_status_slot(launch, &board);
-    if (needs_tls && !authenticate(label, launch, options, &keys, &stream, slot)) return 2;
+    if (needs_tls && !authenticate(label, launch, options, &keys, &stream, slot, first_byte_due)) return 2;
 
     load_host_backends(options.verbose);
     std::vector<ggml_backend_dev_t> devices;
@@ -486,8 +509,8 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
     }
     SessionCounters counters;
     CoreStats cores;
-    const Status outcome =
-        serve_guest(label, &stream, launch, server_uid, devices, options, region, board, slot, &counters, &cores);
+    const Status outcome = serve_guest(label, &stream, launch, server_uid, devices, options, region, board, slot,
+                                       &counters, &cores, needs_tls ? std::nullopt : std::optional(connected));
     return log_session_end(label, outcome, counters, cores, started);
 }
 
