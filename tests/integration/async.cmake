@@ -13,6 +13,9 @@ add_integration_test(llama_tensor_split_shm llama_tensor_split.sh shm)
 add_integration_test(llama_tensor_split_unix llama_tensor_split.sh unix)
 add_integration_test(llama_tensor_split_tcp llama_tensor_split.sh tcp)
 add_integration_test(llama_tensor_split_tls llama_tensor_split.sh tls)
+# Two "machines": network namespaces joined by a veth pair (skipped without root).
+add_integration_test(llama_tensor_split_hosts llama_tensor_split_hosts.sh)
+set_tests_properties(llama_tensor_split_hosts PROPERTIES SKIP_RETURN_CODE 77)
 # Raw TCP clients play a hostile peer server (a hello for no group, the magic then
 # silence, a wrong hello): each is refused and closed in time, and the server goes on.
 add_integration_test(errors_tensor_peer_hostile errors_tensor_peer_hostile.sh)

@@ -25,16 +25,9 @@ constexpr size_t kMaxGroups = 8;
 // How long the listener's peer broker may take to answer, beyond a dial or a take.
 constexpr int kBrokerAnswerMs = 2000;
 
-PeerExchange::Place place_of(const CommJoin::Request &request) {
-    PeerExchange::Place place;
-    place.rank = request.rank;
-    place.ranks = request.ranks;
-    place.slot_bytes = request.slot_bytes;
-    std::memcpy(place.token.data(), request.token, sizeof(request.token));
-    return place;
-}
-
-PeerExchange::Place place_of(const CommJoinLinks::Request &request) {
+// The place a join names: CommJoin's and CommJoinLinks' requests have the same fields.
+template <typename JoinRequest>
+PeerExchange::Place place_of(const JoinRequest &request) {
     PeerExchange::Place place;
     place.rank = request.rank;
     place.ranks = request.ranks;
