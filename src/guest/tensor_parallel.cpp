@@ -103,21 +103,28 @@ void leave(Group *group) {
     }
 }
 
+// The join of `rank` in `place`: CommJoin's and CommJoinLinks' requests have the
+// same fields.
+template <typename Join>
+typename Join::Request join_request(size_t rank, const PeerExchange::Place &place) {
+    typename Join::Request request{};
+    request.rank = static_cast<uint32_t>(rank);
+    request.ranks = place.ranks;
+    request.slot_bytes = place.slot_bytes;
+    request.wait_ms = kPeerWaitMs;
+    std::memcpy(request.token, place.token.data(), sizeof(request.token));
+    return request;
+}
+
 // Each server joins over links, told the endpoints of the lower ranks, which it
 // dials (through its listener); the token is the links' key.
 Status join_links(Group *group, const PeerExchange::Place &place) {
     std::string endpoints;
     for (size_t rank = 0; rank < group->members.size(); ++rank) {
         Member &member = group->members[rank];
-        CommJoinLinks::Request request{};
-        request.rank = static_cast<uint32_t>(rank);
-        request.ranks = place.ranks;
-        request.slot_bytes = place.slot_bytes;
-        request.wait_ms = kPeerWaitMs;
-        std::memcpy(request.token, place.token.data(), sizeof(request.token));
         CommJoinLinks::Reply reply{};
         Status status = member.device->session()
-                            .call<CommJoinLinks>(request)
+                            .call<CommJoinLinks>(join_request<CommJoinLinks>(rank, place))
                             .tail(ByteView(endpoints.data(), endpoints.size()))
                             .reply(&reply)
                             .run();
@@ -141,14 +148,12 @@ Status join(Group *group) {
     if (Status s = PeerExchange::watch(group->file.get(), place, &group->watch); !s) return s;
     for (size_t rank = 0; rank < group->members.size(); ++rank) {
         Member &member = group->members[rank];
-        CommJoin::Request request{};
-        request.rank = static_cast<uint32_t>(rank);
-        request.ranks = place.ranks;
-        request.slot_bytes = place.slot_bytes;
-        request.wait_ms = kPeerWaitMs;
-        std::memcpy(request.token, place.token.data(), sizeof(request.token));
         CommJoin::Reply reply{};
-        Status status = member.device->session().call<CommJoin>(request).send_fd(group->file.get()).reply(&reply).run();
+        Status status = member.device->session()
+                            .call<CommJoin>(join_request<CommJoin>(rank, place))
+                            .send_fd(group->file.get())
+                            .reply(&reply)
+                            .run();
         if (!status) return error(status.code(), member.device->name() + ": comm_join: " + status.message());
         member.comm = reply.comm;
     }

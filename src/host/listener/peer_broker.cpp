@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "host/common/store_channel.h"
+#include "host/listener/channel_threads.h"
 #include "transport/socket.h"
 
 namespace ggml_remote::host {
@@ -81,18 +82,7 @@ Status PeerBroker::connect(UniqueFd *worker_end) {
     return Status::success();
 }
 
-void PeerBroker::forget_ended_channels() {
-    std::list<std::unique_ptr<Channel>> ended;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (auto it = channels_.begin(); it != channels_.end();) {
-            auto next = std::next(it);
-            if ((*it)->ended.load()) ended.splice(ended.end(), channels_, it);
-            it = next;
-        }
-    }
-    for (auto &channel : ended) channel->thread.join();
-}
+void PeerBroker::forget_ended_channels() { join_ended_channels(mutex_, channels_); }
 
 void PeerBroker::serve_channel(Channel *channel) {
     store_channel::NoSigpipe no_sigpipe;

@@ -21,6 +21,8 @@
 #include <utility>
 
 #include "host/common/store_channel.h"
+#include "host/listener/channel_threads.h"
+#include "host/listener/channel_threads.h"
 #include "protocol/content_digest.h"
 #include "transport/socket.h"
 
@@ -253,18 +255,7 @@ Status StoreOwner::connect(const std::string &tenant, bool tenant_from_worker, U
     return Status::success();
 }
 
-void StoreOwner::forget_ended_channels() {
-    std::list<std::unique_ptr<Channel>> ended;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (auto it = channels_.begin(); it != channels_.end();) {
-            auto next = std::next(it);
-            if ((*it)->ended.load()) ended.splice(ended.end(), channels_, it);
-            it = next;
-        }
-    }
-    for (auto &channel : ended) channel->thread.join();
-}
+void StoreOwner::forget_ended_channels() { join_ended_channels(mutex_, channels_); }
 
 void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant, bool tenant_from_worker) {
     if (!serves_workers()) return;
