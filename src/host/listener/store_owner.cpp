@@ -22,7 +22,6 @@
 
 #include "host/common/store_channel.h"
 #include "host/listener/channel_threads.h"
-#include "host/listener/channel_threads.h"
 #include "protocol/content_digest.h"
 #include "transport/socket.h"
 
