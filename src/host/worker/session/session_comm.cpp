@@ -170,7 +170,7 @@ Status Session::handle(const CommJoinLinks::Request &request, Call<CommJoinLinks
     if (Status s = ask_broker(peer_channel_.get(), channel_request(peer_channel::Kind::enrol, group.place),
                               kBrokerAnswerMs, nullptr);
         !s) {
-        return error(s.code(), "comm_join_links: " + s.message());
+        return error(s.code(), "the listener's peer broker: " + s.message());
     }
     group.connections.resize(request.ranks);
     Status status = dial_lower_ranks(group.place, endpoints, &group.connections);
@@ -191,7 +191,7 @@ Status Session::dial_lower_ranks(const PeerExchange::Place &place, const std::ve
         std::snprintf(dial.endpoint, sizeof(dial.endpoint), "%s", endpoints[rank].c_str());
         Status s = ask_broker(peer_channel_.get(), dial, kBrokerAnswerMs + peer_channel::kDialTimeoutMs,
                               &(*connections)[rank]);
-        if (!s) return error(s.code(), "comm_join_links: rank " + std::to_string(rank) + ": " + s.message());
+        if (!s) return error(s.code(), "rank " + std::to_string(rank) + ": " + s.message());
     }
     return Status::success();
 }
