@@ -16,6 +16,12 @@ add_integration_test(llama_tensor_split_tls llama_tensor_split.sh tls)
 # Two "machines": network namespaces joined by a veth pair (skipped without root).
 add_integration_test(llama_tensor_split_hosts llama_tensor_split_hosts.sh)
 set_tests_properties(llama_tensor_split_hosts PROPERTIES SKIP_RETURN_CODE 77)
+# Each runs three servers and three llama.cpp processes: with another test beside
+# them on 2 cores they took a minute each, and a llama-completion run beside them
+# (theirs or another test's) was seen to end its output a token short. Alone, they
+# take 13 s each.
+set_tests_properties(llama_tensor_split_shm llama_tensor_split_unix llama_tensor_split_tcp llama_tensor_split_tls
+                     llama_tensor_split_hosts PROPERTIES RUN_SERIAL TRUE)
 # Raw TCP clients play a hostile peer server (a hello for no group, the magic then
 # silence, a wrong hello): each is refused and closed in time, and the server goes on.
 add_integration_test(errors_tensor_peer_hostile errors_tensor_peer_hostile.sh)
