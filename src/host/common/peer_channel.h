@@ -23,6 +23,9 @@
 
 #include <cstdint>
 
+#include "protocol/status.h"
+#include "transport/unique_fd.h"
+
 namespace ggml_remote::host::peer_channel {
 
 enum class Kind : uint32_t { enrol = 1, dial = 2, take = 3, offer = 4, leave = 5 };
@@ -51,5 +54,11 @@ struct Reply {
     uint32_t unused = 0;
     char message[200] = {};
 };
+
+// A worker's request and the broker's answer within `timeout_ms`, with
+// `connection_to_send` (an offer's; -1: none) and the connection a dial or a take
+// answers with in *connection (null: none expected). The answer's error, as the
+// broker gave it.
+Status ask(int channel, const Request &request, int connection_to_send, int timeout_ms, UniqueFd *connection);
 
 }  // namespace ggml_remote::host::peer_channel

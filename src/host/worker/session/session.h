@@ -349,12 +349,12 @@ class Session {
     // Tensor parallelism (session_comm.cpp): the groups this session joined; each
     // file's bytes (PeerExchange::area_bytes) count against the memory quota.
     struct Group {
-        PeerExchange exchange;  // one machine: the guest's memory file
+        PeerExchange::Place place;  // as the join named it
+        PeerExchange exchange;      // one machine: the guest's memory file
         // Across machines (CommJoinLinks): the connections by rank, those to lower
         // ranks dialled at the join, the others taken from the listener at the
         // first step, which opens `links` with them.
         bool over_links = false;
-        PeerExchange::Place place;
         std::vector<UniqueFd> connections;
         PeerLinks links;
         Status links_failure;               // the first step's, when it could not open the links

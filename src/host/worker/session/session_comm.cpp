@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "host/common/peer_channel.h"
-#include "host/common/store_channel.h"
 #include "host/worker/session/session.h"
 
 namespace ggml_remote::host {
@@ -70,27 +69,6 @@ peer_channel::Request channel_request(peer_channel::Kind kind, const PeerExchang
     return request;
 }
 
-// One request to the listener's peer broker, and its answer (with a connection
-// for a dial or a take) within `timeout_ms`.
-Status ask_broker(int channel, const peer_channel::Request &request, int timeout_ms, UniqueFd *connection) {
-    store_channel::NoSigpipe no_sigpipe;
-    if (!store_channel::send_message(channel, &request, sizeof(request), nullptr, 0)) {
-        return error(Code::disconnected, "the listener's peer broker is gone");
-    }
-    peer_channel::Reply reply;
-    std::vector<UniqueFd> fds;
-    if (!store_channel::receive_message(channel, &reply, sizeof(reply), &fds, 1, timeout_ms)) {
-        return error(Code::disconnected, "no answer from the listener's peer broker");
-    }
-    reply.message[sizeof(reply.message) - 1] = '\0';
-    if (reply.code != 0) return error(static_cast<Code>(reply.code), reply.message);
-    if (connection != nullptr) {
-        if (fds.size() != 1) return error(Code::error, "the listener's peer broker sent no connection");
-        *connection = std::move(fds.front());
-    }
-    return Status::success();
-}
-
 }  // namespace
 
 Status Session::handle(const CommJoin::Request &request, Call<CommJoin> &call) {
@@ -107,6 +85,7 @@ Status Session::handle(const CommJoin::Request &request, Call<CommJoin> &call) {
         return error(Code::limit_exceeded, "the group's memory file would exceed the session's memory quota");
     }
     Group group;
+    group.place = place;
     group.wait = std::chrono::milliseconds(request.wait_ms);
     UniqueFd file = std::move(call.fds.front());
     call.fds.clear();
@@ -123,8 +102,7 @@ Status Session::handle(const CommAllReduce::Request &request, Call<CommAllReduce
         return error(Code::bad_request, "comm_all_reduce: " + std::to_string(request.tensor.size) + " bytes at " +
                                             std::to_string(request.tensor.offset) + " are no aligned F32 values");
     }
-    const uint64_t slot_bytes = group->over_links ? group->place.slot_bytes : group->exchange.place().slot_bytes;
-    if (request.tensor.size > slot_bytes) {
+    if (request.tensor.size > group->place.slot_bytes) {
         return error(Code::bad_request,
                      "comm_all_reduce: " + std::to_string(request.tensor.size) + " bytes exceed the group's slot");
     }
@@ -167,8 +145,8 @@ Status Session::handle(const CommJoinLinks::Request &request, Call<CommJoinLinks
     }
     std::vector<std::string> endpoints;
     if (Status s = peer_endpoints(call.tail, request.rank, &endpoints); !s) return s;
-    if (Status s = ask_broker(peer_channel_.get(), channel_request(peer_channel::Kind::enrol, group.place),
-                              kBrokerAnswerMs, nullptr);
+    if (Status s = peer_channel::ask(peer_channel_.get(), channel_request(peer_channel::Kind::enrol, group.place), -1,
+                                     kBrokerAnswerMs, nullptr);
         !s) {
         return error(s.code(), "the listener's peer broker: " + s.message());
     }
@@ -189,15 +167,16 @@ Status Session::dial_lower_ranks(const PeerExchange::Place &place, const std::ve
         peer_channel::Request dial = channel_request(peer_channel::Kind::dial, place);
         dial.other_rank = rank;
         std::snprintf(dial.endpoint, sizeof(dial.endpoint), "%s", endpoints[rank].c_str());
-        Status s = ask_broker(peer_channel_.get(), dial, kBrokerAnswerMs + peer_channel::kDialTimeoutMs,
-                              &(*connections)[rank]);
+        Status s = peer_channel::ask(peer_channel_.get(), dial, -1, kBrokerAnswerMs + peer_channel::kDialTimeoutMs,
+                                     &(*connections)[rank]);
         if (!s) return error(s.code(), "rank " + std::to_string(rank) + ": " + s.message());
     }
     return Status::success();
 }
 
 void Session::leave_broker(const PeerExchange::Place &place) {
-    (void)ask_broker(peer_channel_.get(), channel_request(peer_channel::Kind::leave, place), kBrokerAnswerMs, nullptr);
+    (void)peer_channel::ask(peer_channel_.get(), channel_request(peer_channel::Kind::leave, place), -1, kBrokerAnswerMs,
+                            nullptr);
 }
 
 // The group's first step: the connections of the higher ranks, from the listener,
@@ -209,7 +188,8 @@ Status Session::open_links(Group *group) {
         peer_channel::Request take = channel_request(peer_channel::Kind::take, place);
         take.other_rank = rank;
         take.timeout_ms = static_cast<uint32_t>(group->wait.count());
-        status = ask_broker(peer_channel_.get(), take, take.timeout_ms + kBrokerAnswerMs, &group->connections[rank]);
+        status = peer_channel::ask(peer_channel_.get(), take, -1, take.timeout_ms + kBrokerAnswerMs,
+                                   &group->connections[rank]);
     }
     if (status) status = PeerLinks::open(place, std::move(group->connections), group->wait, &group->links);
     group->connections.clear();
@@ -223,7 +203,7 @@ Status Session::handle(const CommLeave::Request &request, Call<CommLeave> &) {
         leave_broker(group->place);
         memory_in_use_ -= links_bytes(group->place);
     } else {
-        memory_in_use_ -= PeerExchange::area_bytes(group->exchange.place());
+        memory_in_use_ -= PeerExchange::area_bytes(group->place);
     }
     groups_.erase(request.comm);
     return Status::success();

@@ -16,7 +16,6 @@
 #include "host/common/peer_channel.h"
 #include "host/common/server_log.h"
 #include "host/common/shader_cache.h"
-#include "host/common/store_channel.h"
 #include "host/common/worker_contract.h"
 #include "host/worker/jail/sandbox.h"
 #include "host/worker/jail/worker_identity.h"
@@ -345,18 +344,9 @@ int hand_over_peer_link(const std::string &label, const WorkerLaunch &launch, Fr
     offer.rank = hello.to_rank;
     offer.other_rank = hello.from_rank;
     std::memcpy(offer.token_id, hello.token_id, sizeof(offer.token_id));
-    const int connection = stream->fd();
-    peer_channel::Reply reply;
     constexpr int kAnswerMs = 5000;
-    store_channel::NoSigpipe no_sigpipe;
-    if (!store_channel::send_message(launch.peer_fd, &offer, sizeof(offer), &connection, 1) ||
-        !store_channel::receive_message(launch.peer_fd, &reply, sizeof(reply), nullptr, 0, kAnswerMs)) {
-        log_warning(label + ": a peer server's connection: no answer from the listener");
-        return 2;
-    }
-    reply.message[sizeof(reply.message) - 1] = '\0';
-    if (reply.code != 0) {
-        log_warning(label + ": refused a peer server's connection: " + std::string(reply.message));
+    if (Status s = peer_channel::ask(launch.peer_fd, offer, stream->fd(), kAnswerMs, nullptr); !s) {
+        log_warning(label + ": refused a peer server's connection: " + s.message());
         return 2;
     }
     log_line(label + ": a peer server's connection (rank " + std::to_string(hello.from_rank) +
