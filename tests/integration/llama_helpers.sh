@@ -10,6 +10,32 @@ now_ms() {
     echo $((t / 1000))
 }
 
+# llama.cpp's tools (llama-cli, llama-completion) log through a queue that a thread
+# of theirs empties, and exit without waiting for it: on a busy machine their last
+# lines never appear (ggml's own "failed to load" line, no plugin loaded: lost in 157
+# of 300 `llama-cli --list-devices` runs beside four busy loops on 2 cores), and
+# llama-completion's last token with them. The plugin drains that queue at exit
+# once it has logged a line, so runs without it (or where it logged nothing) stay
+# exposed: a test that reads such a log runs the tool again while the line it reads
+# is missing; its own check still judges the last run.
+# until_logged FILE REGEX COMMAND...: runs COMMAND, which writes FILE anew (its own
+# redirection: one around until_logged would append), until FILE has a line
+# matching REGEX (grep -E), five times at most. COMMAND's status if it fails.
+until_logged() {
+    local file=$1 regex=$2 attempt rc
+    shift 2
+    for attempt in 1 2 3 4 5; do
+        rc=0
+        "$@" || rc=$?
+        [ "$rc" = 0 ] || return "$rc"
+        grep -qE -- "$regex" "$file" && return 0
+        note "$(basename "$file") lacks the line read from it (llama.cpp's log lost its end?), run $attempt of 5"
+    done
+}
+
+# COMPLETION_END: the line llama-completion logs after its last token.
+COMPLETION_END='common_perf_print: *eval time'
+
 # run_local NAME MODEL N: the reference: stock llama-simple without the plugin.
 # Output in $WORK/NAME.out and $WORK/NAME.err.
 run_local() {

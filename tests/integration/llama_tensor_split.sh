@@ -46,23 +46,18 @@ esac
 N=32
 path=$(model small f16)
 
-# complete NAME [ARGS...]: llama-completion's greedy tokens, one thread.
-# llama.cpp's asynchronous log sometimes loses its last entries at exit (the last
-# token on stdout and the closing common_perf_print lines on stderr, with the
-# plugin's own counts showing every token computed): such a run is run again, at
-# most twice; its text is never compared.
-complete() {
-    local name=$1 rc attempt
+# complete_once NAME [ARGS...]: llama-completion's greedy tokens, one thread.
+complete_once() {
+    local name=$1
     shift
-    for attempt in 1 2 3; do
-        rc=0
-        timeout "$GUEST_TIMEOUT" llama-completion -m "$path" -n "$N" --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
-            -p "$PROMPT" "$@" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
-        [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "$name: llama-completion exited with $rc"; }
-        grep -q 'common_perf_print: *eval time' "$WORK/$name.err" && break
-        note "$name: llama-completion's log lost its end (attempt $attempt); again"
-    done
-    grep -q 'common_perf_print: *eval time' "$WORK/$name.err" || fail "$name: three runs lost their output's end"
+    timeout "$GUEST_TIMEOUT" llama-completion -m "$path" -n "$N" --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
+        -p "$PROMPT" "$@" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+# complete NAME [ARGS...]: complete_once, whose log reached its end.
+complete() {
+    local name=$1 rc=0
+    until_logged "$WORK/$name.err" "$COMPLETION_END" complete_once "$@" || rc=$?
+    [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "$name: llama-completion exited with $rc"; }
     assert_generated "$name"
 }
 

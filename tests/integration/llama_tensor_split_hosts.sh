@@ -57,13 +57,18 @@ serve second "$holder_b" 10.77.0.2 --tensor-peer "$A"
 
 N=32
 path=$(model small f16)
-# complete NAME [PREFIX...]: llama-completion's greedy tokens, one thread, run
+# complete_once NAME [PREFIX...]: llama-completion's greedy tokens, one thread, run
 # through PREFIX (a namespace, an environment) with the flags in $llama_args.
-complete() {
-    local name=$1 rc=0
+complete_once() {
+    local name=$1
     shift
     timeout "$GUEST_TIMEOUT" "$@" llama-completion -m "$path" -n "$N" --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
-        -p "$PROMPT" "${llama_args[@]}" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+        -p "$PROMPT" "${llama_args[@]}" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+# complete NAME [PREFIX...]: complete_once, whose log reached its end.
+complete() {
+    local name=$1 rc=0
+    until_logged "$WORK/$name.err" "$COMPLETION_END" complete_once "$@" || rc=$?
     [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "$name: llama-completion exited with $rc"; }
     assert_generated "$name"
 }

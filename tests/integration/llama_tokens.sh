@@ -102,11 +102,17 @@ if [ "$transport" = shm ] && grep -q -w avx2 /proc/cpuinfo; then
     # memory itself; they are repacked all the same, and the tokens stay the same.
     path=$(model small q4_0)
     greedy=(llama-completion -m "$path" -n "$N" --temp 0 -no-cnv -t 2 --load-mode none -v -p "$PROMPT")
-    env -u GGML_BACKEND_PATH -u GGML_REMOTE_SERVERS timeout "$GUEST_TIMEOUT" "${greedy[@]}" \
-        >"$WORK/no-mmap-local.out" 2>"$WORK/no-mmap-local.err" || fail "local llama-completion --no-mmap failed"
+    # greedy_run NAME NGL [ENV...]: the run with -ngl NGL, through env with ENV.
+    greedy_run() {
+        local name=$1 ngl=$2
+        shift 2
+        env "$@" timeout "$GUEST_TIMEOUT" "${greedy[@]}" -ngl "$ngl" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    }
+    until_logged "$WORK/no-mmap-local.err" "$COMPLETION_END" greedy_run no-mmap-local 0 -u GGML_BACKEND_PATH \
+        -u GGML_REMOTE_SERVERS || fail "local llama-completion --no-mmap failed"
     session=$(($(sessions_connected "$srv_LOG") + 1))
-    GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS=$endpoint timeout "$GUEST_TIMEOUT" "${greedy[@]}" -ngl 99 \
-        >"$WORK/no-mmap-remote.out" 2>"$WORK/no-mmap-remote.err" ||
+    until_logged "$WORK/no-mmap-remote.err" "$COMPLETION_END" greedy_run no-mmap-remote 99 \
+        GGML_BACKEND_PATH="$PLUGIN" GGML_REMOTE_SERVERS="$endpoint" ||
         fail "llama-completion --no-mmap over shm failed: $(tail -3 "$WORK/no-mmap-remote.err")"
     assert_offloaded no-mmap-remote
     assert_same_tokens no-mmap-local no-mmap-remote
