@@ -55,8 +55,8 @@ ApplicationLogQueue find_application_log_queue() {
     void *drain = dlsym(RTLD_DEFAULT, "_Z16common_log_pauseP10common_log");
     if (main_queue == nullptr || drain == nullptr) return {};
     ApplicationLogQueue queue;
-    queue.main_queue = reinterpret_cast<void *(*)()>(main_queue);
-    queue.drain = reinterpret_cast<void (*)(void *)>(drain);
+    queue.main_queue = reinterpret_cast<common_log *(*)()>(main_queue);
+    queue.drain = reinterpret_cast<void (*)(common_log *)>(drain);
     return queue;
 }
 

@@ -5,6 +5,8 @@
 
 #include <chrono>
 
+struct common_log;  // libllama-common's log queue, never looked into
+
 namespace ggml_remote::guest {
 
 void log(ggml_log_level level, const char *format, ...) __attribute__((format(printf, 2, 3)));
@@ -15,8 +17,8 @@ void log(ggml_log_level level, const char *format, ...) __attribute__((format(pr
 // appeared, why a compute failed). Once this plugin has logged through a callback,
 // the process drains that queue at exit.
 struct ApplicationLogQueue {
-    void *(*main_queue)() = nullptr;       // common_log_main()
-    void (*drain)(void *queue) = nullptr;  // common_log_pause(): prints what is queued, then stops
+    common_log *(*main_queue)() = nullptr;       // common_log_main()
+    void (*drain)(common_log *queue) = nullptr;  // common_log_pause(): prints what is queued, then stops
 };
 
 // The queue's functions where the process has libllama-common; nulls elsewhere.

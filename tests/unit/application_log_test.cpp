@@ -47,33 +47,33 @@ TEST(ApplicationLog, FindsTheQueueOfTheProcess) {
     const ApplicationLogQueue queue = find_application_log_queue();
     ASSERT_NE(queue.main_queue, nullptr);
     ASSERT_NE(queue.drain, nullptr);
-    EXPECT_EQ(queue.main_queue(), static_cast<void *>(common_log_main()));
+    EXPECT_EQ(queue.main_queue(), common_log_main());
 }
 
 TEST(ApplicationLog, WithoutAQueueThereIsNothingToDrain) {
     EXPECT_FALSE(drain_application_log(ApplicationLogQueue{}, std::chrono::milliseconds(10)));
 }
 
-std::atomic<void *> g_drained{nullptr};
-std::promise<void> *g_release = nullptr;
-int g_queue_marker = 0;
+std::atomic<common_log *> g_drained{nullptr};
+// Never destroyed: the drain thread may outlast the test.
+auto *g_release = new std::promise<void>();
+auto *g_released = new std::shared_future<void>(g_release->get_future().share());
+common_log g_marker_queue;
 
-void *marker_queue() { return &g_queue_marker; }
-void record_drain(void *queue) { g_drained = queue; }
-void block_until_released(void *) { g_release->get_future().wait(); }
+common_log *marker_queue() { return &g_marker_queue; }
+void record_drain(common_log *queue) { g_drained = queue; }
+void block_until_released(common_log *) { g_released->wait(); }
 
 TEST(ApplicationLog, DrainsTheProcessQueue) {
     ApplicationLogQueue queue{marker_queue, record_drain};
     EXPECT_TRUE(drain_application_log(queue, std::chrono::seconds(30)));
-    EXPECT_EQ(g_drained.load(), &g_queue_marker);
+    EXPECT_EQ(g_drained.load(), &g_marker_queue);
 }
 
 TEST(ApplicationLog, ADrainThatBlocksHoldsTheExitUpOnlyForTheLimit) {
-    std::promise<void> release;
-    g_release = &release;
     ApplicationLogQueue queue{marker_queue, block_until_released};
     EXPECT_FALSE(drain_application_log(queue, std::chrono::milliseconds(50)));
-    release.set_value();  // the drain thread ends; nothing of this test outlives it
+    g_release->set_value();
 }
 
 }  // namespace
