@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "protocol/printable.h"
+
 namespace ggml_remote::protocol {
 
 namespace {
@@ -36,15 +38,7 @@ bool ContentDigest::operator<(const ContentDigest &other) const {
     return std::memcmp(bytes, other.bytes, sizeof(bytes)) < 0;
 }
 
-std::string ContentDigest::hex() const {
-    static const char kDigits[] = "0123456789abcdef";
-    std::string text;
-    for (uint8_t byte : bytes) {
-        text.push_back(kDigits[byte >> 4]);
-        text.push_back(kDigits[byte & 15]);
-    }
-    return text;
-}
+std::string ContentDigest::hex() const { return hex_bytes(bytes, sizeof(bytes)); }
 
 ContentDigest content_digest(const void *data, size_t size, unsigned threads) {
     const auto *bytes = static_cast<const uint8_t *>(data);

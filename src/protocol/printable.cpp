@@ -4,11 +4,16 @@ namespace ggml_remote {
 
 namespace {
 
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+void append_hex(unsigned char byte, std::string *out) {
+    out->push_back(kHexDigits[byte >> 4]);
+    out->push_back(kHexDigits[byte & 0xf]);
+}
+
 void append_hex_escape(unsigned char byte, std::string *out) {
-    static constexpr char kDigits[] = "0123456789abcdef";
     out->append("\\x");
-    out->push_back(kDigits[byte >> 4]);
-    out->push_back(kDigits[byte & 0xf]);
+    append_hex(byte, out);
 }
 
 bool is_control(unsigned char byte) { return byte < 0x20 || byte == 0x7f; }
@@ -118,6 +123,13 @@ std::string one_line(std::string_view text) {
         }
     }
     return out;
+}
+
+std::string hex_bytes(const uint8_t *data, size_t size) {
+    std::string text;
+    text.reserve(size * 2);
+    for (size_t i = 0; i < size; ++i) append_hex(data[i], &text);
+    return text;
 }
 
 }  // namespace ggml_remote

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -28,5 +29,8 @@ std::string one_line(std::string_view text);
 // 0x7f) as \n, \t or \u00XX; valid UTF-8 kept as it is, and each byte of an invalid
 // sequence as \u00XX (raw text never holds such an escape, so none is ambiguous).
 std::string json_string(std::string_view text);
+
+// `size` bytes at `data` as lowercase hex digits, two a byte.
+std::string hex_bytes(const uint8_t *data, size_t size);
 
 }  // namespace ggml_remote

@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "protocol/printable.h"
+#include "transport/socket.h"
 #include "transport/tls_session.h"
 
 namespace ggml_remote {
@@ -37,22 +39,9 @@ bool keyed_digest(const PeerLinks::Token &token, const char *label, uint8_t (&di
     return gnutls_hmac_fast(GNUTLS_MAC_SHA256, token.data(), token.size(), label, std::strlen(label), digest) == 0;
 }
 
-std::string hex(const uint8_t *data, size_t size) {
-    static constexpr char kDigits[] = "0123456789abcdef";
-    std::string text;
-    for (size_t i = 0; i < size; ++i) {
-        text += kDigits[data[i] >> 4];
-        text += kDigits[data[i] & 15];
-    }
-    return text;
-}
-
 // What is left of `deadline` for one wait; at least 1 ms, so a late wait still
 // takes what already arrived instead of meaning "no limit".
-int remaining_ms(Clock::time_point deadline) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    return static_cast<int>(std::clamp<int64_t>(left, 1, INT_MAX));
-}
+int remaining_ms(Clock::time_point deadline) { return std::max(ms_until(deadline), 1); }
 
 // What precedes each partial on a link.
 struct MessageHeader {
@@ -87,7 +76,7 @@ PreSharedKey PeerLinks::tls_key(const Token &token) {
     uint8_t digest[kDigestBytes] = {};
     const TokenId id = token_id(token);
     PreSharedKey key;
-    key.identity = hex(id.data(), id.size());
+    key.identity = hex_bytes(id.data(), id.size());
     // An empty key on failure: TLS then refuses it, and the open fails.
     if (keyed_digest(token, kKeyLabel, digest)) key.key.assign(digest, digest + kDigestBytes);
     ::explicit_bzero(digest, sizeof(digest));

@@ -13,7 +13,9 @@
 // After sys/socket.h, which it needs.
 #include <linux/vm_sockets.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -299,6 +301,11 @@ int poll_one(int fd, short events, int timeout_ms) {
         ready = ::poll(&p, 1, timeout_ms);
     } while (ready < 0 && errno == EINTR);
     return ready;
+}
+
+int ms_until(std::chrono::steady_clock::time_point deadline) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
 }
 
 bool write_fully(int fd, const void *data, size_t size) {

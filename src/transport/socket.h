@@ -3,6 +3,7 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@ void tune_stream_socket(int fd);
 // poll() on one descriptor for `events`, retried when a signal interrupts it:
 // 1 when ready, 0 on timeout (-1 waits forever), -1 with errno on failure.
 int poll_one(int fd, short events, int timeout_ms);
+// Milliseconds left until `deadline` (rounded up), at least 0: a poll timeout.
+int ms_until(std::chrono::steady_clock::time_point deadline);
 
 // Writes all `size` bytes to `fd` (a file, a pipe), again after a signal or a short
 // write; false with errno when a write fails or writes nothing.

@@ -299,8 +299,7 @@ Status TlsSession::read(void *data, size_t size) {
 
 bool TlsSession::readable_now() const {
     if (gnutls_record_check_pending(state_->session) > 0) return true;
-    pollfd ready{state_->fd, POLLIN, 0};
-    return ::poll(&ready, 1, 0) > 0;
+    return poll_one(state_->fd, POLLIN, 0) > 0;
 }
 
 void TlsSession::set_read_timeout_ms(int ms) {

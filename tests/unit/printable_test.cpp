@@ -78,5 +78,11 @@ TEST(JsonString, EscapesEachByteOfInvalidUtf8) {
     EXPECT_EQ(json_string("\xff"), "\"\\u00ff\"");
 }
 
+TEST(HexBytes, TwoLowercaseDigitsAByteInOrder) {
+    const uint8_t bytes[] = {0x00, 0x0f, 0xa5, 0xff};
+    EXPECT_EQ(hex_bytes(bytes, sizeof(bytes)), "000fa5ff");
+    EXPECT_EQ(hex_bytes(bytes, 0), "");
+}
+
 }  // namespace
 }  // namespace ggml_remote

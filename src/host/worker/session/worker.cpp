@@ -55,12 +55,6 @@ bool is_tcp(int fd) {
     return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && (domain == AF_INET || domain == AF_INET6);
 }
 
-// Milliseconds left until `deadline`, at least 0.
-int ms_until(std::chrono::steady_clock::time_point deadline) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    return static_cast<int>(std::max<int64_t>(left.count(), 0));
-}
-
 // The first byte a guest sends, without taking it: 22 (a TLS handshake record)
 // from a tls:// guest. -1 when nothing came within the time limit or it hung up.
 int peek_first_byte(int fd, int timeout_ms) {
@@ -320,9 +314,8 @@ bool read_peer_hello(int fd, int timeout_ms, PeerLinks::Hello *hello) {
     size_t got = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (got < sizeof(*hello)) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0 || poll_one(fd, POLLIN, static_cast<int>(left.count())) <= 0) return false;
+        const int left_ms = ms_until(deadline);
+        if (left_ms <= 0 || poll_one(fd, POLLIN, left_ms) <= 0) return false;
         const ssize_t n = ::recv(fd, bytes + got, sizeof(*hello) - got, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
         if (n > 0) got += static_cast<size_t>(n);
