@@ -267,7 +267,7 @@ struct CommandLine {
 };
 
 // A --tensor-peer endpoint: a server of another machine, tcp:// or tls://.
-std::string tensor_peer(const std::string &text) {
+Endpoint tensor_peer(const std::string &text) {
     Endpoint endpoint;
     Status status = parse_endpoint(text, &endpoint);
     if (!status) fail("--tensor-peer " + text + ": " + status.message());
@@ -276,7 +276,7 @@ std::string tensor_peer(const std::string &text) {
     }
     if (!endpoint.psk_file.empty())
         fail("--tensor-peer " + text + ": takes no psk-file= (the group's key is the link's)");
-    return text;
+    return endpoint;
 }
 
 // Flags only the listener acts on; --weight-store reaches the workers resolved.

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "protocol/commands.h"
 #include "protocol/status.h"
 #include "transport/unique_fd.h"
 
@@ -30,13 +31,12 @@ namespace ggml_remote::host::peer_channel {
 
 enum class Kind : uint32_t { enrol = 1, dial = 2, take = 3, offer = 4, leave = 5 };
 
-constexpr uint32_t kMaxEndpointBytes = 256;
 // Groups one worker may enrol at once (the session's own limit is lower).
 constexpr uint32_t kMaxEnrolled = 8;
 // How long the listener may take to connect to a peer server.
 constexpr int kDialTimeoutMs = 5000;
-// The longest wait a take may ask for (the protocol's kMaxPeerWaitMs).
-constexpr uint32_t kMaxTakeMs = 120000;
+// The longest wait a take may ask for: a step's longest wait.
+constexpr uint32_t kMaxTakeMs = protocol::kMaxPeerWaitMs;
 
 struct Request {
     uint32_t kind = 0;
@@ -46,7 +46,7 @@ struct Request {
     uint32_t timeout_ms = 0;  // take
     uint32_t unused = 0;
     uint8_t token_id[16] = {};
-    char endpoint[kMaxEndpointBytes] = {};  // dial: NUL-terminated
+    char endpoint[protocol::kMaxPeerEndpointBytes + 1] = {};  // dial: NUL-terminated
 };
 
 struct Reply {

@@ -74,16 +74,6 @@ std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const 
     return known ? GuestRefusal::peer_limit : GuestRefusal::server_error;
 }
 
-// --tensor-peer's endpoints (checked when the flags were read).
-std::vector<Endpoint> tensor_peers(const ListenerOptions &options) {
-    std::vector<Endpoint> peers;
-    for (const std::string &text : options.tensor_peers) {
-        Endpoint endpoint;
-        if (parse_endpoint(text, &endpoint).ok()) peers.push_back(endpoint);
-    }
-    return peers;
-}
-
 // The earlier of two poll timeouts (-1: none).
 int earlier_timeout_ms(int a, int b) {
     if (a < 0) return b;
@@ -158,7 +148,7 @@ class Listener {
           admission_(options.max_sessions, options.max_unauthenticated,
                      std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
           jail_(worker_command, original_mask_, worker_command.front()),
-          peer_broker_(tensor_peers(options)),
+          peer_broker_(options.tensor_peers),
           peers_(sessions_per_peer(options), ::geteuid()) {}
 
     int run() {

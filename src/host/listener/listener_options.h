@@ -8,14 +8,15 @@
 #include "host/common/serving_options.h"
 #include "host/common/store_layout.h"
 #include "host/common/worker_contract.h"
+#include "transport/endpoint.h"
 
 namespace ggml_remote::host {
 
 struct ListenerOptions : ServingOptions {
     std::vector<std::string> listen;  // endpoints
     // --tensor-peer: the servers this one may dial for its guests' tensor-parallel
-    // groups across machines (peer_broker.h), tcp:// or tls:// endpoints.
-    std::vector<std::string> tensor_peers;
+    // groups across machines (peer_broker.h), tcp:// or tls://, checked when read.
+    std::vector<Endpoint> tensor_peers;
     // --max-sessions-per-peer; 0: the default, a quarter of max_sessions (peer_limits.h).
     int max_sessions_per_peer = 0;
     // Connections that have not authenticated yet (TLS guests in their handshake);

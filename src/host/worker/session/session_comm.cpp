@@ -45,7 +45,8 @@ Status peer_endpoints(ByteView tail, uint32_t count, std::vector<std::string> *e
         if (end == nullptr) return error(Code::bad_request, "comm_join_links: the tail holds too few endpoints");
         const std::string endpoint(text + at, static_cast<const char *>(end));
         if (endpoint.empty() || endpoint.size() > kMaxPeerEndpointBytes) {
-            return error(Code::bad_request, "comm_join_links: an endpoint of 1 to 255 bytes is due");
+            return error(Code::bad_request, "comm_join_links: an endpoint of 1 to " +
+                                                std::to_string(kMaxPeerEndpointBytes) + " bytes is due");
         }
         for (const char c : endpoint) {
             if (c <= ' ' || c > '~') return error(Code::bad_request, "comm_join_links: an endpoint is not printable");
