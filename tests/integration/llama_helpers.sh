@@ -36,6 +36,24 @@ until_logged() {
 # COMPLETION_END: the line llama-completion logs after its last token.
 COMPLETION_END='common_perf_print: *eval time'
 
+# greedy_once NAME [PREFIX...]: llama-completion's $N greedy tokens of the model at
+# $path, one thread, with the flags in $llama_args, run through PREFIX (an
+# environment, a namespace). Output in $WORK/NAME.out and $WORK/NAME.err.
+greedy_once() {
+    local name=$1
+    shift
+    timeout "$GUEST_TIMEOUT" "$@" llama-completion -m "$path" -n "$N" --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
+        -p "$PROMPT" "${llama_args[@]}" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+
+# greedy NAME [PREFIX...]: greedy_once, whose log reached its end, and which generated.
+greedy() {
+    local name=$1 rc=0
+    until_logged "$WORK/$name.err" "$COMPLETION_END" greedy_once "$@" || rc=$?
+    [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "$name: llama-completion exited with $rc"; }
+    assert_generated "$name"
+}
+
 # run_local NAME MODEL N: the reference: stock llama-simple without the plugin.
 # Output in $WORK/NAME.out and $WORK/NAME.err.
 run_local() {

@@ -46,26 +46,12 @@ esac
 N=32
 path=$(model small f16)
 
-# complete_once NAME [ARGS...]: llama-completion's greedy tokens, one thread.
-complete_once() {
-    local name=$1
-    shift
-    timeout "$GUEST_TIMEOUT" llama-completion -m "$path" -n "$N" --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
-        -p "$PROMPT" "$@" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err"
-}
-# complete NAME [ARGS...]: complete_once, whose log reached its end.
-complete() {
-    local name=$1 rc=0
-    until_logged "$WORK/$name.err" "$COMPLETION_END" complete_once "$@" || rc=$?
-    [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "$name: llama-completion exited with $rc"; }
-    assert_generated "$name"
-}
-
 unset GGML_BACKEND_PATH GGML_REMOTE_SERVERS  # the local run takes neither
-complete local
-GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS=$ours GGML_REMOTE_STATS=1 complete ours -ngl 99 -sm tensor
-GGML_BACKEND_PATH=$PLUGIN GGML_REMOTE_SERVERS="$unlinked" GGML_REMOTE_STATS=1 \
-    complete ggml_own -ngl 99 -sm tensor
+llama_args=()
+greedy local env
+llama_args=(-ngl 99 -sm tensor)
+greedy ours env GGML_BACKEND_PATH="$PLUGIN" GGML_REMOTE_SERVERS="$ours" GGML_REMOTE_STATS=1
+greedy ggml_own env GGML_BACKEND_PATH="$PLUGIN" GGML_REMOTE_SERVERS="$unlinked" GGML_REMOTE_STATS=1
 
 counts=$(grep 'tensor parallelism:' "$WORK/ours.err" || true)
 [ -n "$counts" ] || fail "no tensor-parallel group over $transport: $(grep -i 'tensor\|meta' "$WORK/ours.err" | head -5)"

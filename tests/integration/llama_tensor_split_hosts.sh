@@ -57,26 +57,11 @@ serve second "$holder_b" 10.77.0.2 --tensor-peer "$A"
 
 N=32
 path=$(model small f16)
-# complete_once NAME [PREFIX...]: llama-completion's greedy tokens, one thread, run
-# through PREFIX (a namespace, an environment) with the flags in $llama_args.
-complete_once() {
-    local name=$1
-    shift
-    timeout "$GUEST_TIMEOUT" "$@" llama-completion -m "$path" -n "$N" --temp 0 -s 1 -no-cnv --no-warmup -t 1 \
-        -p "$PROMPT" "${llama_args[@]}" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err"
-}
-# complete NAME [PREFIX...]: complete_once, whose log reached its end.
-complete() {
-    local name=$1 rc=0
-    until_logged "$WORK/$name.err" "$COMPLETION_END" complete_once "$@" || rc=$?
-    [ "$rc" = 0 ] || { tail -n 20 "$WORK/$name.err" >&2; fail "$name: llama-completion exited with $rc"; }
-    assert_generated "$name"
-}
 unset GGML_BACKEND_PATH GGML_REMOTE_SERVERS
 llama_args=()
-complete local env
+greedy local env
 llama_args=(-ngl 99 -sm tensor)
-complete hosts nsenter --net="/proc/$holder_a/ns/net" env GGML_BACKEND_PATH="$PLUGIN" GGML_REMOTE_SERVERS="$A,$B" \
+greedy hosts nsenter --net="/proc/$holder_a/ns/net" env GGML_BACKEND_PATH="$PLUGIN" GGML_REMOTE_SERVERS="$A,$B" \
     GGML_REMOTE_TLS_PSK_FILE="$WORK/keys.psk" GGML_REMOTE_STATS=1
 assert_same_tokens local hosts
 counts=$(grep 'tensor parallelism:' "$WORK/hosts.err" || true)

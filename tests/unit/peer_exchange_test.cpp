@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "peer_test_support.h"
+
 namespace ggml_remote {
 namespace {
 
@@ -18,12 +20,7 @@ using namespace std::chrono_literals;
 constexpr uint64_t kSlotBytes = 4096;
 
 PeerExchange::Place place_of(uint32_t rank, uint32_t ranks, uint8_t token_byte = 7) {
-    PeerExchange::Place place;
-    place.rank = rank;
-    place.ranks = ranks;
-    place.slot_bytes = kSlotBytes;
-    place.token.fill(token_byte);
-    return place;
+    return test_support::group_place(rank, ranks, kSlotBytes, token_byte);
 }
 
 // A group's file and one attached member per rank.

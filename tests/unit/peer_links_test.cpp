@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "peer_test_support.h"
 #include "transport/tls_session.h"
 
 namespace ggml_remote {
@@ -26,12 +27,7 @@ constexpr uint64_t kSlotBytes = 64ull << 20;
 constexpr auto kTimeout = 5s;
 
 PeerExchange::Place place_of(uint32_t rank, uint32_t ranks, uint8_t token_byte = 7) {
-    PeerExchange::Place place;
-    place.rank = rank;
-    place.ranks = ranks;
-    place.slot_bytes = kSlotBytes;
-    place.token.fill(token_byte);
-    return place;
+    return test_support::group_place(rank, ranks, kSlotBytes, token_byte);
 }
 
 std::pair<UniqueFd, UniqueFd> unix_pair() {
