@@ -13,3 +13,10 @@ add_integration_test(worker_sandbox worker_sandbox.sh $<TARGET_FILE:ggml-remote-
 
 # Fairness: one peer (an address, a user) cannot take every session.
 add_integration_test(peer_fairness peer_fairness.sh $<TARGET_FILE:ggml-remote-handshake-client>)
+
+# Floods: a peer that connects and hangs up in a loop delays no other peer's guest,
+# and starts no more workers than its start budget (flood_client.cpp).
+add_executable(ggml-remote-flood-client ${CMAKE_CURRENT_LIST_DIR}/flood_client.cpp)
+target_link_libraries(ggml-remote-flood-client PRIVATE ggml_remote_transport ggml_remote_protocol)
+add_integration_test(admission_flood admission_flood.sh $<TARGET_FILE:ggml-remote-handshake-client>
+                     $<TARGET_FILE:ggml-remote-flood-client>)

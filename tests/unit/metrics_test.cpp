@@ -377,5 +377,15 @@ TEST_F(MetricsBoard, ATurnedAwayReasonOutsideTheListReadsAsNone) {
     EXPECT_FALSE(turned_away(*slot).has_value());
 }
 
+TEST_F(MetricsBoard, AWorkersSlotCannotNameARefusalTheListenerDecides) {
+    for (GuestRefusal forged : {GuestRefusal::server_full, GuestRefusal::peer_limit, GuestRefusal::start_budget,
+                                GuestRefusal::unauthenticated_full}) {
+        record_turned_away(slot, forged);  // what a compromised worker might write
+        EXPECT_FALSE(turned_away(*slot).has_value()) << refusal_name(forged);
+    }
+    record_turned_away(slot, GuestRefusal::tls_failed);
+    EXPECT_EQ(turned_away(*slot), GuestRefusal::tls_failed);
+}
+
 }  // namespace
 }  // namespace ggml_remote::host

@@ -114,6 +114,11 @@ options:
          --max-unauthenticated N  TLS connections still in their handshake (default:
                                 16; they never take one of --max-sessions, and when
                                 all N are taken the oldest is ended)
+         --max-starts-per-peer N  session workers one peer may start a second (a
+                                burst of 4 x N at once; default: 8): beyond it its
+                                connections are refused before any worker starts
+         --max-starts N         session workers all peers together may start a
+                                second (a burst of 4 x N; default: 32)
          --memory-quota SIZE    device memory per session, e.g. 8G (default: no limit)
          --max-buffers N        buffers per session (default: 65536)
          --max-backends N       backends per session (default: 16)
@@ -307,6 +312,10 @@ bool parse_listener_flag(host::CommandLineCursor &args, CommandLine *line) {
         line->options.max_sessions_per_peer = args.int_value(1);
     } else if (flag == "--max-unauthenticated") {
         line->options.max_unauthenticated = args.int_value(1);
+    } else if (flag == "--max-starts-per-peer") {
+        line->options.starts.per_peer_per_second = args.int_value(1);
+    } else if (flag == "--max-starts") {
+        line->options.starts.per_second = args.int_value(1);
     } else if (flag == "--shader-cache") {
         // Workers get the path as the listener resolved it, for their sandbox's rules.
         line->options.shader_cache = host::absolute_path(flag, args.value());

@@ -2,7 +2,7 @@
 
 namespace ggml_remote::host {
 
-static_assert(static_cast<size_t>(GuestRefusal::server_error) + 1 == kGuestRefusalReasons);
+static_assert(static_cast<size_t>(GuestRefusal::start_budget) + 1 == kGuestRefusalReasons);
 static_assert(static_cast<size_t>(CommandRefusal::host_error) + 1 == kCommandRefusalReasons);
 
 const char *refusal_name(GuestRefusal reason) {
@@ -23,6 +23,8 @@ const char *refusal_name(GuestRefusal reason) {
             return "handshake_failed";
         case GuestRefusal::server_error:
             return "server_error";
+        case GuestRefusal::start_budget:
+            return "start_budget";
     }
     return "unknown";
 }
@@ -54,6 +56,11 @@ CommandRefusal command_refusal_for(Code code) {
         default:
             return CommandRefusal::host_error;
     }
+}
+
+bool decided_by_worker(GuestRefusal reason) {
+    return reason == GuestRefusal::tls_failed || reason == GuestRefusal::version_mismatch ||
+           reason == GuestRefusal::handshake_failed;
 }
 
 GuestRefusal handshake_refusal_for(Code code) {

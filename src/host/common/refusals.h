@@ -19,8 +19,13 @@ enum class GuestRefusal : uint32_t {
     version_mismatch,         // the handshake asked for a protocol version the server lacks
     handshake_failed,         // anything else before the handshake completed
     server_error,             // the server could not serve it (peer unknown, fork failed)
+    start_budget,             // its peer, or the server, started as many workers as it may (--max-starts*)
 };
-constexpr size_t kGuestRefusalReasons = 8;
+constexpr size_t kGuestRefusalReasons = 9;
+
+// Whether a worker decides this reason (its handshake failed); every other one the
+// listener decides and counts itself, so a worker's status slot may not name it.
+bool decided_by_worker(GuestRefusal reason);
 
 // A command a session answered with an error, by the error's class.
 enum class CommandRefusal : uint32_t {

@@ -133,7 +133,9 @@ void record_turned_away(SessionSlot *slot, GuestRefusal reason) {
 std::optional<GuestRefusal> turned_away(const SessionSlot &slot) {
     const uint32_t recorded = slot.turned_away.load(std::memory_order_relaxed);
     if (recorded == 0 || recorded > kGuestRefusalReasons) return std::nullopt;
-    return static_cast<GuestRefusal>(recorded - 1);
+    // A worker's slot names only what a worker decides, whatever it wrote there.
+    const auto reason = static_cast<GuestRefusal>(recorded - 1);
+    return decided_by_worker(reason) ? std::optional<GuestRefusal>(reason) : std::nullopt;
 }
 
 void mark_guest_session(SessionSlot *slot) { slot->guest_session.store(1, std::memory_order_relaxed); }

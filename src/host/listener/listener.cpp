@@ -32,6 +32,7 @@
 #include "host/listener/peer_limits.h"
 #include "host/listener/region_port.h"
 #include "host/listener/session_ledger.h"
+#include "host/listener/start_budget.h"
 #include "host/listener/store_owner.h"
 #include "host/listener/worker_jail.h"
 #include "host/worker/jail/sandbox.h"
@@ -52,26 +53,6 @@ void refuse(int fd, Code code, const std::string &reason) {
     const protocol::FrameHeader header = refusal_header(code, reason.size());
     (void)!::send(fd, &header, sizeof(header), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)!::send(fd, reason.data(), reason.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
-// The log's warning that `peer` was turned away, and why; its "peer" field for JSON.
-void log_refused(const std::string &peer, const std::string &why) {
-    log_warning("refused " + peer + ": " + why, {std::nullopt, peer});
-}
-
-// Fairness between peers: why the guest on `fd` may not open one more session, or
-// nothing when it may (a guest that has yet to authenticate is counted when it has:
-// only whether we know who it is matters now). A guest turned away is told why, and
-// the refusal is logged.
-std::optional<GuestRefusal> peer_refusal(const PeerLimits &peers, int fd, const std::string &peer, bool authenticated,
-                                         PeerAccount *account) {
-    const Status known = peer_account(fd, account);
-    std::string refusal = known ? std::string() : "cannot tell who the peer is: " + known.message();
-    if (known && authenticated) refusal = peers.refusal(*account);
-    if (refusal.empty()) return std::nullopt;
-    log_refused(peer, refusal);
-    refuse(fd, known ? Code::limit_exceeded : Code::error, refusal);
-    return known ? GuestRefusal::peer_limit : GuestRefusal::server_error;
 }
 
 // The earlier of two poll timeouts (-1: none).
@@ -149,7 +130,8 @@ class Listener {
                      std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
           jail_(worker_command, original_mask_, worker_command.front()),
           peer_broker_(options.tensor_peers),
-          peers_(sessions_per_peer(options), ::geteuid()) {}
+          peers_(sessions_per_peer(options), ::geteuid()),
+          starts_(options.starts, RateBucket::Clock::now()) {}
 
     int run() {
         // Nothing this process holds reaches a worker unless the jail hands it over.
@@ -295,7 +277,8 @@ class Listener {
             if (!claimed_region(port)) continue;
             const std::string peer = port.name();
             if (admission_.sessions_full()) {
-                log_refused(peer, std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
+                log_refused(peer, "region " + peer,
+                            std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
                 count_refusal(GuestRefusal::server_full);
                 port.ended(-1);
                 continue;
@@ -310,7 +293,7 @@ class Listener {
             const UniqueFd store = store_channel(peer, false);  // the region's tenant, as its worker's peer
             const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1, store.get()}, &pid);
             if (!spawned) {
-                log_refused(peer, spawned.message());
+                log_refused(peer, "region " + peer, spawned.message());
                 count_refusal(GuestRefusal::server_error);
                 port.ended(-1);
                 continue;
@@ -439,7 +422,7 @@ class Listener {
         end_overdue_unauthenticated();
         serve_regions();
         for (size_t i = 0; i < sockets_.size(); ++i) {
-            if (polled[i + 1].revents & POLLIN) accept_guest(sockets_[i]);
+            if (polled[i + 1].revents & POLLIN) accept_guests(sockets_[i]);
         }
         metrics_.serve(polled, metrics_first, std::chrono::steady_clock::now(), [this] {
             count_guest_sessions();
@@ -668,7 +651,19 @@ class Listener {
         }
     }
 
+    // Accepts what is queued on `socket`, a bounded number at a time so that the
+    // other sockets and the signals get their turn: refusing costs an accept, so a
+    // flooding peer cannot keep the queue full in front of another peer's guest.
+    void accept_guests(const ListeningSocket &socket) {
+        constexpr int kAcceptsPerWake = 64;
+        for (int accepted = 0; accepted < kAcceptsPerWake; ++accepted) {
+            accept_guest(socket);
+            if (poll_one(socket.fd.get(), POLLIN, 0) <= 0) return;
+        }
+    }
+
     // Accepts one connection and starts its worker unless the guest is turned away.
+    // Every refusal comes before the fork and exec that a worker costs.
     void accept_guest(const ListeningSocket &socket) {
         UniqueFd client;
         std::string peer;
@@ -680,19 +675,69 @@ class Listener {
         if (tls_ && peer.rfind("tcp://", 0) == 0) peer.replace(0, 3, "tls");
         // A TLS guest authenticates in its worker; everyone else at accept.
         const bool authenticated = !(tls_ && peer.rfind("tls://", 0) == 0);
-        if (authenticated && admission_.sessions_full()) {
-            log_refused(peer, std::to_string(admission_.sessions()) + " sessions already (--max-sessions)");
-            refuse(client.get(), Code::limit_exceeded,
-                   "the server is serving its maximum of " + std::to_string(options_.max_sessions) + " sessions");
-            count_refusal(GuestRefusal::server_full);
+        PeerAccount account;
+        const Status known = peer_account(client.get(), &account);
+        if (!known) {
+            turn_away(client.get(), peer, "", Code::error, "cannot tell who the peer is: " + known.message(),
+                      GuestRefusal::server_error);
             return;
         }
-        PeerAccount account;
-        if (const auto refused = peer_refusal(peers_, client.get(), peer, authenticated, &account)) {
-            count_refusal(*refused);
+        if (const std::optional<Refusal> refused = admission_refusal(account, authenticated)) {
+            turn_away(client.get(), peer, account.key, Code::limit_exceeded, refused->why, refused->reason);
             return;
         }
         start_worker(client.get(), peer, authenticated, account);
+    }
+
+    struct Refusal {
+        GuestRefusal reason;
+        std::string why;
+    };
+    // Why a connection of `account` may not have a worker now, cheapest check first;
+    // nothing when it may (which spends from its start budget).
+    std::optional<Refusal> admission_refusal(const PeerAccount &account, bool authenticated) {
+        if (authenticated && admission_.sessions_full()) {
+            return Refusal{GuestRefusal::server_full, "the server is serving its maximum of " +
+                                                          std::to_string(options_.max_sessions) +
+                                                          " sessions (--max-sessions)"};
+        }
+        // A TLS guest's peer is counted once it authenticated (answer_admission_requests).
+        if (authenticated) {
+            if (std::string refusal = peers_.refusal(account); !refusal.empty()) {
+                return Refusal{GuestRefusal::peer_limit, refusal};
+            }
+        }
+        if (peers_.unlimited(account)) return std::nullopt;
+        switch (starts_.spend(account.key, RateBucket::Clock::now())) {
+            case StartBudget::Verdict::start:
+                return std::nullopt;
+            case StartBudget::Verdict::peer_over:
+                return Refusal{GuestRefusal::start_budget,
+                               account.key + " started as many sessions as it may for now (--max-starts-per-peer " +
+                                   std::to_string(options_.starts.per_peer_per_second) + "): try again in a moment"};
+            case StartBudget::Verdict::server_over:
+                break;
+        }
+        return Refusal{GuestRefusal::start_budget,
+                       "the server started as many sessions as it may for now (--max-starts " +
+                           std::to_string(options_.starts.per_second) + "): try again in a moment"};
+    }
+
+    // A guest turned away: told why in the form of a handshake reply, counted, and
+    // logged (a line a second per peer at most: a flood of refusals is no flood of lines).
+    void turn_away(int client, const std::string &peer, const std::string &account_key, Code code,
+                   const std::string &why, GuestRefusal reason) {
+        refuse(client, code, why);
+        count_refusal(reason);
+        log_refused(peer, account_key, why);
+    }
+
+    void log_refused(const std::string &peer, const std::string &account_key, const std::string &why) {
+        uint64_t unlogged = 0;
+        if (!refusal_log_.should_log(account_key, RateBucket::Clock::now(), &unlogged)) return;
+        const std::string more =
+            unlogged == 0 ? "" : " (and " + std::to_string(unlogged) + " more of this peer's since the last line)";
+        log_warning("refused " + peer + ": " + why + more, {std::nullopt, peer});
     }
 
     // An admitted connection's worker: its status slot, the admission pair of a
@@ -701,7 +746,7 @@ class Listener {
         if (!authenticated) make_room_for_unauthenticated();
         UniqueFd admission_worker_end, admission_listener_end;
         if (!authenticated && !admission_pair(&admission_worker_end, &admission_listener_end)) {
-            log_refused(peer, std::string("socketpair: ") + std::strerror(errno));
+            log_refused(peer, account.key, std::string("socketpair: ") + std::strerror(errno));
             count_refusal(GuestRefusal::server_error);
             return;
         }
@@ -719,7 +764,7 @@ class Listener {
             {client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get(), peer_channel.get()},
             &pid);
         if (!spawned) {
-            log_refused(peer, spawned.message());
+            log_refused(peer, account.key, spawned.message());
             refuse(client, Code::error, "the server could not start a session worker");
             count_refusal(GuestRefusal::server_error);
             return;
@@ -861,6 +906,8 @@ class Listener {
     PeerBroker peer_broker_;  // its channels' threads end before the jail's workers are forgotten
     StoreOwner store_owner_;  // its channels' threads end before the jail's workers are forgotten
     PeerLimits peers_;
+    StartBudget starts_;                                  // worker programs started, per peer and in all
+    RefusalLog refusal_log_;                              // what of the refusals is logged
     std::map<pid_t, PeerAccount> unauthenticated_peers_;  // TLS workers before their handshake
     std::map<pid_t, UniqueFd> pidfds_;                    // this listener's workers that hold a place
     int next_session_ = 1;

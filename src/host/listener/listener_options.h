@@ -8,6 +8,7 @@
 #include "host/common/serving_options.h"
 #include "host/common/store_layout.h"
 #include "host/common/worker_contract.h"
+#include "host/listener/start_budget.h"
 #include "transport/endpoint.h"
 
 namespace ggml_remote::host {
@@ -22,6 +23,8 @@ struct ListenerOptions : ServingOptions {
     // Connections that have not authenticated yet (TLS guests in their handshake);
     // they never hold one of max_sessions (see admission.h).
     int max_unauthenticated = 16;
+    // --max-starts-per-peer, --max-starts: worker programs started a second (start_budget.h).
+    StartLimits starts;
     // --metrics: where the listener answers Prometheus scrapes (metrics_endpoint.h); empty: nowhere.
     std::string metrics;
     // --metrics-per-session: /metrics also lists each live session's own series.

@@ -11,13 +11,13 @@ int sessions_per_peer(const ListenerOptions &options) {
 
 PeerLimits::PeerLimits(int max_per_peer, uid_t server_uid) : max_per_peer_(max_per_peer), server_uid_(server_uid) {}
 
-bool PeerLimits::exempt(const PeerAccount &peer) const {
+bool PeerLimits::unlimited(const PeerAccount &peer) const {
     return peer.kind == PeerAccount::Kind::user && (peer.uid == 0 || peer.uid == server_uid_);
 }
 
 std::string PeerLimits::refusal(const PeerAccount &peer) const {
     const int held = sessions(peer.key);
-    if (held < max_per_peer_ || exempt(peer)) return "";
+    if (held < max_per_peer_ || unlimited(peer)) return "";
     return peer.key + " holds " + std::to_string(held) + " sessions, the most one peer may (--max-sessions-per-peer " +
            std::to_string(max_per_peer_) + ")";
 }

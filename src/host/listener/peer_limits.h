@@ -30,14 +30,15 @@ class PeerLimits {
     void opened(pid_t worker, const PeerAccount &peer);
     // `worker`'s session ended; a worker that was never opened changes nothing.
     void closed(pid_t worker);
+    // Whether `peer` is a unix peer that runs as root or as the server's user: no
+    // limit of the listener's applies to it (it can stop or trace the server anyway).
+    bool unlimited(const PeerAccount &peer) const;
     // How many sessions the peer counted under `key` holds.
     int sessions(const std::string &key) const;
     // The key of the peer whose session `worker` serves ("" for none): its tenant in /metrics.
     std::string account_of(pid_t worker) const;
 
   private:
-    bool exempt(const PeerAccount &peer) const;
-
     int max_per_peer_;
     uid_t server_uid_;
     std::map<std::string, int> sessions_;    // by PeerAccount::key
