@@ -241,6 +241,36 @@ void tune_stream_socket(int fd) {
     }
 }
 
+namespace {
+
+int socket_option(int fd, int option) {
+    int value = -1;
+    socklen_t length = sizeof(value);
+    return ::getsockopt(fd, SOL_SOCKET, option, &value, &length) == 0 ? value : -1;
+}
+
+}  // namespace
+
+Status expect_connected_tcp(int fd) {
+    struct stat status{};
+    if (::fstat(fd, &status) != 0) return error(Code::bad_request, "not an open descriptor: " + errno_text(errno));
+    if (!S_ISSOCK(status.st_mode)) return error(Code::bad_request, "not a socket but a file of another kind");
+    const int domain = socket_option(fd, SO_DOMAIN);
+    if (domain != AF_INET && domain != AF_INET6) {
+        return error(Code::bad_request, "a socket of address family " + std::to_string(domain) + ", not TCP");
+    }
+    if (socket_option(fd, SO_TYPE) != SOCK_STREAM || socket_option(fd, SO_PROTOCOL) != IPPROTO_TCP) {
+        return error(Code::bad_request, "an IP socket that is not TCP");
+    }
+    if (socket_option(fd, SO_ACCEPTCONN) != 0) return error(Code::bad_request, "a listening socket, not a connection");
+    sockaddr_storage peer{};
+    socklen_t length = sizeof(peer);
+    if (::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &length) != 0) {
+        return error(Code::bad_request, "a TCP socket that is not connected");
+    }
+    return Status::success();
+}
+
 Status connect_endpoint(const Endpoint &endpoint, int timeout_ms, UniqueFd *fd) {
     if (endpoint.uses_unix_socket()) return connect_unix(endpoint, fd);
     if (endpoint.is_vsock()) return connect_vsock(endpoint, timeout_ms, fd);

@@ -39,6 +39,12 @@ bool adopt_listening_socket(int fd, InheritedSocket *socket);
 // Per-connection socket options: no Nagle delay, keep-alive probes on TCP.
 void tune_stream_socket(int fd);
 
+// Whether `fd` is a connected TCP socket (IPv4 or IPv6): the only kind of
+// descriptor a peer-link connection may be. Anything else (a pipe, a memfd, an
+// O_PATH descriptor, a unix or listening socket, /dev/null) is an error that says
+// what it is: a descriptor another process hands on is checked before it is used.
+Status expect_connected_tcp(int fd);
+
 // poll() on one descriptor for `events`, retried when a signal interrupts it:
 // 1 when ready, 0 on timeout (-1 waits forever), -1 with errno on failure.
 int poll_one(int fd, short events, int timeout_ms);

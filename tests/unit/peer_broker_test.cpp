@@ -5,15 +5,18 @@
 // of --tensor-peer are dialled.
 #include "host/listener/peer_broker.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -88,6 +91,28 @@ std::pair<UniqueFd, UniqueFd> stream_pair() {
     return {UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
+// A loopback TCP server the tests dial, or connect to for a peer's connection.
+struct TcpServer {
+    Endpoint endpoint;
+    UniqueFd listening;
+    TcpServer() {
+        EXPECT_TRUE(parse_endpoint("tcp://127.0.0.1:0", &endpoint).ok());
+        EXPECT_TRUE(listen_endpoint(&endpoint, &listening).ok());
+    }
+    std::string address() const { return "tcp://127.0.0.1:" + std::to_string(endpoint.port); }
+};
+
+// Both ends of a loopback TCP connection: what a peer server's dial looks like
+// to the worker that accepted it.
+std::pair<UniqueFd, UniqueFd> tcp_pair() {
+    static TcpServer server;
+    UniqueFd dialled;
+    EXPECT_TRUE(connect_endpoint(server.endpoint, 2000, &dialled).ok());
+    UniqueFd accepted(::accept4(server.listening.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    EXPECT_TRUE(accepted.valid());
+    return {std::move(accepted), std::move(dialled)};
+}
+
 // Whether the other end of `fd` was closed (by the broker): POLLHUP or EOF soon.
 bool peer_closed(int fd) {
     if (poll_one(fd, POLLIN, 2000) <= 0) return false;
@@ -124,9 +149,9 @@ class Worker {
         return answer;
     }
 
-    // Offers one end of a new socket pair, closing our copy of it; the other end.
+    // Offers one end of a new TCP connection, closing our copy of it; the other end.
     UniqueFd offer(const Request &request, Answer *answer) {
-        auto [offered, kept] = stream_pair();
+        auto [offered, kept] = tcp_pair();
         *answer = ask(request, offered.get());
         return std::move(kept);
     }
@@ -367,6 +392,112 @@ TEST(PeerBrokerDial, OnlyAllowedTcpPeersAreDialledAndGetTheHello) {
 
     const Answer tls = worker.ask(dial_request(token_id(16), 1, 0, "tls://" + address));
     EXPECT_EQ(tls.code(), Code::ok) << "the same server named tls://: " << tls.message();
+}
+
+// Class 4 of issue 40: whatever else a taken-over worker offers as a connection.
+TEST_F(PeerBroker, AnOfferOfAnythingButAConnectedTcpSocketIsRefused) {
+    Worker owner(broker), dialled_in(broker);
+    ASSERT_EQ(owner.ask(enrol_request(token_id(30), 0, 2)).code(), Code::ok);
+    const Request offer = offer_request(token_id(30), 0, 1);
+    int pipe_ends[2];
+    ASSERT_EQ(::pipe2(pipe_ends, O_CLOEXEC), 0);
+    const UniqueFd pipe_read(pipe_ends[0]), pipe_write(pipe_ends[1]);
+    const UniqueFd memfd(::memfd_create("not-a-connection", MFD_CLOEXEC));
+    const UniqueFd path_only(::open("/tmp", O_PATH | O_CLOEXEC));
+    const UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    auto [unix_end, unix_other] = stream_pair();
+    TcpServer listening;
+    const UniqueFd unconnected(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const UniqueFd datagram(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    const std::pair<const char *, int> wrong[] = {
+        {"a pipe", pipe_read.get()},
+        {"a memfd", memfd.get()},
+        {"an O_PATH descriptor", path_only.get()},
+        {"/dev/null", null.get()},
+        {"a unix socket", unix_end.get()},
+        {"a listening TCP socket", listening.listening.get()},
+        {"an unconnected TCP socket", unconnected.get()},
+        {"a UDP socket", datagram.get()},
+    };
+    for (const auto &[what, fd] : wrong) {
+        ASSERT_GE(fd, 0) << what;
+        const Answer answer = dialled_in.ask(offer, fd);
+        ASSERT_TRUE(answer.answered) << what;
+        EXPECT_EQ(answer.code(), Code::bad_request) << what;
+        EXPECT_THAT(answer.message(), HasSubstr("an offer's connection is")) << what;
+    }
+    const Answer nothing = owner.ask(take_request(token_id(30), 1, 50));
+    EXPECT_EQ(nothing.code(), Code::disconnected) << "nothing wrong was handed on";
+    EXPECT_FALSE(nothing.connection.valid());
+    EXPECT_EQ(dialled_in.offer_code(offer), Code::ok) << "the rank still awaits its real connection";
+}
+
+// Class 1 of issue 40: a guest that joins and leaves in a loop makes the listener
+// dial its peer server at most its session's budget, not hundreds of times a second.
+TEST(PeerBrokerDial, ASessionDialsAtMostItsBudgetAndAnotherSessionStillDials) {
+    TcpServer peer;
+    Broker broker({peer.endpoint});
+    Worker greedy(broker), other(broker);
+    int dialled = 0;
+    Answer refused;
+    for (int i = 0; i < 100; ++i) {
+        Answer answer = greedy.ask(dial_request(token_id(static_cast<uint8_t>(40 + i % 4)), 1, 0, peer.address()));
+        if (answer.code() != Code::ok) {
+            refused = std::move(answer);
+            break;
+        }
+        ++dialled;
+    }
+    EXPECT_EQ(dialled, static_cast<int>(host::kDialBurstPerSession));
+    EXPECT_EQ(refused.code(), Code::limit_exceeded);
+    EXPECT_THAT(refused.message(), HasSubstr("this session dialled as often as it may"));
+    const Answer fair = other.ask(dial_request(token_id(50), 1, 0, peer.address()));
+    EXPECT_EQ(fair.code(), Code::ok) << fair.message();
+}
+
+TEST(PeerBrokerDial, AGroupDialsAtMostItsBudgetWhicheverSessionsDial) {
+    TcpServer peer;
+    Broker broker({peer.endpoint});
+    const int sessions = static_cast<int>(host::kDialBurstPerGroup / host::kDialBurstPerSession) + 1;
+    std::vector<std::unique_ptr<Worker>> workers;
+    int dialled = 0;
+    Code last = Code::ok;
+    const auto started = Clock::now();
+    for (int s = 0; s < sessions && last == Code::ok; ++s) {
+        workers.push_back(std::make_unique<Worker>(broker));
+        for (int i = 0; i < host::kDialBurstPerSession && last == Code::ok; ++i) {
+            // The server's own budget is the slowest part: each dial waits its turn there.
+            last = workers.back()->ask(dial_request(token_id(60), 1, 0, peer.address()), -1, 30000).code();
+            if (last == Code::ok) ++dialled;
+        }
+    }
+    EXPECT_EQ(last, Code::limit_exceeded);
+    // The burst, and what the group's rate gave back while the dials waited their turns.
+    const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+    EXPECT_GE(dialled, static_cast<int>(host::kDialBurstPerGroup));
+    EXPECT_LE(dialled, static_cast<int>(host::kDialBurstPerGroup + elapsed * host::kDialsPerSecondPerGroup) + 1);
+}
+
+TEST(PeerBrokerDial, DialsToOneServerPastItsBudgetWaitTheirTurnInsteadOfFailing) {
+    TcpServer peer;
+    Broker broker({peer.endpoint});
+    const int past = 4;  // dials beyond the server's burst: each waits about 1/rate
+    const int sessions = static_cast<int>(host::kDialBurstPerServer / host::kDialBurstPerSession) + 1;
+    std::vector<std::unique_ptr<Worker>> workers;
+    int dialled = 0;
+    const auto started = Clock::now();
+    for (int s = 0; s < sessions; ++s) {
+        workers.push_back(std::make_unique<Worker>(broker));
+        for (int i = 0; i < host::kDialBurstPerSession && dialled < host::kDialBurstPerServer + past; ++i) {
+            const Answer answer = workers.back()->ask(
+                dial_request(token_id(static_cast<uint8_t>(70 + s)), 1, 0, peer.address()), -1, 30000);
+            ASSERT_EQ(answer.code(), Code::ok) << "dial " << dialled << ": " << answer.message();
+            ++dialled;
+        }
+    }
+    // The server's rate held: the dials past its burst took their time.
+    const double least = (past - 1) / host::kDialsPerSecondPerServer;
+    EXPECT_GE(std::chrono::duration<double>(Clock::now() - started).count(), least);
 }
 
 TEST_F(PeerBroker, AClosedChannelsGroupsAreForgotten) {

@@ -24,6 +24,7 @@ struct PeerBroker::Channel {
     UniqueFd fd;
     std::thread thread;
     std::atomic<bool> ended{false};
+    RateBucket dials{kDialBurstPerSession, kDialsPerSecondPerSession, std::chrono::steady_clock::now()};
 };
 
 namespace {
@@ -48,6 +49,10 @@ Status endpoint_of(const Request &request, Endpoint *endpoint) {
 
 bool same_server(const Endpoint &a, const Endpoint &b) { return a.host == b.host && a.port == b.port; }
 
+int64_t to_ms(std::chrono::steady_clock::duration duration) {
+    return std::chrono::ceil<std::chrono::milliseconds>(duration).count();
+}
+
 }  // namespace
 
 PeerBroker::PeerBroker(std::vector<Endpoint> peers) : peers_(std::move(peers)) {}
@@ -60,6 +65,7 @@ PeerBroker::~PeerBroker() {
         channels.swap(channels_);
     }
     arrivals_.notify_all();
+    turns_.notify_all();
     for (auto &channel : channels) (void)::shutdown(channel->fd.get(), SHUT_RDWR);
     for (auto &channel : channels) {
         if (channel->thread.joinable()) channel->thread.join();
@@ -107,8 +113,7 @@ void PeerBroker::serve_channel(Channel *channel) {
     channel->ended.store(true);
 }
 
-Status PeerBroker::answer(const Channel &channel, const Request &request, std::vector<UniqueFd> &fds,
-                          UniqueFd *connection) {
+Status PeerBroker::answer(Channel &channel, const Request &request, std::vector<UniqueFd> &fds, UniqueFd *connection) {
     if (static_cast<Kind>(request.kind) != Kind::offer && !fds.empty()) {
         return error(Code::bad_request, "only an offer comes with a connection");
     }
@@ -118,7 +123,7 @@ Status PeerBroker::answer(const Channel &channel, const Request &request, std::v
         case Kind::leave:
             return leave(channel, request);
         case Kind::dial:
-            return dial(request, connection);
+            return dial(channel, request, connection);
         case Kind::take:
             return take(channel, request, connection);
         case Kind::offer:
@@ -157,7 +162,7 @@ Status PeerBroker::leave(const Channel &channel, const Request &request) {
     return Status::success();
 }
 
-Status PeerBroker::dial(const Request &request, UniqueFd *connection) const {
+Status PeerBroker::dial(Channel &channel, const Request &request, UniqueFd *connection) {
     Endpoint endpoint;
     if (Status s = endpoint_of(request, &endpoint); !s) return s;
     const bool allowed =
@@ -167,6 +172,7 @@ Status PeerBroker::dial(const Request &request, UniqueFd *connection) const {
                                             " for tensor parallelism (start it with --tensor-peer " +
                                             endpoint.to_string() + ")");
     }
+    if (Status s = spend_dial(channel, request, endpoint); !s) return s;
     endpoint.kind = Endpoint::Kind::tcp;  // the link's TLS is the workers' own, under the group's key
     if (Status s = connect_endpoint(endpoint, peer_channel::kDialTimeoutMs, connection); !s) return s;
     PeerLinks::Hello hello{};
@@ -178,6 +184,59 @@ Status PeerBroker::dial(const Request &request, UniqueFd *connection) const {
         connection->reset();
         return error(Code::disconnected, endpoint.to_string() + " closed the connection at once");
     }
+    return Status::success();
+}
+
+// One dial from the session's budget and the group's (refused when either is
+// spent), then its turn in the queue of dials to that server.
+Status PeerBroker::spend_dial(Channel &channel, const Request &request, const Endpoint &server) {
+    const auto now = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!channel.dials.can_spend(now)) {
+        return error(Code::limit_exceeded, "dial: this session dialled as often as it may for now; try again in " +
+                                               std::to_string(to_ms(channel.dials.until_next(now))) + " ms");
+    }
+    for (auto it = group_dials_.begin(); it != group_dials_.end();) {
+        it = it->second.full(now) ? group_dials_.erase(it) : std::next(it);
+    }
+    const PeerLinks::TokenId id = token_id_of(request);
+    auto group = group_dials_.try_emplace(id, kDialBurstPerGroup, kDialsPerSecondPerGroup, now).first;
+    if (!group->second.can_spend(now)) {
+        return error(Code::limit_exceeded, "dial: this group dialled as often as it may for now; try again in " +
+                                               std::to_string(to_ms(group->second.until_next(now))) + " ms");
+    }
+    channel.dials.spend(now);
+    group->second.spend(now);
+    const auto deadline = now + std::chrono::milliseconds(peer_channel::kDialTimeoutMs);
+    return wait_turn_to_dial(channel, server.host + ":" + std::to_string(server.port), deadline, lock);
+}
+
+// Waits, first come first served, for the server's dial budget: a guest that
+// dials as often as its own budgets allow, from many sessions, delays another
+// tenant's dial by the queue ahead of it, never refuses it.
+Status PeerBroker::wait_turn_to_dial(const Channel &channel, const std::string &server,
+                                     std::chrono::steady_clock::time_point deadline,
+                                     std::unique_lock<std::mutex> &lock) {
+    auto &dials = server_dials_
+                      .try_emplace(server, ServerDials{RateBucket(kDialBurstPerServer, kDialsPerSecondPerServer,
+                                                                  std::chrono::steady_clock::now()),
+                                                       {}})
+                      .first->second;
+    dials.waiting.push_back(&channel);
+    for (;;) {
+        const auto now = std::chrono::steady_clock::now();
+        const bool first = dials.waiting.front() == &channel;
+        if (first && dials.budget.spend(now)) break;
+        if (stopping_.load() || now >= deadline) {
+            dials.waiting.erase(std::find(dials.waiting.begin(), dials.waiting.end(), &channel));
+            turns_.notify_all();
+            return error(Code::limit_exceeded, "dial: " + server + " is dialled as often as it may be for now");
+        }
+        const auto wake = first ? std::min(deadline, now + dials.budget.until_next(now)) : deadline;
+        turns_.wait_until(lock, wake);
+    }
+    dials.waiting.pop_front();
+    turns_.notify_all();
     return Status::success();
 }
 
@@ -209,6 +268,11 @@ Status PeerBroker::take(const Channel &channel, const Request &request, UniqueFd
 
 Status PeerBroker::offer(const Request &request, std::vector<UniqueFd> &fds) {
     if (fds.size() != 1) return error(Code::bad_request, "an offer comes with one connection");
+    // A worker a guest took over may send any descriptor: only a peer's TCP
+    // connection is handed on to the session that awaits it.
+    if (Status kind = expect_connected_tcp(fds.front().get()); !kind) {
+        return error(Code::bad_request, "an offer's connection is " + kind.message());
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = groups_.find(token_id_of(request));
     if (it == groups_.end()) return error(Code::not_found, "no session here is in that group");

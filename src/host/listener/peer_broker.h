@@ -10,12 +10,20 @@
 // accepted it read the peer hello in its sandbox, and the two workers then
 // authenticate each other with TLS under a key only the guest gave them.
 //
-// Each worker's channel is served on a thread of its own; a take waits there.
+// Dials are bounded over time, so that no guest can make this server hammer a
+// peer server (which counts every dial against this server's address, and would
+// then refuse another tenant's link): each session has a budget of dials, each
+// group another, and the dials to one peer server wait their turn, first come
+// first served, for a budget kept under what that peer starts for one address
+// (listener/start_budget.h). An offered connection must be a connected TCP socket.
+//
+// Each worker's channel is served on a thread of its own; a take or a dial waits there.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -23,12 +31,25 @@
 #include <vector>
 
 #include "host/common/peer_channel.h"
+#include "host/listener/rate_bucket.h"
 #include "protocol/status.h"
 #include "transport/endpoint.h"
 #include "transport/peer_links.h"
 #include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
+
+// Dials a session may make: a burst, then one every few seconds (a guest that
+// joins a group dials each higher rank's server once, and again after a reconnect).
+constexpr double kDialBurstPerSession = 8;
+constexpr double kDialsPerSecondPerSession = 0.5;
+// Dials for one group (by its token), whichever sessions make them.
+constexpr double kDialBurstPerGroup = 2.0 * PeerExchange::kMaxRanks;
+constexpr double kDialsPerSecondPerGroup = 0.5;
+// Dials to one peer server, all sessions together: half of what that server
+// starts for one address by default (--max-starts-per-peer 8, a burst of 32).
+constexpr double kDialBurstPerServer = 16;
+constexpr double kDialsPerSecondPerServer = 4;
 
 class PeerBroker {
   public:
@@ -52,11 +73,14 @@ class PeerBroker {
     };
 
     void serve_channel(Channel *channel);
-    Status answer(const Channel &channel, const peer_channel::Request &request, std::vector<UniqueFd> &fds,
+    Status answer(Channel &channel, const peer_channel::Request &request, std::vector<UniqueFd> &fds,
                   UniqueFd *connection);
     Status enrol(const Channel &channel, const peer_channel::Request &request);
     Status leave(const Channel &channel, const peer_channel::Request &request);
-    Status dial(const peer_channel::Request &request, UniqueFd *connection) const;
+    Status dial(Channel &channel, const peer_channel::Request &request, UniqueFd *connection);
+    Status spend_dial(Channel &channel, const peer_channel::Request &request, const Endpoint &server);
+    Status wait_turn_to_dial(const Channel &channel, const std::string &server,
+                             std::chrono::steady_clock::time_point deadline, std::unique_lock<std::mutex> &lock);
     Status take(const Channel &channel, const peer_channel::Request &request, UniqueFd *connection);
     Status offer(const peer_channel::Request &request, std::vector<UniqueFd> &fds);
     void forget_groups_of(const Channel &channel);
@@ -65,7 +89,14 @@ class PeerBroker {
     std::vector<Endpoint> peers_;
     std::mutex mutex_;
     std::condition_variable arrivals_;
+    std::condition_variable turns_;  // a dial's turn in a server's queue
     std::map<PeerLinks::TokenId, Group> groups_;
+    std::map<PeerLinks::TokenId, RateBucket> group_dials_;  // forgotten once full again
+    struct ServerDials {
+        RateBucket budget;
+        std::deque<const Channel *> waiting;  // first come, first served
+    };
+    std::map<std::string, ServerDials> server_dials_;  // by peer server, host:port
     std::list<std::unique_ptr<Channel>> channels_;
     std::atomic<bool> stopping_{false};
 };
