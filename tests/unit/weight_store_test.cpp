@@ -216,6 +216,53 @@ TEST_F(WeightStoreTest, TheLeastRecentlyUsedEntriesGoFirst) {
     EXPECT_LE(the_owner().bytes_held(), options.max_bytes);
 }
 
+// Issue 40, class 5: a tenant (or a worker a guest took over) that offers entry
+// after entry evicts its own, and others' only beyond their share.
+TEST_F(WeightStoreTest, OneTenantsOffersNeverEvictAnothersEntriesBelowItsShare) {
+    options.max_bytes = 5 * 400000;  // room for four entries of 400 kB and their header pages
+    WeightStore &quiet = open_store("uid 1000");
+    WeightStore &greedy = open_store("uid 2000");
+    std::vector<std::vector<uint8_t>> tensors;
+    for (uint32_t i = 0; i < 8; ++i) tensors.push_back(pattern_bytes(400000, 40 + i));
+    put(quiet, tensors[0]);
+    put(quiet, tensors[1]);  // half the store: its share of two tenants
+    for (uint32_t i = 2; i < 8; ++i) put(greedy, tensors[i]);
+    StoreEntry entry;
+    for (uint32_t i = 0; i < 2; ++i) {
+        const ContentDigest digest = content_digest(tensors[i].data(), tensors[i].size());
+        EXPECT_TRUE(quiet.find(digest, tensors[i].size(), &entry) == StoreLookup::found)
+            << "the quiet tenant's entry " << i << " within its share stays";
+    }
+    const ContentDigest newest = content_digest(tensors[7].data(), tensors[7].size());
+    EXPECT_TRUE(greedy.find(newest, tensors[7].size(), &entry) == StoreLookup::found)
+        << "the greedy tenant evicts its own entries to make room";
+    EXPECT_GE(the_owner().counters().entries_evicted, 4u);
+    EXPECT_LE(the_owner().bytes_held(), options.max_bytes);
+}
+
+TEST_F(WeightStoreTest, ATenantBeyondItsShareIsEvictedForAnother) {
+    options.max_bytes = 5 * 400000;
+    WeightStore &first = open_store("uid 1000");
+    WeightStore &second = open_store("uid 2000");
+    std::vector<std::vector<uint8_t>> tensors;
+    for (uint32_t i = 0; i < 6; ++i) tensors.push_back(pattern_bytes(400000, 60 + i));
+    for (uint32_t i = 0; i < 4; ++i) put(first, tensors[i]);  // the whole store while alone
+    put(second, tensors[4]);
+    put(second, tensors[5]);
+    StoreEntry entry;
+    for (uint32_t i = 4; i < 6; ++i) {
+        const ContentDigest digest = content_digest(tensors[i].data(), tensors[i].size());
+        EXPECT_TRUE(second.find(digest, tensors[i].size(), &entry) == StoreLookup::found)
+            << "room within its share, taken from the tenant beyond its own";
+    }
+    int kept = 0;
+    for (uint32_t i = 0; i < 4; ++i) {
+        const ContentDigest digest = content_digest(tensors[i].data(), tensors[i].size());
+        if (first.find(digest, tensors[i].size(), &entry) == StoreLookup::found) ++kept;
+    }
+    EXPECT_EQ(kept, 2) << "the first tenant keeps its share";
+}
+
 TEST_F(WeightStoreTest, PrepareRemovesHalfWrittenEntriesOfDeadWriters) {
     (void)open_store("uid 1000");
     const std::string tenant = options.directory + "/" + StoreOwner::tenant_directory_name("uid 1000");

@@ -229,9 +229,9 @@ void StoreOwner::scan() {
             struct stat st{};
             if (name[0] == '.' || ::fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
             const uint64_t bytes = uint64_t(st.st_blocks) * 512;
-            stored_[std::string(tenant) + "/" + name] = {bytes,
-                                                         int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-            stored_bytes_ += bytes;
+            const std::string key = std::string(tenant) + "/" + name;
+            stored_[key] = {bytes, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+            count_stored_locked(key, static_cast<int64_t>(bytes));
         });
     });
 }
@@ -340,7 +340,7 @@ void StoreOwner::remove_entry(const std::string &key) {
     (void)::unlinkat(root_.get(), key.c_str(), 0);
     const auto it = stored_.find(key);
     if (it == stored_.end()) return;
-    stored_bytes_ -= it->second.bytes;
+    count_stored_locked(key, -static_cast<int64_t>(it->second.bytes));
     stored_.erase(it);
 }
 
@@ -385,7 +385,7 @@ Status StoreOwner::find(const Channel &channel, const Request &request, Reply *r
     Stored &stored = stored_[key];
     if (stored.bytes == 0) {
         stored.bytes = uint64_t(st.st_blocks) * 512;
-        stored_bytes_ += stored.bytes;
+        count_stored_locked(key, static_cast<int64_t>(stored.bytes));
     }
     stored.used_ns = now_ns();
     if (stored.used_ns / 1000000000 - st.st_mtim.tv_sec >= options_.lru_resolution_s)
@@ -473,12 +473,43 @@ void StoreOwner::find_in_library(const Request &request, Reply *reply, UniqueFd 
     reply->content_offset = offset;
 }
 
-void StoreOwner::evict_locked(uint64_t room_for) {
-    while (stored_bytes_ + reserved_bytes_ + room_for > options_.max_bytes && !stored_.empty()) {
-        auto oldest = stored_.begin();
+namespace {
+
+std::string tenant_of_key(const std::string &key) { return key.substr(0, key.find('/')); }
+
+}  // namespace
+
+void StoreOwner::count_stored_locked(const std::string &key, int64_t bytes) {
+    stored_bytes_ = static_cast<uint64_t>(static_cast<int64_t>(stored_bytes_) + bytes);
+    uint64_t &held = tenant_bytes_[tenant_of_key(key)];
+    held = static_cast<uint64_t>(static_cast<int64_t>(held) + bytes);
+    if (held == 0) tenant_bytes_.erase(tenant_of_key(key));
+}
+
+// Each tenant's share: the limit divided among the tenants that hold entries,
+// `tenant` among them.
+uint64_t StoreOwner::share_locked(const std::string &tenant) const {
+    const size_t tenants = tenant_bytes_.size() + (tenant_bytes_.count(tenant) == 0 ? 1 : 0);
+    return options_.max_bytes / std::max<size_t>(1, tenants);
+}
+
+// A tenant that holds no more than its share loses nothing to another's offers.
+bool StoreOwner::evictable_locked(const std::string &key, const std::string &tenant, uint64_t share) const {
+    const std::string owner = tenant_of_key(key);
+    if (owner == tenant) return true;
+    const auto held = tenant_bytes_.find(owner);
+    return held != tenant_bytes_.end() && held->second > share;
+}
+
+void StoreOwner::evict_locked(uint64_t room_for, const std::string &tenant) {
+    const uint64_t share = share_locked(tenant);
+    while (stored_bytes_ + reserved_bytes_ + room_for > options_.max_bytes) {
+        auto oldest = stored_.end();
         for (auto it = stored_.begin(); it != stored_.end(); ++it) {
-            if (it->second.used_ns < oldest->second.used_ns) oldest = it;
+            if (!evictable_locked(it->first, tenant, share)) continue;
+            if (oldest == stored_.end() || it->second.used_ns < oldest->second.used_ns) oldest = it;
         }
+        if (oldest == stored_.end()) return;  // the rest is others' shares
         const std::string key = oldest->first;
         remove_entry(key);  // unlinked: a worker's mapping of it stays valid
         ++counters_.entries_evicted;
@@ -497,10 +528,12 @@ Status StoreOwner::reserve(const std::string &key, uint64_t bytes, bool *in_flig
         return error(Code::limit_exceeded,
                      "weight store: an entry of " + std::to_string(bytes) + " bytes exceeds the store's limit");
     }
-    evict_locked(bytes);
+    evict_locked(bytes, tenant_of_key(key));
     if (stored_bytes_ + reserved_bytes_ + bytes > options_.max_bytes) {
         ++counters_.commits_refused;
-        return error(Code::limit_exceeded, "weight store: full with entries being written");
+        return error(Code::limit_exceeded,
+                     "weight store: full with entries being written, or with other tenants' shares (" +
+                         std::to_string(share_locked(tenant_of_key(key))) + " bytes each)");
     }
     in_flight_[key] = bytes;
     reserved_bytes_ += bytes;
@@ -678,9 +711,9 @@ void StoreOwner::finish_commit(Commit &commit, CommitEnd end) {
         return;
     }
     Stored &stored = stored_[commit.key()];
-    stored_bytes_ -= stored.bytes;  // an entry it replaced
+    count_stored_locked(commit.key(), -static_cast<int64_t>(stored.bytes));  // an entry it replaced
     stored = {commit.reserved, now_ns()};
-    stored_bytes_ += stored.bytes;
+    count_stored_locked(commit.key(), static_cast<int64_t>(stored.bytes));
     ++counters_.entries_written;
 }
 

@@ -142,7 +142,15 @@ class StoreOwner {
     Status reserve(const std::string &key, uint64_t bytes, bool *in_flight);
     // The same for `channel`'s commit, which claims the entry meanwhile.
     Status reserve_for(const Channel &channel, const std::string &key, uint64_t bytes, bool *in_flight);
-    void evict_locked(uint64_t room_for);
+    // Evicts the least recently used entries that `tenant` may evict until
+    // `room_for` bytes fit: its own, and others' only while their tenant holds
+    // more than its share (the limit divided among the tenants that hold entries).
+    // A tenant within its share loses nothing to another's offers.
+    void evict_locked(uint64_t room_for, const std::string &tenant);
+    bool evictable_locked(const std::string &key, const std::string &tenant, uint64_t share) const;
+    uint64_t share_locked(const std::string &tenant) const;
+    // Counts `bytes` more (or fewer) held by the entry `key`, in all and for its tenant.
+    void count_stored_locked(const std::string &key, int64_t bytes);
     Status open_tenant(const std::string &tenant, UniqueFd *directory);
     void scan();
     void forget_ended_channels();
@@ -165,6 +173,7 @@ class StoreOwner {
     };
     std::map<const Channel *, ClaimCounts> claims_of_;  // each worker's, counted as they change
     uint64_t stored_bytes_ = 0;
+    std::map<std::string, uint64_t> tenant_bytes_;  // named entries' bytes, by tenant directory
     uint64_t reserved_bytes_ = 0;
     StoreOwnerCounters counters_;
     std::list<std::unique_ptr<Channel>> channels_;
