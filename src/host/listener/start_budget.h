@@ -1,7 +1,7 @@
 // StartBudget: how many worker programs the listener starts, per peer and in all,
 // over time. Every connection costs a fork and an exec before a worker can check
 // anything, so a peer that connects in a loop is refused at accept, for the price
-// of an accept, once it spent its budget (docs/SECURITY.md, class 11). A peer that
+// of an accept, once it spent its budget (docs/SECURITY.md, "Floods"). A peer that
 // runs as root or as the server's user is not counted: it can stop the server anyway.
 #pragma once
 
