@@ -26,11 +26,14 @@ constexpr const char *kPriority =
 // What a guest keeps of the server's first bytes, to explain a failed handshake.
 constexpr size_t kCaptureLimit = 4096;
 
-// The server's keys, and what the guest asked for (for the log when it fails).
-struct ServerKeys {
-    std::vector<PreSharedKey> keys;
-    std::string identity;  // the last identity a guest presented, escaped: it is only ever shown
-    bool known = false;    // whether a key was found for it
+// The server's way to its key, and what the guest asked for (for the log when it fails).
+struct ServerAuth {
+    TlsSession::KeyOracle oracle;
+    std::string client_hello;  // the body of the guest's ClientHello, for its proof
+    int client_hellos = 0;     // a second one follows a HelloRetryRequest: not served
+    bool asked = false;        // the oracle is asked once
+    std::string identity;      // the identity the guest presented, escaped: it is only ever shown
+    Status refusal;            // why the oracle gave no key
 };
 
 }  // namespace
@@ -40,7 +43,7 @@ struct TlsSession::State {
     gnutls_session_t session = nullptr;
     gnutls_psk_client_credentials_t client_credentials = nullptr;
     gnutls_psk_server_credentials_t server_credentials = nullptr;
-    ServerKeys server_keys;  // server: the keys a guest may hold
+    ServerAuth server_auth;  // server: how it gets the key of the guest's identity
     // Of the receive and the send that failed last: kept apart, since one thread may
     // send while another receives.
     int last_recv_errno = 0;
@@ -54,7 +57,6 @@ struct TlsSession::State {
         if (session != nullptr) gnutls_deinit(session);
         if (client_credentials != nullptr) gnutls_psk_free_client_credentials(client_credentials);
         if (server_credentials != nullptr) gnutls_psk_free_server_credentials(server_credentials);
-        for (PreSharedKey &key : server_keys.keys) ::explicit_bzero(key.key.data(), key.key.size());
     }
 };
 
@@ -108,22 +110,37 @@ ssize_t push(gnutls_transport_ptr_t context, const giovec_t *iov, int count) {
     return sent;
 }
 
-// The server's key for the identity a guest presents: its own entry, else the bare key.
-int find_key(gnutls_session_t session, const char *identity, gnutls_datum_t *key) {
-    auto *keys = static_cast<ServerKeys *>(gnutls_session_get_ptr(session));
-    const PreSharedKey *found = nullptr;
-    for (const PreSharedKey &entry : keys->keys) {
-        if (entry.identity == identity) found = &entry;
-        if (entry.identity.empty() && found == nullptr) found = &entry;
-    }
-    keys->identity = printable(identity);
-    keys->known = found != nullptr;
-    if (found == nullptr) return -1;
-    key->data = static_cast<unsigned char *>(gnutls_malloc(found->key.size()));
-    if (key->data == nullptr) return -1;
-    std::memcpy(key->data, found->key.data(), found->key.size());
-    key->size = static_cast<unsigned>(found->key.size());
+// Keeps the guest's ClientHello: its proof of the key is read from it.
+int keep_client_hello(gnutls_session_t session, unsigned int type, unsigned, unsigned int incoming,
+                      const gnutls_datum_t *message) {
+    auto *auth = static_cast<ServerAuth *>(gnutls_session_get_ptr(session));
+    if (incoming == 0 || type != GNUTLS_HANDSHAKE_CLIENT_HELLO || message == nullptr) return 0;
+    auth->client_hello.assign(reinterpret_cast<const char *>(message->data), message->size);
+    ++auth->client_hellos;
     return 0;
+}
+
+// The key for the identity a guest presents, from the oracle, once it saw the
+// guest's binder for it.
+int find_key(gnutls_session_t session, const char *identity, gnutls_datum_t *key) {
+    auto *auth = static_cast<ServerAuth *>(gnutls_session_get_ptr(session));
+    auth->identity = printable(identity);
+    if (auth->asked || auth->client_hellos != 1) {
+        auth->refusal = error(Code::bad_request, "TLS: one key per handshake, without a HelloRetryRequest");
+        return -1;
+    }
+    auth->asked = true;
+    BinderProof proof;
+    const auto *hello = reinterpret_cast<const uint8_t *>(auth->client_hello.data());
+    auth->refusal = binder_proof_from_client_hello(hello, auth->client_hello.size(), identity, &proof);
+    std::vector<uint8_t> found;
+    if (auth->refusal) auth->refusal = auth->oracle(proof, &found);
+    if (!auth->refusal) return -1;
+    key->data = static_cast<unsigned char *>(gnutls_malloc(found.size()));
+    if (key->data != nullptr) std::memcpy(key->data, found.data(), found.size());
+    key->size = static_cast<unsigned>(found.size());
+    ::explicit_bzero(found.data(), found.size());
+    return key->data != nullptr ? 0 : -1;
 }
 
 bool is_key_alert(gnutls_alert_description_t alert) {
@@ -231,45 +248,58 @@ Status TlsSession::connect(int fd, const PreSharedKey &key, int timeout_ms, std:
 
 Status TlsSession::accept(int fd, const std::vector<PreSharedKey> &keys, int timeout_ms,
                           std::unique_ptr<TlsSession> *out) {
+    // The same check as a worker's listener makes: every handshake checks the binder twice.
+    const KeyOracle local = [&keys](const BinderProof &proof, std::vector<uint8_t> *key) {
+        return key_for_proof(keys, proof, key);
+    };
+    return accept(fd, local, timeout_ms, out);
+}
+
+Status TlsSession::accept(int fd, const KeyOracle &oracle, int timeout_ms, std::unique_ptr<TlsSession> *out) {
     auto state = std::make_unique<State>();
     state->fd = fd;
-    state->server_keys.keys = keys;
+    state->server_auth.oracle = oracle;
     Status status = start(state.get(), GNUTLS_SERVER, timeout_ms);
     if (!status) return status;
     int rc = gnutls_psk_allocate_server_credentials(&state->server_credentials);
     if (rc >= 0) {
         gnutls_psk_set_server_credentials_function(state->server_credentials, find_key);
-        gnutls_session_set_ptr(state->session, &state->server_keys);
+        gnutls_session_set_ptr(state->session, &state->server_auth);
+        gnutls_handshake_set_hook_function(state->session, GNUTLS_HANDSHAKE_CLIENT_HELLO, GNUTLS_HOOK_PRE,
+                                           keep_client_hello);
         rc = gnutls_credentials_set(state->session, GNUTLS_CRD_PSK, state->server_credentials);
     }
     if (rc < 0) return error(Code::error, std::string("TLS credentials: ") + gnutls_strerror(rc));
 
     rc = handshake(state->session);
-    if (rc < 0) {
-        if (rc == GNUTLS_E_TIMEDOUT || rc == GNUTLS_E_AGAIN) {
-            return error(Code::disconnected, "no TLS handshake within " + std::to_string(timeout_ms) + " ms");
-        }
-        // The guest learns why (a wrong key is an alert, not a hang-up).
-        const ServerKeys &asked = state->server_keys;
-        if (!asked.identity.empty() && !asked.known) {
-            (void)gnutls_alert_send(state->session, GNUTLS_AL_FATAL, GNUTLS_A_UNKNOWN_PSK_IDENTITY);
-            return error(Code::bad_request, "unknown identity '" + asked.identity + "' (not in the key file)");
-        }
-        (void)gnutls_alert_send_appropriate(state->session, rc);
-        if (!asked.identity.empty() &&
-            (rc == GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER || rc == GNUTLS_E_DECRYPTION_FAILED)) {
-            return error(Code::bad_request,
-                         "wrong pre-shared key for identity '" + asked.identity + "' (" + gnutls_strerror(rc) + ")");
-        }
-        TlsSession failed(std::move(state));
-        return failed.failure(rc);
-    }
-    // The keys are needed for the handshake only: the process that serves this guest
-    // keeps none of them (nor other guests') in its memory from here on.
-    for (PreSharedKey &key : state->server_keys.keys) ::explicit_bzero(key.key.data(), key.key.size());
-    state->server_keys.keys.clear();
+    if (rc < 0) return refused_handshake(std::move(state), rc, timeout_ms);
     out->reset(new TlsSession(std::move(state)));
     return Status::success();
+}
+
+// Why a guest's handshake failed, and the alert that tells it (a wrong key is an
+// alert, not a hang-up).
+Status TlsSession::refused_handshake(std::unique_ptr<State> state, int rc, int timeout_ms) {
+    if (rc == GNUTLS_E_TIMEDOUT || rc == GNUTLS_E_AGAIN) {
+        return error(Code::disconnected, "no TLS handshake within " + std::to_string(timeout_ms) + " ms");
+    }
+    const ServerAuth &asked = state->server_auth;
+    if (asked.asked && asked.refusal.code() == Code::not_found) {
+        (void)gnutls_alert_send(state->session, GNUTLS_AL_FATAL, GNUTLS_A_UNKNOWN_PSK_IDENTITY);
+        return error(Code::bad_request, "unknown identity '" + asked.identity + "' (not in the key file)");
+    }
+    if (asked.asked && !asked.refusal) {
+        (void)gnutls_alert_send(state->session, GNUTLS_AL_FATAL, GNUTLS_A_DECRYPT_ERROR);
+        return error(Code::bad_request,
+                     "wrong pre-shared key for identity '" + asked.identity + "' (" + asked.refusal.message() + ")");
+    }
+    (void)gnutls_alert_send_appropriate(state->session, rc);
+    if (!asked.identity.empty() && (rc == GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER || rc == GNUTLS_E_DECRYPTION_FAILED)) {
+        return error(Code::bad_request,
+                     "wrong pre-shared key for identity '" + asked.identity + "' (" + gnutls_strerror(rc) + ")");
+    }
+    TlsSession failed(std::move(state));
+    return failed.failure(rc);
 }
 
 Status TlsSession::write(const void *data, size_t size) {

@@ -3,11 +3,13 @@
 // secret even if the key leaks later. FramedStream sends its frames through one.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "protocol/status.h"
+#include "transport/psk_binder.h"
 #include "transport/tls_key.h"
 
 namespace ggml_remote {
@@ -23,9 +25,16 @@ class TlsSession {
     // a server that does not speak TLS from one that refused the key.
     static Status connect(int fd, const PreSharedKey &key, int timeout_ms, std::unique_ptr<TlsSession> *session,
                           std::string *first_bytes = nullptr);
+    // Who gives the server the key of the identity a guest names, once it has seen
+    // the guest's proof that it holds it (psk_binder.h): the key in *key, or an error
+    // (Code::not_found: no such identity; bad_request: the proof does not match).
+    using KeyOracle = std::function<Status(const BinderProof &proof, std::vector<uint8_t> *key)>;
     // The server's side: accepts a guest that holds one of `keys`, within timeout_ms.
     static Status accept(int fd, const std::vector<PreSharedKey> &keys, int timeout_ms,
-                         std::unique_ptr<TlsSession> *session);
+                         std::unique_ptr<TlsSession> *out);
+    // The same, with the key asked of `oracle` (a worker's listener), which is asked
+    // once: this side holds no key before the guest proved it holds one.
+    static Status accept(int fd, const KeyOracle &oracle, int timeout_ms, std::unique_ptr<TlsSession> *out);
 
     // Sends all of `data`; the error's message is the reason alone.
     Status write(const void *data, size_t size);
@@ -52,6 +61,7 @@ class TlsSession {
 
   private:
     struct State;
+    static Status refused_handshake(std::unique_ptr<State> state, int rc, int timeout_ms);
     explicit TlsSession(std::unique_ptr<State> state);
     Status failure(int code) const;
 
