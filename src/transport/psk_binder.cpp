@@ -99,9 +99,7 @@ Status find_binder(const uint8_t *body, size_t psk_start, size_t psk_size, const
 gnutls_digest_algorithm_t digest_for(uint32_t hash_bytes) {
     return hash_bytes == 48 ? GNUTLS_DIG_SHA384 : GNUTLS_DIG_SHA256;
 }
-gnutls_mac_algorithm_t mac_for(uint32_t hash_bytes) {
-    return hash_bytes == 48 ? GNUTLS_MAC_SHA384 : GNUTLS_MAC_SHA256;
-}
+gnutls_mac_algorithm_t mac_for(uint32_t hash_bytes) { return hash_bytes == 48 ? GNUTLS_MAC_SHA384 : GNUTLS_MAC_SHA256; }
 
 // HKDF-Expand-Label(secret, label, context, length) of RFC 8446, 7.1.
 bool expand_label(gnutls_mac_algorithm_t mac, const std::vector<uint8_t> &secret, const std::string &label,

@@ -23,8 +23,8 @@ constexpr size_t kMaxBinderBytes = 48;  // SHA-384's; SHA-256 gives 32
 
 // Fixed-size, so that it crosses a socket as it is.
 struct BinderProof {
-    uint32_t hash_bytes = 0;     // 32 (SHA-256) or 48 (SHA-384): the PSK's hash
-    uint32_t identity_size = 0;  // bytes of `identity`
+    uint32_t hash_bytes = 0;                        // 32 (SHA-256) or 48 (SHA-384): the PSK's hash
+    uint32_t identity_size = 0;                     // bytes of `identity`
     uint8_t transcript_hash[kMaxBinderBytes] = {};  // Hash(the ClientHello up to its binders)
     uint8_t binder[kMaxBinderBytes] = {};           // the binder the client sent for `identity`
     char identity[kMaxProofIdentityBytes] = {};

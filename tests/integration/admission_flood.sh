@@ -3,7 +3,7 @@
 # of the worker program before anything was checked, so the listener could not
 # drain its accept queue while one peer flooded it. Now, over unix, tcp and tls:
 #  - while one peer floods, another peer's guest is accepted within ADMIT_MS (1 s),
-#    each of three times (plus three times what the same guest takes without the
+#    each of three times (plus four times what the same guest takes without the
 #    flood, measured first: on a busy machine a worker's start is slower too);
 #  - the flooding peer starts no more workers than its start budget allows
 #    (--max-starts-per-peer RATE: a burst of 4 x RATE, then RATE a second), however
@@ -48,7 +48,7 @@ probe() {
     fi
 }
 
-# quiet_limit LABEL ARGS...: sets LIMIT to ADMIT_MS plus three times the slowest of
+# quiet_limit LABEL ARGS...: sets LIMIT to ADMIT_MS plus four times the slowest of
 # three handshakes without a flood.
 quiet_limit() {
     local label=$1 slowest=0 took i
@@ -58,7 +58,7 @@ quiet_limit() {
         [ "$took" != refused ] || fail "$label: a guest was refused without any flood: $(cat "$WORK/$label-quiet$i.txt")"
         [ "$took" -le "$slowest" ] || slowest=$took
     done
-    LIMIT=$((ADMIT_MS + 3 * slowest))
+    LIMIT=$((ADMIT_MS + 4 * slowest))
 }
 
 # flood_with LABEL LOG PEER_REGEX FLOOD_ARGS... -- PROBE ARGS...: floods, and once the

@@ -6,6 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <string>
+
+#include "transport/socket.h"
+
 namespace ggml_remote::host {
 namespace {
 
@@ -27,18 +32,49 @@ class AdmissionTest : public ::testing::Test {
   protected:
     void SetUp() override { ASSERT_TRUE(StatusBoard::create(8, &board_).ok()); }
 
-    // The worker asks; returns the listener's answer byte (0: none).
-    char ask(Admission *admission, int worker_fd, bool peer_may_open = true) {
-        const char request = kAdmissionRequest;
-        EXPECT_EQ(::send(worker_fd, &request, 1, 0), 1);
+    // One round of the listener's loop over `admission`'s control sockets.
+    void serve(Admission *admission, bool peer_may_open = true) {
         std::vector<pollfd> polled;
         admission->add_poll_fds(&polled);
         EXPECT_GT(::poll(polled.data(), polled.size(), 1000), 0);
-        admission->answer_requests(polled, [peer_may_open](pid_t) { return peer_may_open; });
+        admission->answer_requests(
+            polled, [peer_may_open](pid_t) { return peer_may_open; },
+            [this](pid_t, const KeyRequest &request) {
+                ++keys_asked_;
+                Admission::KeyAnswer answer;
+                answer.reply.code = request.proof.identity_size == 0 ? 4 : 0;
+                answer.reply.key_size = 32;
+                return answer;
+            });
+    }
+
+    // The worker's key request (its guest's proof: an identity, for this test's
+    // answerer; none is refused); returns the reply's code, or -1 for none.
+    int ask_key(Admission *admission, int worker_fd, const std::string &identity = "guest") {
+        KeyRequest request;
+        request.proof.identity_size = static_cast<uint32_t>(identity.size());
+        std::memcpy(request.proof.identity, identity.data(), identity.size());
+        EXPECT_EQ(::send(worker_fd, &request, sizeof(request), 0), static_cast<ssize_t>(sizeof(request)));
+        serve(admission);
+        KeyReply reply;
+        if (poll_one(worker_fd, POLLIN, 0) <= 0) return -1;
+        return ::recv(worker_fd, &reply, sizeof(reply), MSG_DONTWAIT) == sizeof(reply) ? reply.code : -1;
+    }
+
+    // The worker asks for a place, after a key when `with_key`; returns the
+    // listener's answer byte (0: none).
+    char ask(Admission *admission, int worker_fd, bool peer_may_open = true, bool with_key = true) {
+        if (with_key) {
+            EXPECT_EQ(ask_key(admission, worker_fd), 0);
+        }
+        const char request = kAdmissionRequest;
+        EXPECT_EQ(::send(worker_fd, &request, 1, 0), 1);
+        serve(admission, peer_may_open);
         char answer = 0;
         return ::recv(worker_fd, &answer, 1, MSG_DONTWAIT) == 1 ? answer : 0;
     }
 
+    int keys_asked_ = 0;
     StatusBoard board_;
 };
 
@@ -99,12 +135,10 @@ TEST_F(AdmissionTest, AnythingButTheRequestIsNoRequest) {
     admission.add_unauthenticated(100, admission.free_slot(), std::move(pair.listener));
     const char forged = kAdmissionGranted;
     ASSERT_EQ(::send(pair.worker.get(), &forged, 1, 0), 1);
-    std::vector<pollfd> polled;
-    admission.add_poll_fds(&polled);
-    ASSERT_EQ(::poll(polled.data(), polled.size(), 1000), 1);
-    admission.answer_requests(polled, [](pid_t) { return true; });
+    serve(&admission);
     EXPECT_EQ(admission.sessions(), 0);
-    polled.clear();
+    EXPECT_EQ(keys_asked_, 0);
+    std::vector<pollfd> polled;
     admission.add_poll_fds(&polled);
     EXPECT_TRUE(polled.empty()) << "a worker gets one question";
 }
@@ -130,6 +164,37 @@ TEST_F(AdmissionTest, AuthenticatedAtAcceptTakesAPlaceAndASlot) {
     admission.release(100);
     EXPECT_FALSE(admission.sessions_full());
     EXPECT_EQ(admission.free_slot(), slot);
+}
+
+// Issue 40, class 5: a worker a guest took over before its handshake gets no place
+// by asking: only one whose guest's key the listener checked.
+TEST_F(AdmissionTest, AWorkerWithoutACheckedKeyGetsNoPlace) {
+    Admission admission(2, 4, 10s, &board_);
+    ControlPair pair;
+    admission.add_unauthenticated(100, 0, std::move(pair.listener));
+    EXPECT_EQ(ask(&admission, pair.worker.get(), true, false), 0) << "no answer";
+    EXPECT_EQ(admission.sessions(), 0);
+    EXPECT_FALSE(admission.holds_session(100));
+}
+
+TEST_F(AdmissionTest, ARefusedKeyEndsTheWorkersQuestions) {
+    Admission admission(2, 4, 10s, &board_);
+    ControlPair pair;
+    admission.add_unauthenticated(101, 0, std::move(pair.listener));
+    EXPECT_EQ(ask_key(&admission, pair.worker.get(), ""), 4) << "refused, with the reason's code";
+    const char request = kAdmissionRequest;
+    EXPECT_EQ(::send(pair.worker.get(), &request, 1, MSG_NOSIGNAL), -1) << "the listener closed its end";
+    EXPECT_EQ(admission.sessions(), 0);
+}
+
+TEST_F(AdmissionTest, AWorkerAsksForOneKeyOnly) {
+    Admission admission(2, 4, 10s, &board_);
+    ControlPair pair;
+    admission.add_unauthenticated(102, 0, std::move(pair.listener));
+    EXPECT_EQ(ask_key(&admission, pair.worker.get(), "guest"), 0);
+    EXPECT_EQ(ask_key(&admission, pair.worker.get(), "another"), -1) << "a second key: no answer";
+    EXPECT_EQ(keys_asked_, 1);
+    EXPECT_FALSE(admission.holds_session(102));
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ class ModelLibraryTest : public ::testing::Test {
     }
     WeightStore &open_store(const std::string &tenant) {
         UniqueFd channel;
-        EXPECT_TRUE(owner->connect(tenant, false, &channel).ok());
+        EXPECT_TRUE(owner->connect(tenant, &channel).ok());
         stores.push_back(std::make_unique<WeightStore>());
         EXPECT_TRUE(stores.back()->open(std::move(channel)).ok());
         return *stores.back();

@@ -55,9 +55,8 @@ Handshake handshake(const PreSharedKey &guest_key, const TlsSession::KeyOracle &
 
 TEST(PskBinder, ARealClientsProofMatchesItsKeyAndNoOther) {
     const std::vector<PreSharedKey> keys = {{"alice", key_bytes(1)}, {"bob", key_bytes(2)}};
-    const Handshake done = handshake(keys[0], [&](const BinderProof &proof, std::vector<uint8_t> *key) {
-        return key_for_proof(keys, proof, key);
-    });
+    const Handshake done = handshake(
+        keys[0], [&](const BinderProof &proof, std::vector<uint8_t> *key) { return key_for_proof(keys, proof, key); });
     ASSERT_TRUE(done.host.ok()) << done.host.message();
     ASSERT_TRUE(done.guest.ok()) << done.guest.message();
     EXPECT_EQ(done.asked, 1);
@@ -72,9 +71,8 @@ TEST(PskBinder, ARealClientsProofMatchesItsKeyAndNoOther) {
 
 TEST(PskBinder, AForgedProofMatchesNothing) {
     const std::vector<PreSharedKey> keys = {{"alice", key_bytes(1)}};
-    const Handshake done = handshake(keys[0], [&](const BinderProof &proof, std::vector<uint8_t> *key) {
-        return key_for_proof(keys, proof, key);
-    });
+    const Handshake done = handshake(
+        keys[0], [&](const BinderProof &proof, std::vector<uint8_t> *key) { return key_for_proof(keys, proof, key); });
     ASSERT_TRUE(done.host.ok()) << done.host.message();
     BinderProof forged = done.proof;
     forged.binder[0] ^= 0x80;

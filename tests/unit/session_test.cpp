@@ -2232,7 +2232,7 @@ class CpuSessionWithStore : public CpuSession {
             ASSERT_TRUE(owner->open(store).ok());
         }
         UniqueFd channel;
-        ASSERT_TRUE(owner->connect(tenant, false, &channel).ok());
+        ASSERT_TRUE(owner->connect(tenant, &channel).ok());
         ASSERT_TRUE(session->use_weight_store(std::move(channel)).ok());
     }
     // A new session of `tenant` (the previous one stays alive in `kept`).
@@ -2433,7 +2433,7 @@ class RepackedWeightsWithStore : public RepackedWeights {
         if (session) kept.push_back(std::move(session));
         restart(SessionLimits{});
         UniqueFd channel;
-        ASSERT_TRUE(owner->connect(tenant, false, &channel).ok());
+        ASSERT_TRUE(owner->connect(tenant, &channel).ok());
         ASSERT_TRUE(session->use_weight_store(std::move(channel)).ok());
     }
     // y = W x, then once more when the image the first made is in the store: its

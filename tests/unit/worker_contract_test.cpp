@@ -27,7 +27,6 @@ TEST(WorkerContract, EveryLaunchFieldSurvivesTheCommandLine) {
     sent.status_fd = 4;
     sent.status_slot = 7;
     sent.admission_fd = 5;
-    sent.keys_fd = 6;
     sent.store_fd = 8;
     const WorkerLaunch got = read_back(worker_launch_arguments(sent));
     EXPECT_EQ(got.client_fd, 3);
@@ -36,7 +35,6 @@ TEST(WorkerContract, EveryLaunchFieldSurvivesTheCommandLine) {
     EXPECT_EQ(got.status_fd, 4);
     EXPECT_EQ(got.status_slot, 7);
     EXPECT_EQ(got.admission_fd, 5);
-    EXPECT_EQ(got.keys_fd, 6);
     EXPECT_EQ(got.store_fd, 8);
 }
 

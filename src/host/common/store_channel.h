@@ -3,7 +3,8 @@
 // per worker, made by the listener at spawn; one fixed-size message each way per
 // request, descriptors passed with SCM_RIGHTS.
 //
-//   identify  (TLS workers only, once, first): the identity the guest authenticated as
+//   identify  refused: the listener fixes every tenant, a TLS guest's once it proved
+//             its key (worker_contract.h); the number stays so that it stays refused
 //   find      digest, size, flags   -> found (or being written by another worker: in
 //                                      flight), content offset, a read-only descriptor
 //   commit    digest, size, phase,  -> accepted (space reserved) or refused (in flight:

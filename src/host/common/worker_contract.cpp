@@ -20,8 +20,8 @@ struct NumberFlag {
 constexpr NumberFlag kNumberFlags[] = {
     {"--worker-fd", &WorkerLaunch::client_fd},       {"--session-id", &WorkerLaunch::session_id},
     {"--status-fd", &WorkerLaunch::status_fd},       {"--status-slot", &WorkerLaunch::status_slot},
-    {"--admission-fd", &WorkerLaunch::admission_fd}, {"--tls-psk-fd", &WorkerLaunch::keys_fd},
-    {"--store-fd", &WorkerLaunch::store_fd},         {"--peer-channel-fd", &WorkerLaunch::peer_fd},
+    {"--admission-fd", &WorkerLaunch::admission_fd}, {"--store-fd", &WorkerLaunch::store_fd},
+    {"--peer-channel-fd", &WorkerLaunch::peer_fd},
 };
 
 constexpr const char *kPeerFlag = "--peer";
@@ -59,7 +59,6 @@ std::vector<std::string> worker_launch_arguments(const WorkerLaunch &launch) {
                                  std::to_string(launch.status_slot)});
     }
     if (launch.admission_fd >= 0) args.insert(args.end(), {"--admission-fd", std::to_string(launch.admission_fd)});
-    if (launch.keys_fd >= 0) args.insert(args.end(), {"--tls-psk-fd", std::to_string(launch.keys_fd)});
     if (launch.store_fd >= 0) args.insert(args.end(), {"--store-fd", std::to_string(launch.store_fd)});
     if (launch.peer_fd >= 0) args.insert(args.end(), {"--peer-channel-fd", std::to_string(launch.peer_fd)});
     return args;

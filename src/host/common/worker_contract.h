@@ -15,6 +15,7 @@
 
 #include "protocol/status.h"
 #include "protocol/wire.h"
+#include "transport/psk_binder.h"
 
 namespace ggml_remote::host {
 
@@ -28,7 +29,6 @@ struct WorkerLaunch {
     int status_fd = -1;     // the status board, or -1
     int status_slot = -1;   // its slot there, or -1 (unlisted)
     int admission_fd = -1;  // -1: authenticated at accept
-    int keys_fd = -1;       // TLS: the listener's sealed copy of the key file (key_snapshot.h), or -1
     int store_fd = -1;      // its channel to the weight store's owner (store_owner.h), or -1
     int peer_fd = -1;       // its channel to the peer broker (peer_channel.h), or -1
 };
@@ -46,6 +46,26 @@ constexpr char kAdmissionRequest = 'A';
 constexpr char kAdmissionGranted = 'Y';
 constexpr char kAdmissionFull = 'N';
 constexpr char kAdmissionPeerFull = 'P';
+
+// A TLS worker's one question before its handshake ends, on the admission socket:
+// the key of the identity its guest names, with the guest's proof that it holds
+// that key (psk_binder.h). A worker holds no key before it asks, and gets the one
+// key alone. With the key comes the worker's channel to the weight store for that
+// identity's tenant (SCM_RIGHTS; none without a store): the listener fixes the
+// tenant, and a worker has no store to ask before it.
+constexpr uint32_t kKeyRequestKind = 0x3159454b;  // "KEY1"
+struct KeyRequest {
+    uint32_t kind = kKeyRequestKind;
+    uint32_t unused = 0;
+    BinderProof proof;
+};
+constexpr size_t kMaxKeyReplyBytes = 512;
+struct KeyReply {
+    int32_t code = 0;  // protocol Code: 0, the key follows; not_found, bad_request: no key
+    uint32_t key_size = 0;
+    uint8_t key[kMaxKeyReplyBytes] = {};
+    char message[200] = {};
+};
 
 // A guest turned away is told why in the form of a handshake reply: this header,
 // then `reason_size` bytes of the reason. The listener writes it before any worker

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+
+#include "host/common/store_channel.h"
 
 namespace ggml_remote::host {
 
@@ -28,7 +31,7 @@ void Admission::list_in_status(const Worker &worker, bool listed) {
 
 void Admission::add_authenticated(pid_t pid, int slot) {
     Worker &worker = workers_[pid];
-    worker = Worker{Stage::authenticated, slot, Clock::time_point::max(), next_order_++, UniqueFd()};
+    worker = Worker{Stage::authenticated, slot, Clock::time_point::max(), next_order_++, UniqueFd(), false, false};
     if (slot >= 0) slot_taken_[static_cast<size_t>(slot)] = true;
     ++sessions_;
     list_in_status(worker, true);
@@ -36,7 +39,8 @@ void Admission::add_authenticated(pid_t pid, int slot) {
 
 void Admission::add_unauthenticated(pid_t pid, int slot, UniqueFd control) {
     Worker &worker = workers_[pid];
-    worker = Worker{Stage::unauthenticated, slot, Clock::now() + deadline_, next_order_++, std::move(control)};
+    worker =
+        Worker{Stage::unauthenticated, slot, Clock::now() + deadline_, next_order_++, std::move(control), false, false};
     if (slot >= 0) slot_taken_[static_cast<size_t>(slot)] = true;
     ++unauthenticated_;
     list_in_status(worker, false);  // listed once it authenticates
@@ -88,15 +92,39 @@ void Admission::add_poll_fds(std::vector<pollfd> *polled) const {
 }
 
 std::optional<Admission::Answer> Admission::answer(pid_t pid, Worker *worker,
-                                                   const std::function<bool(pid_t)> &peer_may_open) {
-    char request = 0;
-    const bool asked = ::recv(worker->control.get(), &request, 1, MSG_DONTWAIT) == 1 && request == kAdmissionRequest;
-    // One question per worker: a worker that was refused, or sent anything else, is
-    // not listened to again (and stays unauthenticated until it exits or its deadline).
-    if (!asked) {
-        worker->control.reset();
-        return std::nullopt;
+                                                   const std::function<bool(pid_t)> &peer_may_open,
+                                                   const KeyAnswerer &answer_key) {
+    // One message, whichever it is: a key request's size, or the request's one byte.
+    union {
+        KeyRequest key;
+        char bytes[sizeof(KeyRequest) + 1];
+    } message{};
+    const ssize_t got = ::recv(worker->control.get(), message.bytes, sizeof(message.bytes), MSG_DONTWAIT);
+    // A place only for a worker whose guest proved it holds a key: a worker a guest
+    // took over before its handshake gets none by asking.
+    if (got == 1 && message.bytes[0] == kAdmissionRequest && worker->key_granted) {
+        return answer_place(pid, worker, peer_may_open);
     }
+    // A key before the place, once: a worker that asks again, or anything else, is
+    // not listened to again (and stays unauthenticated until it exits or its deadline).
+    if (got == static_cast<ssize_t>(sizeof(KeyRequest)) && message.key.kind == kKeyRequestKind && !worker->key_asked) {
+        worker->key_asked = true;
+        KeyAnswer given = answer_key(pid, message.key);
+        const int store = given.store.get();
+        store_channel::NoSigpipe no_sigpipe;
+        const bool sent = store_channel::send_message(worker->control.get(), &given.reply, sizeof(given.reply),
+                                                      store >= 0 ? &store : nullptr, store >= 0 ? 1 : 0);
+        ::explicit_bzero(given.reply.key, sizeof(given.reply.key));
+        ::explicit_bzero(&message, sizeof(message));
+        worker->key_granted = sent && given.reply.code == 0;
+        if (worker->key_granted) return std::nullopt;  // its place comes next
+    }
+    worker->control.reset();
+    return std::nullopt;
+}
+
+std::optional<Admission::Answer> Admission::answer_place(pid_t pid, Worker *worker,
+                                                         const std::function<bool(pid_t)> &peer_may_open) {
     Answer result{pid, false, false};
     result.peer_full = !sessions_full() && !peer_may_open(pid);
     if (!sessions_full() && !result.peer_full) {
@@ -113,13 +141,16 @@ std::optional<Admission::Answer> Admission::answer(pid_t pid, Worker *worker,
 }
 
 std::vector<Admission::Answer> Admission::answer_requests(const std::vector<pollfd> &polled,
-                                                          const std::function<bool(pid_t)> &peer_may_open) {
+                                                          const std::function<bool(pid_t)> &peer_may_open,
+                                                          const KeyAnswerer &answer_key) {
     std::vector<Answer> answers;
     for (const pollfd &entry : polled) {
         if (entry.revents == 0) continue;
         for (auto &[pid, worker] : workers_) {
             if (worker.control.get() != entry.fd || worker.stage != Stage::unauthenticated) continue;
-            if (const std::optional<Answer> given = answer(pid, &worker, peer_may_open)) answers.push_back(*given);
+            if (const std::optional<Answer> given = answer(pid, &worker, peer_may_open, answer_key)) {
+                answers.push_back(*given);
+            }
             break;
         }
     }

@@ -61,11 +61,20 @@ class Admission {
         bool admitted;   // false: every session place was taken, or its peer's
         bool peer_full;  // refused because its peer holds all it may (--max-sessions-per-peer)
     };
-    // Answers the workers whose control sockets `polled` reports readable; a worker
-    // that hung up or sent anything but the request gets no answer and is not listed.
-    // `peer_may_open(pid)`: whether the worker's peer may hold one more session.
+    // A TLS worker's key request (worker_contract.h) answered: the reply, and the
+    // worker's store channel that goes with a key.
+    struct KeyAnswer {
+        KeyReply reply;
+        UniqueFd store;
+    };
+    using KeyAnswerer = std::function<KeyAnswer(pid_t, const KeyRequest &)>;
+    // Answers the workers whose control sockets `polled` reports readable: a key
+    // request (once, first) through `answer_key`, then the request for a place. A
+    // worker that hung up or sent anything else, or a second key request, gets no
+    // answer and is not listened to again. `peer_may_open(pid)`: whether the
+    // worker's peer may hold one more session.
     std::vector<Answer> answer_requests(const std::vector<pollfd> &polled,
-                                        const std::function<bool(pid_t)> &peer_may_open);
+                                        const std::function<bool(pid_t)> &peer_may_open, const KeyAnswerer &answer_key);
 
     // Whether `pid` holds one of the session places (it is authenticated and admitted).
     bool holds_session(pid_t pid) const;
@@ -82,10 +91,14 @@ class Admission {
         Clock::time_point deadline;
         uint64_t order;  // acceptance order, for eviction
         UniqueFd control;
+        bool key_asked = false;
+        bool key_granted = false;  // its guest proved it holds a key: it may ask for a place
     };
     void list_in_status(const Worker &worker, bool listed);
     void stop_counting_unauthenticated(Worker *worker);
-    std::optional<Answer> answer(pid_t pid, Worker *worker, const std::function<bool(pid_t)> &peer_may_open);
+    std::optional<Answer> answer(pid_t pid, Worker *worker, const std::function<bool(pid_t)> &peer_may_open,
+                                 const KeyAnswerer &answer_key);
+    std::optional<Answer> answer_place(pid_t pid, Worker *worker, const std::function<bool(pid_t)> &peer_may_open);
 
     int max_sessions_;
     int max_unauthenticated_;

@@ -68,4 +68,13 @@ Status KeySnapshot::load(const std::string &path, size_t *key_count) {
     return Status::success();
 }
 
+Status KeySnapshot::key_for(const BinderProof &proof, std::vector<uint8_t> *key) const {
+    if (!fd_.valid()) return error(Code::error, "no keys");
+    std::vector<PreSharedKey> keys;
+    Status status = read_psk_fd(fd_.get(), "the key copy", &keys);
+    if (status) status = key_for_proof(keys, proof, key);
+    for (PreSharedKey &entry : keys) ::explicit_bzero(entry.key.data(), entry.key.size());
+    return status;
+}
+
 }  // namespace ggml_remote::host

@@ -213,12 +213,12 @@ class Listener {
         store_owner_.use_library(std::move(library));
     }
 
-    // A worker's channel to the store's owner (invalid: no store), for `tenant`, or
-    // for the identity a TLS worker names after its handshake.
-    UniqueFd store_channel(const std::string &tenant, bool tenant_from_worker) {
+    // A worker's channel to the store's owner (invalid: no store), for `tenant`. A
+    // TLS worker's comes with its key, for the identity its guest proved.
+    UniqueFd store_channel(const std::string &tenant) {
         UniqueFd worker_end;
         if (!store_owner_.serves_workers()) return worker_end;
-        Status status = store_owner_.connect(tenant, tenant_from_worker, &worker_end);
+        Status status = store_owner_.connect(tenant, &worker_end);
         if (!status) log_warning("no weight store for this session: " + status.message());
         return worker_end;
     }
@@ -290,8 +290,8 @@ class Listener {
             account.key = "region " + peer;
             reset_status_slot(slot, id, peer);
             pid_t pid = -1;
-            const UniqueFd store = store_channel(peer, false);  // the region's tenant, as its worker's peer
-            const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, -1, store.get()}, &pid);
+            const UniqueFd store = store_channel(peer);  // the region's tenant, as its worker's peer
+            const Status spawned = jail_.spawn({port.fd(), id, peer, board_.fd(), slot, -1, store.get()}, &pid);
             if (!spawned) {
                 log_refused(peer, "region " + peer, spawned.message());
                 count_refusal(GuestRefusal::server_error);
@@ -592,7 +592,10 @@ class Listener {
             const auto it = unauthenticated_peers_.find(pid);
             return it != unauthenticated_peers_.end() && peers_.refusal(it->second).empty();
         };
-        for (const Admission::Answer &answer : admission_.answer_requests(polled, peer_may_open)) {
+        const auto answer_key = [this](pid_t pid, const KeyRequest &request) {
+            return answer_key_request(pid, request);
+        };
+        for (const Admission::Answer &answer : admission_.answer_requests(polled, peer_may_open, answer_key)) {
             const auto it = unauthenticated_peers_.find(answer.pid);
             if (answer.admitted) admitted_after_handshake(answer.pid);
             if (answer.admitted && it != unauthenticated_peers_.end()) {
@@ -609,6 +612,28 @@ class Listener {
             }
             if (it != unauthenticated_peers_.end()) unauthenticated_peers_.erase(it);
         }
+    }
+
+    // A TLS worker asks for the key its guest names, with the guest's proof that it
+    // holds it: that key alone, and the worker's store channel for that identity's
+    // tenant, fixed here. A worker a guest took over learns no other key, and names
+    // no identity whose key its guest lacks.
+    Admission::KeyAnswer answer_key_request(pid_t, const KeyRequest &request) {
+        Admission::KeyAnswer answer;
+        std::vector<uint8_t> key;
+        Status status = keys_.key_for(request.proof, &key);
+        if (status && key.size() > sizeof(answer.reply.key)) status = error(Code::error, "a key too long to hand on");
+        answer.reply.code = static_cast<int32_t>(status.code());
+        std::snprintf(answer.reply.message, sizeof(answer.reply.message), "%s", status.message().c_str());
+        if (!status) {
+            ::explicit_bzero(key.data(), key.size());
+            return answer;
+        }
+        answer.reply.key_size = static_cast<uint32_t>(key.size());
+        std::memcpy(answer.reply.key, key.data(), key.size());
+        ::explicit_bzero(key.data(), key.size());
+        answer.store = store_channel("tls " + request.proof.identity_text());
+        return answer;
     }
 
     // A TLS worker's place, recorded as an authenticated one's is.
@@ -756,13 +781,12 @@ class Listener {
         reset_status_slot(slot, id, peer);
         pid_t pid = -1;
         const bool tls = peer.rfind("tls://", 0) == 0;
-        const int keys = tls ? keys_.fd() : -1;  // only TLS workers read keys
-        // The store's tenant: the account the kernel names, or a TLS guest's identity.
-        const UniqueFd store = store_channel(account.key, tls);
+        // The store's tenant: the account the kernel names; a TLS guest's channel
+        // comes with its key (answer_key_request).
+        const UniqueFd store = tls ? UniqueFd() : store_channel(account.key);
         const UniqueFd peer_channel = peer_broker_channel(peer, tls);
         const Status spawned = jail_.spawn(
-            {client, id, peer, board_.fd(), slot, admission_worker_end.get(), keys, store.get(), peer_channel.get()},
-            &pid);
+            {client, id, peer, board_.fd(), slot, admission_worker_end.get(), store.get(), peer_channel.get()}, &pid);
         if (!spawned) {
             log_refused(peer, account.key, spawned.message());
             refuse(client, Code::error, "the server could not start a session worker");

@@ -140,7 +140,6 @@ struct StoreOwner::Channel {
     UniqueFd fd;
     std::string tenant;      // its directory's name; empty until a TLS worker names itself
     std::string own_tenant;  // the same, were the store not shared: derived entries, claims
-    bool awaiting_identity = false;
     std::thread thread;
     std::thread commit;
     std::atomic<bool> committing{false};
@@ -246,26 +245,23 @@ uint64_t StoreOwner::bytes_held() const {
     return stored_bytes_ + reserved_bytes_;
 }
 
-Status StoreOwner::connect(const std::string &tenant, bool tenant_from_worker, UniqueFd *worker_end) {
+Status StoreOwner::connect(const std::string &tenant, UniqueFd *worker_end) {
     int pair[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return failure("socketpair");
     worker_end->reset(pair[0]);
-    serve(UniqueFd(pair[1]), tenant, tenant_from_worker);
+    serve(UniqueFd(pair[1]), tenant);
     return Status::success();
 }
 
 void StoreOwner::forget_ended_channels() { join_ended_channels(mutex_, channels_); }
 
-void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant, bool tenant_from_worker) {
+void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant) {
     if (!serves_workers()) return;
     forget_ended_channels();
     auto channel = std::make_unique<Channel>();
     channel->fd = std::move(channel_fd);
-    channel->awaiting_identity = tenant_from_worker;
-    if (!tenant_from_worker) {
-        channel->tenant = tenant_of(tenant);
-        channel->own_tenant = tenant_directory_name(tenant);
-    }
+    channel->tenant = tenant_of(tenant);
+    channel->own_tenant = tenant_directory_name(tenant);
     Channel *served = channel.get();
     std::lock_guard<std::mutex> lock(mutex_);
     channels_.push_back(std::move(channel));
@@ -293,8 +289,8 @@ void StoreOwner::answer(Channel *channel, const Request &request, std::vector<Un
     UniqueFd file;
     Status status;
     switch (static_cast<Kind>(request.kind)) {
-        case Kind::identify:
-            status = identify(channel, request);
+        case Kind::identify:  // the listener fixes every tenant; a worker names none
+            status = error(Code::bad_request, "weight store: the tenant is the listener's to name");
             break;
         case Kind::find:
             status = enabled() ? find(*channel, request, &reply, &file) : Status::success();
@@ -315,18 +311,6 @@ void StoreOwner::answer(Channel *channel, const Request &request, std::vector<Un
     const int fd = file.get();
     (void)store_channel::send_message(channel->fd.get(), &reply, sizeof(reply), file.valid() ? &fd : nullptr,
                                       file.valid() ? 1 : 0);
-}
-
-Status StoreOwner::identify(Channel *channel, const Request &request) {
-    if (!channel->awaiting_identity) return error(Code::bad_request, "weight store: this worker's tenant is fixed");
-    if (request.identity_size == 0 || request.identity_size > store_channel::kMaxIdentity) {
-        return error(Code::bad_request, "weight store: no identity");
-    }
-    const std::string tenant = "tls " + std::string(request.identity, request.identity_size);
-    channel->tenant = tenant_of(tenant);
-    channel->own_tenant = tenant_directory_name(tenant);
-    channel->awaiting_identity = false;
-    return Status::success();
 }
 
 Status StoreOwner::open_tenant(const std::string &tenant, UniqueFd *directory) {
@@ -351,7 +335,6 @@ StoreOwner::EntryName StoreOwner::entry_name(const Channel &channel, const Reque
 }
 
 Status StoreOwner::find(const Channel &channel, const Request &request, Reply *reply, UniqueFd *file) {
-    if (channel.awaiting_identity) return error(Code::bad_request, "weight store: the worker has not named its guest");
     const EntryName name = entry_name(channel, request);
     UniqueFd directory;
     if (Status s = open_tenant(name.tenant, &directory); !s) return s;
@@ -552,7 +535,6 @@ Status StoreOwner::reserve_for(const Channel &channel, const std::string &key, u
 }
 
 Status StoreOwner::start_commit(Channel *channel, const Request &request, std::vector<UniqueFd> &fds, Reply *reply) {
-    if (channel->awaiting_identity) return error(Code::bad_request, "weight store: the worker has not named its guest");
     if (channel->committing.load()) {
         std::lock_guard<std::mutex> lock(mutex_);
         ++counters_.commits_refused;

@@ -4,9 +4,9 @@
 // to DIR at all (their Landlock rules leave it out). Each worker gets one end of a
 // socket pair at spawn, the owner serves the other (store_channel.h) for the
 // tenant the listener knows from accept: the peer's account on a unix or TCP
-// socket, the region of an ivshmem guest. A TLS guest's tenant is its identity,
-// known only after the handshake in its worker: that channel starts without a
-// tenant, and its worker names the identity once.
+// socket, the region of an ivshmem guest. A TLS guest's tenant is its identity:
+// its worker gets its channel only once the listener saw the guest's proof that it
+// holds that identity's key (worker_contract.h, KeyRequest).
 //
 //   DIR/<tenant>/<digest hex>     entries (mode 0400; never written once named)
 //   DIR/<tenant>/r-<key hex>      derived entries: repacked images (store_channel.h),
@@ -76,11 +76,11 @@ class StoreOwner {
     // Whether workers get a channel: there is a store, a library, or both.
     bool serves_workers() const { return enabled() || library_ != nullptr; }
 
-    // Serves a worker on `channel` for `tenant`; with `tenant_from_worker` (TLS) the
-    // worker names its identity first, and `tenant` is ignored.
-    void serve(UniqueFd channel, const std::string &tenant, bool tenant_from_worker);
+    // Serves a worker on `channel` for `tenant`, which the listener fixed (a TLS
+    // guest's identity once it proved its key: no worker names its own).
+    void serve(UniqueFd channel, const std::string &tenant);
     // A socket pair whose one end is served as above: the other, the worker's.
-    Status connect(const std::string &tenant, bool tenant_from_worker, UniqueFd *worker_end);
+    Status connect(const std::string &tenant, UniqueFd *worker_end);
 
     StoreOwnerCounters counters() const;
     // Bytes of named entries and of those being written (reserved).
@@ -115,7 +115,6 @@ class StoreOwner {
 
     void serve_channel(Channel *channel);
     void answer(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds);
-    Status identify(Channel *channel, const store_channel::Request &request);
     EntryName entry_name(const Channel &channel, const store_channel::Request &request) const;
     Status find(const Channel &channel, const store_channel::Request &request, store_channel::Reply *reply,
                 UniqueFd *file);

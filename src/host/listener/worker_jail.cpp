@@ -23,7 +23,7 @@ constexpr std::chrono::milliseconds kShutdownPoll{50};
                                 const sigset_t &mask) {
     ::sigprocmask(SIG_SETMASK, &mask, nullptr);
     const int status_fd = launch.status_slot >= 0 ? launch.status_fd : -1;
-    for (int fd : {launch.client_fd, status_fd, launch.admission_fd, launch.keys_fd, launch.store_fd, launch.peer_fd}) {
+    for (int fd : {launch.client_fd, status_fd, launch.admission_fd, launch.store_fd, launch.peer_fd}) {
         if (fd < 0) continue;
         const int flags = ::fcntl(fd, F_GETFD);
         ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);

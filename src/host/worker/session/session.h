@@ -60,9 +60,9 @@ class Session {
     void use_region_heap(std::shared_ptr<const Mapping> region, uint64_t heap_offset, uint64_t heap_size);
 
     // Offers the guest the weight store, through the channel to its owner
-    // (store_owner.h); `identity`: a TLS guest's, its tenant.
-    Status use_weight_store(UniqueFd channel, const std::string &identity = "") {
-        Status status = store_fill_.open(std::move(channel), identity);
+    // (store_owner.h), for the tenant the listener named.
+    Status use_weight_store(UniqueFd channel) {
+        Status status = store_fill_.open(std::move(channel));
         if (status) weight_repack_.share_images(&store_fill_);
         return status;
     }

@@ -16,6 +16,7 @@
 #include "host/common/peer_channel.h"
 #include "host/common/server_log.h"
 #include "host/common/shader_cache.h"
+#include "host/common/store_channel.h"
 #include "host/common/worker_contract.h"
 #include "host/worker/jail/sandbox.h"
 #include "host/worker/jail/worker_identity.h"
@@ -78,10 +79,33 @@ void refuse(FramedStream *stream, Code code, const std::string &reason) {
     }
 }
 
+// The key of the identity the guest names, from the listener, which checks the
+// guest's proof first; with it comes the store channel for that identity's tenant.
+Status ask_for_key(int admission_fd, const BinderProof &proof, std::vector<uint8_t> *key, UniqueFd *store) {
+    constexpr int kKeyAnswerMs = 5000;
+    KeyRequest request;
+    request.proof = proof;
+    KeyReply reply;
+    std::vector<UniqueFd> fds;
+    store_channel::NoSigpipe no_sigpipe;
+    if (!store_channel::send_message(admission_fd, &request, sizeof(request), nullptr, 0) ||
+        !store_channel::receive_message(admission_fd, &reply, sizeof(reply), &fds, 1, kKeyAnswerMs)) {
+        return error(Code::disconnected, "no answer from the listener about the guest's key");
+    }
+    reply.message[sizeof(reply.message) - 1] = '\0';
+    Status status = reply.code == 0 ? Status::success() : error(static_cast<Code>(reply.code), reply.message);
+    if (status && (reply.key_size == 0 || reply.key_size > sizeof(reply.key))) status = error(Code::error, "no key");
+    if (status) key->assign(reply.key, reply.key + reply.key_size);
+    if (status && !fds.empty()) *store = std::move(fds.front());
+    ::explicit_bzero(reply.key, sizeof(reply.key));
+    return status;
+}
+
 // TLS with a pre-shared key on a TCP guest's connection (--tls-psk), within
 // kTlsHandshakeTimeoutMs of connecting in all. A guest that speaks the plain
-// protocol is told, in it, to use tls://. The keys are wiped whatever happens.
-Status accept_tls(std::vector<PreSharedKey> *keys, FramedStream *stream,
+// protocol is told, in it, to use tls://. This worker holds no key before its
+// guest proved it holds one (ask_for_key), and none after the handshake.
+Status accept_tls(int admission_fd, UniqueFd *store, FramedStream *stream,
                   std::chrono::steady_clock::time_point deadline) {
     constexpr int kTlsHandshakeRecord = 22;
     const int first = peek_first_byte(stream->fd(), ms_until(deadline));
@@ -97,15 +121,16 @@ Status accept_tls(std::vector<PreSharedKey> *keys, FramedStream *stream,
         status = error(Code::bad_request, "refused a guest without TLS (a tcp:// guest?)");
     } else {
         std::unique_ptr<TlsSession> tls;
-        status = TlsSession::accept(stream->fd(), *keys, static_cast<int>(left_ms.count()), &tls);
+        const TlsSession::KeyOracle listener = [&](const BinderProof &proof, std::vector<uint8_t> *key) {
+            return ask_for_key(admission_fd, proof, key, store);
+        };
+        status = TlsSession::accept(stream->fd(), listener, static_cast<int>(left_ms.count()), &tls);
         if (status) {
             stream->start_tls(std::move(tls));
         } else {
             status = error(status.code(), "TLS handshake failed: " + status.message());
         }
     }
-    for (PreSharedKey &key : *keys) ::explicit_bzero(key.key.data(), key.key.size());
-    keys->clear();
     return status;
 }
 
@@ -124,13 +149,13 @@ char ask_for_session_place(int admission_fd) {
     return answered ? answer : kAdmissionFull;
 }
 
-// The TLS stage of a worker: the handshake (inside the sandbox, with keys read
-// before it) and the session place. False when the guest is not served; a failed
-// handshake is recorded in `slot` (the listener counts the refusals it answers itself).
-bool authenticate(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options,
-                  std::vector<PreSharedKey> *keys, FramedStream *stream, SessionSlot *slot,
-                  std::chrono::steady_clock::time_point first_byte_deadline) {
-    Status status = accept_tls(keys, stream, first_byte_deadline);
+// The TLS stage of a worker: the handshake (inside the sandbox, with the one key
+// the listener gives for the guest's proof) and the session place. False when the
+// guest is not served; a failed handshake is recorded in `slot` (the listener counts
+// the refusals it answers itself). *store: the channel that came with the key.
+bool authenticate(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options, UniqueFd *store,
+                  FramedStream *stream, SessionSlot *slot, std::chrono::steady_clock::time_point first_byte_deadline) {
+    Status status = accept_tls(launch.admission_fd, store, stream, first_byte_deadline);
     if (!status) {
         log_error(label + ": " + status.message());
         if (slot != nullptr) record_turned_away(slot, GuestRefusal::tls_failed);
@@ -194,9 +219,9 @@ Status sandbox_worker(const std::string &label, int client_fd, const ServingOpti
 }
 
 // Everything before the guest's first byte: undumpable, only the descriptors the
-// worker needs, the keys read, the worker's own user, the sandbox. 0, or the exit code.
-int confine_worker(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options, bool needs_tls,
-                   std::vector<PreSharedKey> *keys) {
+// worker needs, the worker's own user, the sandbox. 0, or the exit code.
+int confine_worker(const std::string &label, const WorkerLaunch &launch, const ServingOptions &options,
+                   bool needs_tls) {
     // First of all: exec made this process dumpable again.
     Status status = make_undumpable();
     if (!status) log_warning(label + ": " + status.message());
@@ -205,22 +230,9 @@ int confine_worker(const std::string &label, const WorkerLaunch &launch, const S
     std::vector<int> kept{launch.client_fd};
     if (launch.status_fd >= 0) kept.push_back(launch.status_fd);
     if (launch.admission_fd >= 0) kept.push_back(launch.admission_fd);
-    if (launch.keys_fd >= 0) kept.push_back(launch.keys_fd);
     if (launch.store_fd >= 0) kept.push_back(launch.store_fd);
     if (launch.peer_fd >= 0) kept.push_back(launch.peer_fd);
     close_descriptors_except(kept);
-    // The key file is read before the sandbox, which leaves it unreachable; the keys
-    // are wiped from memory once the handshake is over.
-    if (needs_tls) {
-        // The listener's copy: the file as it was at start-up or the last good SIGHUP.
-        status = launch.keys_fd >= 0 ? read_psk_fd(launch.keys_fd, options.tls_psk_file, keys)
-                                     : read_psk_file(options.tls_psk_file, keys);
-        if (launch.keys_fd >= 0) ::close(launch.keys_fd);  // the keys are in memory now
-        if (!status) {
-            log_error(label + ": cannot start TLS: " + status.message());
-            return 2;
-        }
-    }
     if (!options.worker_user.empty()) {
         WorkerIdentity identity;
         status = find_worker_identity(options.worker_user, &identity);
@@ -280,11 +292,9 @@ bool is_trusted_local_peer(int client_fd, uid_t server_uid) {
 // The weight store, through the channel the listener gave this worker. The owner
 // knows the tenant of a unix, TCP or region guest from the listener; a TLS guest's is
 // the identity it authenticated as, which the worker names (once, after the handshake).
-void offer_weight_store(const std::string &label, const FramedStream &stream, const WorkerLaunch &launch,
-                        Session *session) {
+void offer_weight_store(const std::string &label, const WorkerLaunch &launch, Session *session) {
     if (launch.store_fd < 0) return;
-    const std::string identity = stream.tls() != nullptr ? stream.tls()->peer_identity() : std::string();
-    Status status = session->use_weight_store(UniqueFd(launch.store_fd), identity);
+    Status status = session->use_weight_store(UniqueFd(launch.store_fd));
     if (!status) log_warning(label + ": no weight store for this session: " + status.message());
 }
 
@@ -365,7 +375,7 @@ Status serve_guest(const std::string &label, FramedStream *stream, const WorkerL
         session.use_region_heap(region.mapping, region.layout.heap_offset, region.layout.heap_size);
     }
     session.log_compute_failures([&label](const std::string &message) { log_warning(label + ": " + message); });
-    offer_weight_store(label, *stream, launch, &session);
+    offer_weight_store(label, launch, &session);
     if (!options.models.empty()) session.offer_model_library();
     if (launch.peer_fd >= 0) session.use_peer_channel(UniqueFd(launch.peer_fd));
     int domain = 0;
@@ -458,8 +468,7 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
     // the whole service (`systemctl kill -s HUP`): they must not end a session.
     ::signal(SIGHUP, SIG_IGN);
     ::signal(SIGUSR2, SIG_IGN);
-    std::vector<PreSharedKey> keys;
-    const int refused = confine_worker(label, launch, options, needs_tls, &keys);
+    const int refused = confine_worker(label, launch, options, needs_tls);
     if (refused != 0) return refused;
     FramedStream stream;
     RegionShare region;
@@ -481,7 +490,10 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
     if (is_peer_link(launch, client_fd, first_byte_due)) return hand_over_peer_link(label, launch, &stream);
     StatusBoard board;
     SessionSlot *slot = attach_status_slot(launch, &board);
-    if (needs_tls && !authenticate(label, launch, options, &keys, &stream, slot, first_byte_due)) return 2;
+    UniqueFd tls_store;
+    if (needs_tls && !authenticate(label, launch, options, &tls_store, &stream, slot, first_byte_due)) return 2;
+    WorkerLaunch served = launch;  // a TLS guest's store channel came with its key
+    if (tls_store.valid()) served.store_fd = tls_store.release();
 
     load_host_backends(options.verbose);
     std::vector<ggml_backend_dev_t> devices;
@@ -492,7 +504,7 @@ int run_worker(const WorkerLaunch &launch, const ServingOptions &options) {
     }
     SessionCounters counters;
     CoreStats cores;
-    const Status outcome = serve_guest(label, &stream, launch, server_uid, devices, options, region, board, slot,
+    const Status outcome = serve_guest(label, &stream, served, server_uid, devices, options, region, board, slot,
                                        &counters, &cores, needs_tls ? std::nullopt : std::optional(connected));
     return log_session_end(label, outcome, counters, cores, started);
 }

@@ -57,7 +57,7 @@ class StoreFill : public RepackedImages {
         uint64_t offset = 0;  // of the range in the buffer
     };
 
-    Status open(UniqueFd channel, const std::string &identity) { return store_.open(std::move(channel), identity); }
+    Status open(UniqueFd channel) { return store_.open(std::move(channel)); }
     bool enabled() const { return store_.enabled(); }
 
     // Fills `target` from the entry for `digest` (*found), or starts a new entry.

@@ -59,20 +59,10 @@ WeightStore::~WeightStore() {
     if (committer_.joinable()) committer_.join();
 }
 
-Status WeightStore::open(UniqueFd channel, const std::string &identity) {
+Status WeightStore::open(UniqueFd channel) {
     channel_ = std::move(channel);
     usable_.store(channel_.valid());
     if (!channel_.valid()) return error(Code::unsupported, "no weight store channel");
-    if (identity.empty()) return Status::success();
-    Request request;
-    request.kind = static_cast<uint32_t>(Kind::identify);
-    request.identity_size = static_cast<uint32_t>(std::min(identity.size(), store_channel::kMaxIdentity));
-    std::memcpy(request.identity, identity.data(), request.identity_size);
-    Reply reply;
-    if (!this->request(request, &reply, nullptr) || reply.code != 0) {
-        usable_.store(false);
-        return error(Code::error, std::string("the weight store refused the identity: ") + reply.message);
-    }
     return Status::success();
 }
 

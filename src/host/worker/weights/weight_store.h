@@ -57,9 +57,8 @@ class WeightStore {
     WeightStore(const WeightStore &) = delete;
     WeightStore &operator=(const WeightStore &) = delete;
 
-    // Uses the store through `channel`; `identity`: a TLS guest's, which the owner
-    // takes once as its tenant ("" for the others: the listener named theirs).
-    Status open(UniqueFd channel, const std::string &identity = "");
+    // Uses the store through `channel`, for the tenant the listener named.
+    Status open(UniqueFd channel);
     bool enabled() const { return usable_.load(std::memory_order_relaxed); }
 
     // The entry for `digest`, when there is an undamaged one of `size` bytes: a
