@@ -57,12 +57,12 @@ using host::peer_channel::Request;
 using Clock = std::chrono::steady_clock;
 namespace store_channel = host::store_channel;
 
-constexpr int kSlots = 3;             // worker channels at once
-constexpr uint8_t kTokens = 4;        // group tokens the script names
-constexpr int kAllowedServers = 3;    // --tensor-peer listeners: more dials than one server's budget
-constexpr int kAnswerMs = 3000;       // a reply later than this (past a take's wait) is a hang
-constexpr int kClosedMs = 2000;       // a connection the broker drops is closed within this
-constexpr uint32_t kTakeWaitMs = 32;  // a take waits less than this...
+constexpr int kSlots = 3;               // worker channels at once
+constexpr uint8_t kTokens = 4;          // group tokens the script names
+constexpr int kAllowedServers = 3;      // --tensor-peer listeners: more dials than one server's budget
+constexpr int kAnswerMs = 3000;         // a reply later than this (past a take's wait) is a hang
+constexpr int kClosedMs = 2000;         // a connection the broker drops is closed within this
+constexpr uint32_t kTakeWaitMs = 32;    // a take waits less than this...
 constexpr uint32_t kTakeBudgetMs = 96;  // ...and all of an input's takes this much in all
 
 // A loopback TCP listener, for the whole run.
@@ -301,8 +301,9 @@ Answer Harness::receive(int slot, uint32_t wait_ms, bool carries) {
     if (fds.size() > 1) oracle_violated("a reply carries more than one descriptor");
     // GGML_REMOTE_FUZZ_VERBOSE=1: every reply (for checking seeds by hand).
     static const bool verbose = std::getenv("GGML_REMOTE_FUZZ_VERBOSE") != nullptr;
-    if (verbose) std::fprintf(stderr, "channel %d: %d %s%s\n", slot, answer.reply.code, answer.reply.message,
-                              fds.empty() ? "" : " (+ a descriptor)");
+    if (verbose)
+        std::fprintf(stderr, "channel %d: %d %s%s\n", slot, answer.reply.code, answer.reply.message,
+                     fds.empty() ? "" : " (+ a descriptor)");
     if (!fds.empty()) answer.connection = std::move(fds.front());
     if (answer.connection.valid() && (answer.code() != Code::ok || !carries)) {
         oracle_violated("a reply carries a descriptor it should not");
@@ -562,7 +563,7 @@ void Harness::offer(int slot, InputScript &script) {
     Sent sent = make_descriptor(kind, tag);
     const bool two = kind != Descriptor::none && (script.next<uint8_t>() & 1) != 0;
     send(slot, request, sent.fd.get(), two ? 2 : 1);
-    sent.fd.reset();  // the broker's copy, if any, is all there is now
+    sent.fd.reset();                     // the broker's copy, if any, is all there is now
     if (two) return expect_ended(slot);  // a message with two descriptors ends its channel
     const Answer answer = receive(slot, 0, false);
 

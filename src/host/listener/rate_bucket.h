@@ -36,7 +36,8 @@ class RateBucket {
     Clock::duration until_next(Clock::time_point now) {
         refill(now);
         if (tokens_ >= 1.0 || per_second_ <= 0) return Clock::duration::zero();
-        return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>((1.0 - tokens_) / per_second_));
+        return std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>((1.0 - tokens_) / per_second_));
     }
 
   private:
