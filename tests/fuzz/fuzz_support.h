@@ -1,11 +1,12 @@
-// Shared by the fuzz targets: the host's CPU device, quiet ggml logging, and the
-// session input format.
+// Shared by the fuzz targets: the host's CPU device, quiet ggml logging, the
+// session input format, a script read from an input, and how an oracle fails.
 #pragma once
 
 #include <ggml-backend.h>
 #include <ggml.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -44,6 +45,29 @@ inline bool next_session_frame(protocol::ByteView *input, uint16_t *command, pro
     *payload = protocol::ByteView(input->data + sizeof(header), length);
     *input = protocol::ByteView(input->data + sizeof(header) + length, available - length);
     return true;
+}
+
+// An input read from the front as a script of fixed-size values; zeros once it runs out.
+struct InputScript {
+    const uint8_t *data;
+    size_t size;
+    template <class T>
+    T next() {
+        T value{};
+        const size_t n = size < sizeof(T) ? size : sizeof(T);
+        std::memcpy(&value, data, n);
+        data += n;
+        size -= n;
+        return value;
+    }
+    bool done() const { return size == 0; }
+};
+
+// An oracle saw what must never happen: says what, and traps, so that libFuzzer
+// (or a corpus replay) reports the input as a finding.
+[[noreturn]] inline void oracle_violated(const char *what) {
+    std::fprintf(stderr, "oracle: %s\n", what);
+    __builtin_trap();
 }
 
 }  // namespace ggml_remote::fuzz
