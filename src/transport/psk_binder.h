@@ -18,7 +18,8 @@
 
 namespace ggml_remote {
 
-constexpr size_t kMaxProofIdentityBytes = 512;
+// TLS 1.3 allows an identity of up to 2^16 - 1 bytes; a bare key admits any of them.
+constexpr size_t kMaxProofIdentityBytes = 65535;
 constexpr size_t kMaxBinderBytes = 48;  // SHA-384's; SHA-256 gives 32
 
 // Fixed-size, so that it crosses a socket as it is.
