@@ -14,6 +14,7 @@
 #include <new>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "transport/shared_memory.h"
 #include "transport/shared_ring.h"
 
@@ -21,21 +22,6 @@ namespace ggml_remote::fuzz {
 namespace {
 
 constexpr size_t kCapacity = 4096;
-
-// The input, read from the front; zeros once it runs out.
-struct Script {
-    const uint8_t *data;
-    size_t size;
-    template <class T>
-    T next() {
-        T value{};
-        const size_t n = size < sizeof(T) ? size : sizeof(T);
-        std::memcpy(&value, data, n);
-        data += n;
-        size -= n;
-        return value;
-    }
-};
 
 struct Region {
     Region() {
@@ -90,7 +76,7 @@ bool host_step(Region &region, bool reads, size_t size, uint64_t *own_in, uint64
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     using namespace ggml_remote::fuzz;
     Region region;
-    Script script{data, size};
+    InputScript script{data, size};
     uint64_t own_in = 0, own_out = 0;
     while (script.size > 0) {
         const uint8_t step = script.next<uint8_t>() % 5;
