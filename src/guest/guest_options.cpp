@@ -55,6 +55,10 @@ GuestOptions read_guest_options(const Environment &environment) {
     report(number_setting("GGML_REMOTE_REPLY_TIMEOUT_MS", environment("GGML_REMOTE_REPLY_TIMEOUT_MS"), 0, kMaxTimeoutMs,
                           &reply_ms));
     options.reply_timeout_ms = static_cast<int>(reply_ms);
+    uint64_t silence_ms = static_cast<uint64_t>(options.silence_timeout_ms);
+    report(number_setting("GGML_REMOTE_SILENCE_TIMEOUT_MS", environment("GGML_REMOTE_SILENCE_TIMEOUT_MS"), 0,
+                          kMaxTimeoutMs, &silence_ms));
+    options.silence_timeout_ms = static_cast<int>(silence_ms);
     options.tls_psk_file = text_of(environment, "GGML_REMOTE_TLS_PSK_FILE");
     options.tls_psk = text_of(environment, "GGML_REMOTE_TLS_PSK");
     options.print_stats = switch_setting(environment("GGML_REMOTE_STATS"), false);
@@ -70,6 +74,11 @@ GuestOptions read_guest_options(const Environment &environment) {
     report(parse_wait_options(environment("GGML_REMOTE_RING_SPIN_US"), environment("GGML_REMOTE_SPIN_SPARE"),
                               environment("GGML_REMOTE_FOLLOW_WORKER"), &options.waiting));
     return options;
+}
+
+int GuestOptions::silence_limit_ms(bool server_keeps_alive) const {
+    if (!server_keeps_alive || silence_timeout_ms == 0) return reply_timeout_ms;
+    return reply_timeout_ms == 0 ? silence_timeout_ms : std::min(silence_timeout_ms, reply_timeout_ms);
 }
 
 GuestOptions read_guest_options() {

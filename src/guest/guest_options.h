@@ -12,17 +12,28 @@
 
 namespace ggml_remote::guest {
 
+// The default longest silence of a server that keeps its sessions alive: many
+// keep-alive intervals (protocol::kKeepAliveIntervalMs), so that a worker whose
+// host is busy still gets one through in time.
+constexpr int kKeepAliveSilenceMs = 15000;
+
 struct GuestOptions {
     // GGML_REMOTE_SERVERS: comma-separated endpoints (unix:, shm:, tcp://, tls://).
     std::string servers;
     // GGML_REMOTE_CONNECT_TIMEOUT_MS: the limit for connecting and the handshakes.
     int connect_timeout_ms = 5000;
-    // GGML_REMOTE_REPLY_TIMEOUT_MS: after the handshake, the longest silence of a
-    // server the guest is waiting on (for a reply, or for room to send); then the
-    // session is lost, and the reconnect rules apply. The server sends nothing
-    // while it computes a graph, so this bounds a compute too: 10 minutes, for a
-    // first compute that compiles shaders or a long prompt on a slow host. 0: no limit.
+    // GGML_REMOTE_REPLY_TIMEOUT_MS: after the handshake, the longest a call waits
+    // on its server (for a reply, or for room to send); then the session is lost,
+    // and the reconnect rules apply. 10 minutes: a first compute may compile
+    // shaders, a long prompt may run on a slow host. A server that does not keep
+    // the session alive (no kSessionKeepAlive: an older release) sends nothing
+    // while it computes, so for it this is also the longest silence. 0: no limit.
     int reply_timeout_ms = 600000;
+    // GGML_REMOTE_SILENCE_TIMEOUT_MS: where the server keeps the session alive
+    // while it computes, the longest it may stay silent (never longer than the
+    // reply timeout): a stopped or dead server is noticed within seconds.
+    // 0: the reply timeout alone.
+    int silence_timeout_ms = kKeepAliveSilenceMs;
     // GGML_REMOTE_TLS_PSK_FILE / GGML_REMOTE_TLS_PSK: the key for tls:// (a file, or the key itself).
     std::string tls_psk_file;
     std::string tls_psk;
@@ -47,6 +58,9 @@ struct GuestOptions {
     int reconnect_max_delay_ms = 1000;
     // GGML_REMOTE_RING_SPIN_US, GGML_REMOTE_SPIN_SPARE, GGML_REMOTE_FOLLOW_WORKER.
     WaitOptions waiting;
+
+    // The longest silence of a server after the handshake, with or without its keep-alives.
+    int silence_limit_ms(bool server_keeps_alive) const;
 };
 
 // A variable's value, or null when it is not set (std::getenv in the plugin).

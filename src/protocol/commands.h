@@ -167,6 +167,11 @@ enum SessionCaps : uint64_t {
     // (CommJoinLinks; transport/peer_links.h). Granted where the listener gave the
     // worker a peer channel.
     kSessionPeerLinks = 1 << 6,
+    // While the server computes for the session it proves that it is alive every
+    // kKeepAliveIntervalMs: a kFrameKeepAlive frame, or on a shared ring a beat of
+    // the ring's heartbeat. The guest may then give up on a server silent for
+    // seconds instead of minutes (GGML_REMOTE_SILENCE_TIMEOUT_MS).
+    kSessionKeepAlive = 1 << 7,
 };
 
 #pragma pack(push, 1)

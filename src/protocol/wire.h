@@ -41,7 +41,15 @@ enum FrameFlags : uint16_t {
     // Replies to a guest on the server's machine: the host's cores are contended
     // (host/core_schedule.h), so the guest's waits do not spin until a reply without it.
     kFrameCoresContended = 1 << 2,
+    // A header-only frame from the server, where the session granted
+    // kSessionKeepAlive: it is still working on a request (a long compute) and
+    // is alive. Not a reply; the guest's reader consumes it while it waits.
+    kFrameKeepAlive = 1 << 3,
 };
+
+// How often a server sends a keep-alive while it computes (the first after one
+// interval: a compute shorter than that sends none).
+constexpr int kKeepAliveIntervalMs = 1000;
 
 #pragma pack(push, 1)
 struct FrameHeader {

@@ -30,11 +30,40 @@ std::string FramedStream::silence_reason() const {
 void FramedStream::set_silence_limit_ms(int ms) {
     silence_limit_ms_ = ms;
     if (ring_ != nullptr) ring_->set_silence_limit_ms(ms);
+    apply_socket_timeouts();
+}
+
+void FramedStream::heed_keepalives(int cap_ms) {
+    heeds_keepalives_ = true;
+    wait_cap_ms_ = cap_ms;
+    if (ring_ != nullptr) ring_->heed_heartbeat(cap_ms);
+    apply_socket_timeouts();
+}
+
+void FramedStream::apply_socket_timeouts() {
     if (!fd_.valid()) return;
-    timeval tv{ms / 1000, (ms % 1000) * 1000};
+    const int send_ms = heeds_keepalives_ ? wait_cap_ms_ : silence_limit_ms_;
+    const timeval receive{silence_limit_ms_ / 1000, (silence_limit_ms_ % 1000) * 1000};
+    const timeval send{send_ms / 1000, (send_ms % 1000) * 1000};
     // Not a socket (an ivshmem region's file): the ring alone waits.
-    (void)::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    (void)::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    (void)::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &receive, sizeof(receive));
+    (void)::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &send, sizeof(send));
+}
+
+Status FramedStream::send_keepalive() {
+    if (!fd_.valid()) return error(Code::disconnected, "send to " + peer_ + ": not connected");
+    if (ring_ != nullptr) {
+        ring_->beat();
+        return Status::success();
+    }
+    // A socket that polls writable has room for far more than a header (TCP: a
+    // third of its buffer; unix: a quarter), so the write below does not block.
+    pollfd room{fd_.get(), POLLOUT, 0};
+    if (::poll(&room, 1, 0) != 1 || (room.revents & POLLOUT) == 0) return Status::success();
+    protocol::FrameHeader header;
+    header.flags = protocol::kFrameKeepAlive;
+    iovec iov{&header, sizeof(header)};
+    return write_all(&iov, 1, nullptr, 0);
 }
 
 Status FramedStream::send(FrameHeader header, std::initializer_list<ByteView> parts) {
@@ -292,6 +321,21 @@ void FramedStream::spin_until_readable() {
 }
 
 Status FramedStream::receive_header(FrameHeader *header, uint64_t max_payload) {
+    const uint64_t start = SpinPolicy::now_ns();
+    for (;;) {
+        Status status = receive_one_header(header, max_payload);
+        if (!status || !heeds_keepalives_ || !(header->flags & protocol::kFrameKeepAlive)) return status;
+        if (header->payload_size != 0 || !received_fds_.empty()) {
+            return error(Code::bad_request, "receive from " + peer_ + ": a keep-alive that carries more than a header");
+        }
+        if (wait_cap_ms_ > 0 && SpinPolicy::now_ns() - start >= uint64_t(wait_cap_ms_) * 1000000) {
+            return error(Code::disconnected, "receive from " + peer_ + ": the peer kept the session alive for " +
+                                                 std::to_string(wait_cap_ms_) + " ms but sent nothing else");
+        }
+    }
+}
+
+Status FramedStream::receive_one_header(FrameHeader *header, uint64_t max_payload) {
     if (!fd_.valid()) return error(Code::disconnected, "receive from " + peer_ + ": not connected");
     received_fds_.clear();
     if (tls_) {

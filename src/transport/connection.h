@@ -80,6 +80,7 @@ class FramedStream {
         if (ring_ != nullptr) {
             ring_->set_options(wait_options_);
             ring_->set_silence_limit_ms(silence_limit_ms_);
+            if (heeds_keepalives_) ring_->heed_heartbeat(wait_cap_ms_);
         }
     }
     // The longest the peer may stay silent while this side waits to receive, or
@@ -87,6 +88,17 @@ class FramedStream {
     // socket (SO_RCVTIMEO, SO_SNDTIMEO: each call that makes no progress) and on
     // a ring.
     void set_silence_limit_ms(int ms);
+    // Guest, where the server keeps the session alive (kSessionKeepAlive):
+    // receive_header() consumes its keep-alive frames (and a ring heeds its
+    // heartbeat), each of which ends a silence; a header that has not come within
+    // `cap_ms` (0: no cap) fails all the same. A send may wait up to `cap_ms` too:
+    // a server that computes reads nothing, however alive.
+    void heed_keepalives(int cap_ms);
+    // Host, from any one thread while the stream's owner does not use it (the
+    // session's thread is computing): a keep-alive, a header-only frame or a beat
+    // of the ring's heartbeat. Never waits: skipped while the socket has no room
+    // (its guest reads nothing, so it waits on nothing either).
+    Status send_keepalive();
     bool uses_ring() const { return ring_ != nullptr; }
     // How this side waits for its peer: its process's options (a ring attached
     // later gets them too).
@@ -133,6 +145,10 @@ class FramedStream {
 
   private:
     Status failure(const char *what, int err);
+    // receive_header() without keep-alives.
+    Status receive_one_header(protocol::FrameHeader *header, uint64_t max_payload);
+    // SO_RCVTIMEO and SO_SNDTIMEO from the limits above.
+    void apply_socket_timeouts();
     std::string silence_reason() const;
     Status write_all(struct iovec *iov, size_t count, const int *fds, size_t fd_count);
     // Points `message` at the first write_cap_ bytes of `iov` (a copy in capped_).
@@ -162,6 +178,8 @@ class FramedStream {
     WaitOptions wait_options_;
     SpinPolicy socket_spin_;
     int silence_limit_ms_ = 0;
+    bool heeds_keepalives_ = false;
+    int wait_cap_ms_ = 0;  // with keep-alives: the longest wait for a header, or to send
     int reads_ahead_ = -1;  // unknown until the first read
     size_t write_cap_ = 0;  // bytes per write at most; 0: no cap
     std::vector<struct iovec> capped_;

@@ -166,6 +166,7 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
     }
     if (peer_gone_) return poll_until(ready, start);
     if (spin_.peer_busy()) follow_worker();
+    Patience patience = patience_from(start);
     for (;;) {
         const uint32_t seen = doorbell->load(std::memory_order_acquire);
         sleeping->store(1, std::memory_order_seq_cst);
@@ -185,17 +186,34 @@ Status RingChannel::wait(std::atomic<uint32_t> *doorbell, std::atomic<uint32_t> 
         if (woken != 0 && err == ETIMEDOUT && peer_gone(peer_socket)) {
             return error(Code::disconnected, "shared ring: connection closed by peer");
         }
-        if (silent_too_long(start)) return silence();
+        if (Status s = check_patience(&patience); !s) return s;
     }
 }
 
-bool RingChannel::silent_too_long(uint64_t start) const {
-    return silence_limit_ns_ != 0 && SpinPolicy::now_ns() - start >= silence_limit_ns_;
+RingChannel::Patience RingChannel::patience_from(uint64_t start) const {
+    const uint64_t beats = heeds_heartbeat_ ? header_->server_heartbeat.load(std::memory_order_relaxed) : 0;
+    return Patience{start, start, beats};
 }
 
-Status RingChannel::silence() const {
-    return error(Code::disconnected,
-                 "shared ring: the peer was silent for " + std::to_string(silence_limit_ns_ / 1000000) + " ms");
+Status RingChannel::check_patience(Patience *patience) const {
+    const uint64_t now = SpinPolicy::now_ns();
+    if (heeds_heartbeat_) {
+        const uint64_t beats = header_->server_heartbeat.load(std::memory_order_relaxed);
+        if (beats != patience->beats) {
+            patience->beats = beats;
+            patience->heard_at = now;
+        }
+        if (wait_cap_ns_ != 0 && now - patience->start >= wait_cap_ns_) {
+            return error(Code::disconnected, "shared ring: the peer kept the session alive for " +
+                                                 std::to_string(wait_cap_ns_ / 1000000) +
+                                                 " ms but sent nothing (the reply timeout)");
+        }
+    }
+    if (silence_limit_ns_ != 0 && now - patience->heard_at >= silence_limit_ns_) {
+        return error(Code::disconnected,
+                     "shared ring: the peer was silent for " + std::to_string(silence_limit_ns_ / 1000000) + " ms");
+    }
+    return Status::success();
 }
 
 Status RingChannel::next_free_piece(size_t want, size_t *at, size_t *size, int peer_socket) {
@@ -251,6 +269,7 @@ Status RingChannel::poll_until(Ready ready, uint64_t start) {
     constexpr uint64_t kFirstPauseNs = 10 * 1000, kBusyPauseNs = 500 * 1000, kIdlePauseNs = 20 * 1000 * 1000;
     constexpr uint64_t kIdleAfterNs = 1000ull * 1000 * 1000, kCheckEveryNs = kLivenessCheckMs * 1000000ull;
     uint64_t pause_ns = kFirstPauseNs, checked = start;
+    Patience patience = patience_from(start);
     for (bool first = true;; first = false) {
         if (ready()) {
             spin_.note_wait(SpinPolicy::now_ns() - start);
@@ -260,7 +279,7 @@ Status RingChannel::poll_until(Ready ready, uint64_t start) {
         if (first || now - checked >= kCheckEveryNs) {
             checked = now;
             if (peer_gone_()) return error(Code::disconnected, "shared ring: the peer is gone");
-            if (silent_too_long(start)) return silence();
+            if (Status s = check_patience(&patience); !s) return s;
         }
         timespec pause{0, static_cast<long>(pause_ns)};
         ::nanosleep(&pause, nullptr);

@@ -9,7 +9,9 @@
 // when someone sleeps. The unix socket stays open, for file descriptors and to notice that the
 // peer died: a sleeping side wakes every kLivenessCheckMs to look at it. The
 // header also carries the CPU the worker last ran on, which a guest about to
-// sleep behind a compute follows (follow_worker()).
+// sleep behind a compute follows (follow_worker()), and the server's heartbeat:
+// where the session granted keep-alives, the worker beats it while it computes
+// (beat()), and a guest waiting on the ring hears it as the server's liveness.
 //
 // The host never trusts the shared bytes: it keeps its own count of what it has
 // written and read, checks the guest's counts against the ring's capacity before
@@ -88,6 +90,16 @@ class RingChannel {
     // The longest a read or write waits with nothing from the peer (0: no limit);
     // then it fails (a guest's reply timeout).
     void set_silence_limit_ms(int ms) { silence_limit_ns_ = ms > 0 ? uint64_t(ms) * 1000000 : 0; }
+    // Guest, where the server keeps the session alive: each beat of the server's
+    // heartbeat ends a silence; a wait still fails after `cap_ms` (0: no cap), so
+    // that a server that only beats cannot hold the guest for ever.
+    void heed_heartbeat(int cap_ms) {
+        heeds_heartbeat_ = true;
+        wait_cap_ns_ = cap_ms > 0 ? uint64_t(cap_ms) * 1000000 : 0;
+    }
+    // Host: the worker is alive and working (a keep-alive). Any thread: one atomic
+    // add, never a wait, so that a guest that reads nothing costs nothing.
+    void beat() { header_->server_heartbeat.fetch_add(1, std::memory_order_relaxed); }
     // See SpinPolicy::set_peer_busy.
     void set_peer_busy(bool busy) { spin_.set_peer_busy(busy); }
     // See SpinPolicy::set_compute_threads.
@@ -114,6 +126,9 @@ class RingChannel {
         // The CPU the server's worker last ran on (see follow_worker()); a hint
         // the guest reads, never the host.
         alignas(64) std::atomic<int32_t> worker_cpu;
+        // The server's keep-alives (beat()); only the guest reads it, and only as a
+        // sign of life. Where an older server left it zero it never moves.
+        alignas(64) std::atomic<uint64_t> server_heartbeat;
     };
 
   private:
@@ -151,9 +166,17 @@ class RingChannel {
     SpinPolicy spin_;
     bool follow_worker_ = true;
     uint64_t silence_limit_ns_ = 0;
-    // Whether a wait that began at `start` has outlasted the silence limit.
-    bool silent_too_long(uint64_t start) const;
-    Status silence() const;
+    bool heeds_heartbeat_ = false;
+    uint64_t wait_cap_ns_ = 0;
+    // One wait's clocks: since it began, and since the peer was last heard.
+    struct Patience {
+        uint64_t start = 0;
+        uint64_t heard_at = 0;
+        uint64_t beats = 0;
+    };
+    Patience patience_from(uint64_t start) const;
+    // Fails once the wait has outlasted the silence limit, or the cap.
+    Status check_patience(Patience *patience) const;
     uint64_t last_follow_ns_ = 0;  // guest: when follow_worker() last moved this thread
 };
 

@@ -1,5 +1,6 @@
 // FramedStream: frames (header + payload) over a connected stream socket.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -438,6 +440,110 @@ TEST(FramedStream, CloseReleasesTheSocket) {
     EXPECT_EQ(pair.guest.fd(), -1);
 }
 
+// Keep-alives (kSessionKeepAlive): header-only frames the guest's reader consumes.
+FrameHeader reply_header(uint16_t command) {
+    FrameHeader header;
+    header.command = command;
+    header.flags = protocol::kFrameReply;
+    return header;
+}
+
+TEST_P(FramedStreamOverEach, AHeedingReaderConsumesKeepAlivesAndReturnsTheReplyAfterThem) {
+    StreamPair pair(GetParam());
+    pair.guest.heed_keepalives(0);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(pair.host.send_keepalive().ok());
+    ASSERT_TRUE(pair.host.send(reply_header(7), {text("done")}).ok());
+    FrameHeader header;
+    ASSERT_TRUE(pair.guest.receive_header(&header, 64).ok());
+    EXPECT_EQ(header.command, 7);
+    EXPECT_EQ(header.flags, protocol::kFrameReply);
+    EXPECT_EQ(header.payload_size, 4u);
+    EXPECT_EQ(receive_text(pair.guest, 4), "done");
+}
+
+TEST_P(FramedStreamOverEach, AKeepAliveIsAPlainFrameToAReaderThatDoesNotHeedThem) {
+    StreamPair pair(GetParam());
+    ASSERT_TRUE(pair.host.send_keepalive().ok());
+    FrameHeader header;
+    ASSERT_TRUE(pair.guest.receive_header(&header, 64).ok());
+    EXPECT_EQ(header.flags, protocol::kFrameKeepAlive) << "not a reply: its caller refuses it";
+    EXPECT_EQ(header.payload_size, 0u);
+}
+
+TEST_P(FramedStreamOverEach, AKeepAliveThatCarriesAPayloadIsRefused) {
+    StreamPair pair(GetParam());
+    pair.guest.heed_keepalives(0);
+    FrameHeader forged;
+    forged.flags = protocol::kFrameKeepAlive;
+    ASSERT_TRUE(pair.host.send(forged, {text("smuggled")}).ok());
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 64);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("a keep-alive that carries more than a header"));
+}
+
+// The keep-alives come faster than the silence limit for longer than it: the
+// wait outlives the limit, and ends with the reply.
+TEST_P(FramedStreamOverEach, KeepAlivesEndEachSilence) {
+    StreamPair pair(GetParam());
+    constexpr int kSilenceMs = 1000;
+    pair.guest.heed_keepalives(0);
+    pair.guest.set_silence_limit_ms(kSilenceMs);
+    const auto started = std::chrono::steady_clock::now();
+    std::thread server([&] {
+        while (std::chrono::steady_clock::now() - started < std::chrono::milliseconds(3 * kSilenceMs)) {
+            EXPECT_TRUE(pair.host.send_keepalive().ok());
+            std::this_thread::sleep_for(std::chrono::milliseconds(kSilenceMs / 10));
+        }
+        EXPECT_TRUE(pair.host.send(reply_header(3), {}).ok());
+    });
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 64);
+    server.join();
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(header.command, 3);
+    EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(3 * kSilenceMs));
+}
+
+// A server that only keeps alive, and never answers, is given up at the cap.
+TEST_P(FramedStreamOverEach, KeepAlivesAloneDoNotOutlastTheCap) {
+    StreamPair pair(GetParam());
+    constexpr int kCapMs = 1500;
+    pair.guest.heed_keepalives(kCapMs);
+    pair.guest.set_silence_limit_ms(kCapMs);
+    std::atomic<bool> done{false};
+    std::thread server([&] {
+        while (!done.load()) {
+            (void)pair.host.send_keepalive();
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    });
+    const auto started = std::chrono::steady_clock::now();
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 64);
+    const auto waited = std::chrono::steady_clock::now() - started;
+    done.store(true);
+    server.join();
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_THAT(status.message(), HasSubstr("kept the session alive for 1500 ms but sent nothing else"));
+    EXPECT_GE(waited, std::chrono::milliseconds(kCapMs));
+    EXPECT_LT(waited, std::chrono::seconds(30));
+}
+
+// A guest that reads nothing while its server computes fills its socket; the
+// server's keep-alives are then skipped, never waited for.
+TEST(FramedStream, AKeepAliveToAFullSocketIsSkippedNotWaitedFor) {
+    StreamPair pair;
+    ASSERT_EQ(::fcntl(pair.host.fd(), F_SETFL, O_NONBLOCK), 0);
+    const std::vector<uint8_t> filler(4096);
+    while (::send(pair.host.fd(), filler.data(), filler.size(), MSG_NOSIGNAL) > 0) {
+    }
+    ASSERT_EQ(::fcntl(pair.host.fd(), F_SETFL, 0), 0);  // blocking again, as a worker's socket is
+    const auto started = std::chrono::steady_clock::now();
+    EXPECT_TRUE(pair.host.send_keepalive().ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+}
+
 }  // namespace
 }  // namespace ggml_remote
 
@@ -502,6 +608,110 @@ TEST(FramedStream, CappedWritesSplitAFrameIntoPiecesNoLargerThanTheCap) {
     std::vector<uint8_t> payload(first);
     payload.insert(payload.end(), second.begin(), second.end());
     EXPECT_TRUE(std::equal(payload.begin(), payload.end(), received.begin() + sizeof(FrameHeader)));
+}
+
+// Keep-alives (kSessionKeepAlive): header-only frames the guest's reader consumes.
+FrameHeader reply_header(uint16_t command) {
+    FrameHeader header;
+    header.command = command;
+    header.flags = protocol::kFrameReply;
+    return header;
+}
+
+TEST_P(FramedStreamOverEach, AHeedingReaderConsumesKeepAlivesAndReturnsTheReplyAfterThem) {
+    StreamPair pair(GetParam());
+    pair.guest.heed_keepalives(0);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(pair.host.send_keepalive().ok());
+    ASSERT_TRUE(pair.host.send(reply_header(7), {text("done")}).ok());
+    FrameHeader header;
+    ASSERT_TRUE(pair.guest.receive_header(&header, 64).ok());
+    EXPECT_EQ(header.command, 7);
+    EXPECT_EQ(header.flags, protocol::kFrameReply);
+    EXPECT_EQ(header.payload_size, 4u);
+    EXPECT_EQ(receive_text(pair.guest, 4), "done");
+}
+
+TEST_P(FramedStreamOverEach, AKeepAliveIsAPlainFrameToAReaderThatDoesNotHeedThem) {
+    StreamPair pair(GetParam());
+    ASSERT_TRUE(pair.host.send_keepalive().ok());
+    FrameHeader header;
+    ASSERT_TRUE(pair.guest.receive_header(&header, 64).ok());
+    EXPECT_EQ(header.flags, protocol::kFrameKeepAlive) << "not a reply: its caller refuses it";
+    EXPECT_EQ(header.payload_size, 0u);
+}
+
+TEST_P(FramedStreamOverEach, AKeepAliveThatCarriesAPayloadIsRefused) {
+    StreamPair pair(GetParam());
+    pair.guest.heed_keepalives(0);
+    FrameHeader forged;
+    forged.flags = protocol::kFrameKeepAlive;
+    ASSERT_TRUE(pair.host.send(forged, {text("smuggled")}).ok());
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 64);
+    EXPECT_EQ(status.code(), Code::bad_request);
+    EXPECT_THAT(status.message(), HasSubstr("a keep-alive that carries more than a header"));
+}
+
+// The keep-alives come faster than the silence limit for longer than it: the
+// wait outlives the limit, and ends with the reply.
+TEST_P(FramedStreamOverEach, KeepAlivesEndEachSilence) {
+    StreamPair pair(GetParam());
+    constexpr int kSilenceMs = 1000;
+    pair.guest.heed_keepalives(0);
+    pair.guest.set_silence_limit_ms(kSilenceMs);
+    const auto started = std::chrono::steady_clock::now();
+    std::thread server([&] {
+        while (std::chrono::steady_clock::now() - started < std::chrono::milliseconds(3 * kSilenceMs)) {
+            EXPECT_TRUE(pair.host.send_keepalive().ok());
+            std::this_thread::sleep_for(std::chrono::milliseconds(kSilenceMs / 10));
+        }
+        EXPECT_TRUE(pair.host.send(reply_header(3), {}).ok());
+    });
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 64);
+    server.join();
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(header.command, 3);
+    EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(3 * kSilenceMs));
+}
+
+// A server that only keeps alive, and never answers, is given up at the cap.
+TEST_P(FramedStreamOverEach, KeepAlivesAloneDoNotOutlastTheCap) {
+    StreamPair pair(GetParam());
+    constexpr int kCapMs = 1500;
+    pair.guest.heed_keepalives(kCapMs);
+    pair.guest.set_silence_limit_ms(kCapMs);
+    std::atomic<bool> done{false};
+    std::thread server([&] {
+        while (!done.load()) {
+            (void)pair.host.send_keepalive();
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    });
+    const auto started = std::chrono::steady_clock::now();
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 64);
+    const auto waited = std::chrono::steady_clock::now() - started;
+    done.store(true);
+    server.join();
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_THAT(status.message(), HasSubstr("kept the session alive for 1500 ms but sent nothing else"));
+    EXPECT_GE(waited, std::chrono::milliseconds(kCapMs));
+    EXPECT_LT(waited, std::chrono::seconds(30));
+}
+
+// A guest that reads nothing while its server computes fills its socket; the
+// server's keep-alives are then skipped, never waited for.
+TEST(FramedStream, AKeepAliveToAFullSocketIsSkippedNotWaitedFor) {
+    StreamPair pair;
+    ASSERT_EQ(::fcntl(pair.host.fd(), F_SETFL, O_NONBLOCK), 0);
+    const std::vector<uint8_t> filler(4096);
+    while (::send(pair.host.fd(), filler.data(), filler.size(), MSG_NOSIGNAL) > 0) {
+    }
+    ASSERT_EQ(::fcntl(pair.host.fd(), F_SETFL, 0), 0);  // blocking again, as a worker's socket is
+    const auto started = std::chrono::steady_clock::now();
+    EXPECT_TRUE(pair.host.send_keepalive().ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -63,10 +63,11 @@ class ServedRemoteSession : public ::testing::Test {
         host_stream = FramedStream(UniqueFd(fds[1]), "guest");
         server = std::thread([this] { served = host_session->serve(host_stream); });
         Status status =
-            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "test host", GuestOptions{}, &session);
+            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "test host", options(), &session);
         ASSERT_TRUE(status.ok()) << status.message();
         ASSERT_EQ(session->device_count(), 1u);
     }
+    virtual GuestOptions options() { return GuestOptions{}; }
 
     void TearDown() override {
         session.reset();  // hangs up: serve() returns
@@ -268,7 +269,7 @@ class ScriptedPeer : public ::testing::Test {
         int fds[2] = {-1, -1};
         ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
         peer = FramedStream(UniqueFd(fds[1]), "guest");
-        Hello::Reply hello{kProtocolVersion, 1, 0};
+        Hello::Reply hello{kProtocolVersion, 1, granted()};
         answer(CommandId::hello, ByteView(&hello, sizeof(hello)));  // waits in the socket for the handshake
         Status status =
             RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "scripted host", options(), &session);
@@ -276,6 +277,14 @@ class ScriptedPeer : public ::testing::Test {
         EXPECT_EQ(next_command(), CommandId::hello);
     }
     virtual GuestOptions options() { return GuestOptions{}; }
+    // The capabilities the scripted server grants (an older server: none).
+    virtual uint64_t granted() { return 0; }
+
+    void keep_alive() {
+        FrameHeader header;
+        header.flags = kFrameKeepAlive;
+        ASSERT_TRUE(peer.send(header, {}).ok());
+    }
 
     // A reply whose header announces `payload_size` bytes, followed by `payload`.
     void answer_claiming(CommandId command, uint64_t payload_size, ByteView payload, int32_t status = 0) {
@@ -411,6 +420,94 @@ TEST_F(ImpatientScriptedPeer, AServerSilentPastTheReplyTimeoutLosesTheSession) {
     EXPECT_GE(waited, std::chrono::milliseconds(250));
     EXPECT_LT(waited, std::chrono::seconds(5));
     EXPECT_EQ(session->call<DeviceMemory>({0}).run().code(), Code::disconnected);
+}
+
+// Issue 40, class 6: a server that keeps its sessions alive may stay silent for
+// seconds, not minutes.
+class ScriptedPeerThatKeepsAlive : public ScriptedPeer {
+  protected:
+    GuestOptions options() override {
+        GuestOptions options;  // the reply timeout stays 10 minutes
+        options.silence_timeout_ms = 300;
+        return options;
+    }
+    uint64_t granted() override { return kSessionKeepAlive; }
+};
+
+TEST_F(ScriptedPeerThatKeepsAlive, AServerSilentPastTheSilenceLimitLosesTheSessionLongBeforeTheReplyTimeout) {
+    const auto started = std::chrono::steady_clock::now();
+    Status status = within(10, [this] { return session->call<DeviceMemory>({0}).run(); });
+    const auto waited = std::chrono::steady_clock::now() - started;
+    EXPECT_EQ(status.code(), Code::disconnected) << status.message();
+    EXPECT_THAT(status.message(), HasSubstr("the peer was silent for 300 ms"));
+    EXPECT_GE(waited, std::chrono::milliseconds(250));
+    EXPECT_LT(waited, std::chrono::seconds(5));
+}
+
+TEST_F(ScriptedPeerThatKeepsAlive, KeepAlivesAreNeitherRepliesNorTraffic) {
+    const RemoteSession::Counters before = session->counters();
+    for (int i = 0; i < 3; ++i) keep_alive();
+    DeviceMemory::Reply memory{5, 6};
+    answer(CommandId::device_memory, ByteView(&memory, sizeof(memory)));
+    DeviceMemory::Reply reply{};
+    Status status = session->call<DeviceMemory>({0}).reply(&reply).run();
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(reply.memory_free, 5u);
+    EXPECT_EQ(reply.memory_total, 6u);
+    const RemoteSession::Counters after = session->counters();
+    EXPECT_EQ(after.round_trips, before.round_trips + 1);
+    EXPECT_EQ(after.bytes_received, before.bytes_received + sizeof(FrameHeader) + sizeof(memory));
+}
+
+// An older server grants no keep-alives: its silence may last the reply timeout,
+// and a keep-alive from it is a protocol error.
+class ScriptedPeerThatDoesNotKeepAlive : public ScriptedPeerThatKeepsAlive {
+  protected:
+    uint64_t granted() override { return 0; }
+};
+
+TEST_F(ScriptedPeerThatDoesNotKeepAlive, KeepsTheReplyTimeoutAsItsSilenceLimit) {
+    ASSERT_FALSE(session->keeps_alive());
+    std::thread answer_late([this] {
+        (void)next_command();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // past the 300 ms silence limit
+        DeviceMemory::Reply memory{1, 2};
+        answer(CommandId::device_memory, ByteView(&memory, sizeof(memory)));
+    });
+    Status status = within(30, [this] { return session->call<DeviceMemory>({0}).run(); });
+    answer_late.join();
+    EXPECT_TRUE(status.ok()) << status.message();
+}
+
+TEST_F(ScriptedPeerThatDoesNotKeepAlive, AKeepAliveItWasNotGrantedIsAProtocolError) {
+    keep_alive();
+    Status status = within(10, [this] { return session->call<DeviceMemory>({0}).run(); });
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("expected the reply to device_memory"));
+}
+
+// The in-process host keeps the session alive through a compute three times as
+// long as the guest's silence limit.
+class KeptAliveRemoteGraph : public ServedRemoteGraph {
+  protected:
+    static constexpr int kSilenceMs = 2 * kKeepAliveIntervalMs + 500;
+    GuestOptions options() override {
+        GuestOptions options;
+        options.silence_timeout_ms = kSilenceMs;
+        return options;
+    }
+};
+
+TEST_F(KeptAliveRemoteGraph, AComputeLongerThanTheSilenceLimitSucceeds) {
+    ASSERT_TRUE(session->keeps_alive()) << "the host granted keep-alives: the silence limit holds";
+    host_session->set_compute_check_for_testing(
+        [](const ggml_cgraph *) { std::this_thread::sleep_for(std::chrono::milliseconds(3 * kSilenceMs)); });
+    const auto started = std::chrono::steady_clock::now();
+    Status status = session->compute_graph(compute, encoded, RemoteSession::Completion::waits);
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(3 * kSilenceMs));
+    host_session->set_compute_check_for_testing(nullptr);
+    EXPECT_THAT(sum(), ElementsAre(11, 22, 33, 44, 55, 66, 77, 88));
 }
 
 TEST_F(ServedRemoteSession, DeviceAsksTheHostOncePerOpSignature) {

@@ -167,6 +167,18 @@ TEST_F(CpuSession, HelloAnswersWithTheProtocolVersionAndDeviceCount) {
     EXPECT_TRUE(outcome.tail.empty());
 }
 
+TEST_F(CpuSession, KeepAlivesAreGrantedOnlyToAGuestThatAsksForThem) {
+    Hello::Request request;
+    request.capabilities = kSessionKeepAlive;
+    Outcome outcome = call<Hello>(request);
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities, uint64_t(kSessionKeepAlive));
+    start(SessionLimits{});  // a new session
+    outcome = call<Hello>(Hello::Request{});  // an older guest: it would not know the frame
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
+    EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities & kSessionKeepAlive, 0u);
+}
+
 TEST_F(CpuSession, CommandsAreServedAfterTheHandshake) {
     hello();
     EXPECT_TRUE(call<DeviceMemory>(DeviceMemory::Request{0}).status.ok());

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -71,6 +72,58 @@ TEST(SharedRing, AGuestWaitingOnASilentHostGivesUpAtItsSilenceLimit) {
     EXPECT_THAT(status.message(), HasSubstr("the peer was silent for 200 ms"));
     EXPECT_GE(waited, std::chrono::milliseconds(200));
     EXPECT_LT(waited, std::chrono::seconds(3));
+}
+
+// Over a ring a keep-alive is a beat of the header's heartbeat (send_keepalive on
+// the host's stream), which a heeding guest's wait hears.
+TEST(SharedRing, HeartbeatsEndEachSilenceOfAHeedingGuest) {
+    RingPair pair;
+    constexpr int kSilenceMs = 1000;
+    pair.guest.heed_keepalives(0);
+    pair.guest.set_silence_limit_ms(kSilenceMs);
+    const auto started = std::chrono::steady_clock::now();
+    std::thread server([&] {
+        while (std::chrono::steady_clock::now() - started < std::chrono::milliseconds(3 * kSilenceMs)) {
+            EXPECT_TRUE(pair.host.send_keepalive().ok());
+            std::this_thread::sleep_for(std::chrono::milliseconds(kSilenceMs / 10));
+        }
+        FrameHeader reply;
+        reply.command = 5;
+        reply.flags = protocol::kFrameReply;
+        EXPECT_TRUE(pair.host.send(reply, {}).ok());
+    });
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 1024);
+    server.join();
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(header.command, 5);
+    EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(3 * kSilenceMs));
+    char probe;
+    EXPECT_EQ(::recv(pair.guest.fd(), &probe, 1, MSG_DONTWAIT), -1) << "no keep-alive went through the socket";
+}
+
+TEST(SharedRing, HeartbeatsAloneDoNotOutlastTheCap) {
+    RingPair pair;
+    constexpr int kCapMs = 1500;
+    pair.guest.heed_keepalives(kCapMs);
+    pair.guest.set_silence_limit_ms(kCapMs);
+    std::atomic<bool> done{false};
+    std::thread server([&] {
+        while (!done.load()) {
+            (void)pair.host.send_keepalive();
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    });
+    const auto started = std::chrono::steady_clock::now();
+    FrameHeader header;
+    Status status = pair.guest.receive_header(&header, 1024);
+    const auto waited = std::chrono::steady_clock::now() - started;
+    done.store(true);
+    server.join();
+    EXPECT_EQ(status.code(), Code::disconnected);
+    EXPECT_THAT(status.message(), HasSubstr("kept the session alive for 1500 ms but sent nothing"));
+    EXPECT_GE(waited, std::chrono::milliseconds(kCapMs));
+    EXPECT_LT(waited, std::chrono::seconds(30));
 }
 
 TEST(SharedRing, AGuestRefusesARingFileThatCouldShrink) {

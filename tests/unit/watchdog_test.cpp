@@ -8,7 +8,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+
+#include "protocol/wire.h"
 
 namespace ggml_remote::host {
 namespace {
@@ -43,6 +47,41 @@ TEST(Watchdog, AComputeThatEndsAfterItsGuestLeftKeepsTheWorker) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     ::close(fds[0]);
+}
+
+// Keep-alives are sent while a compute lasts, one an interval, and never once it ended.
+TEST(Watchdog, KeepAlivesFlowOnlyWhileAComputeLastsAndNoFasterThanTheInterval) {
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    std::atomic<bool> guest_gone{false};
+    std::mutex mutex;
+    std::condition_variable sent;
+    int keepalives = 0;
+    Watchdog watchdog(fds[0], &guest_gone);
+    watchdog.send_keepalives([&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++keepalives;
+        sent.notify_all();
+    });
+    const auto began = std::chrono::steady_clock::now();
+    {
+        Watchdog::HangupWatch computing(&watchdog);
+        std::unique_lock<std::mutex> lock(mutex);
+        ASSERT_TRUE(sent.wait_for(lock, std::chrono::seconds(30), [&] { return keepalives >= 2; }));
+    }
+    const auto computed = std::chrono::steady_clock::now() - began;
+    EXPECT_GE(computed, std::chrono::milliseconds(2 * protocol::kKeepAliveIntervalMs)) << "one an interval at most";
+    int after_the_compute = 0;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        after_the_compute = keepalives;
+    }
+    // Two intervals with no compute: none may come (the watch ended under the lock).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * protocol::kKeepAliveIntervalMs));
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_EQ(keepalives, after_the_compute) << "a keep-alive after the compute ended";
+    EXPECT_FALSE(guest_gone.load());
+    ::close(fds[1]);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ namespace {
 
 Hello::Request hello_for(const HandshakeAsk &ask, const GuestOptions &options) {
     Hello::Request hello;
+    hello.capabilities |= kSessionKeepAlive;
     if (options.store_min_bytes != 0) hello.capabilities |= kSessionWeightStore | kSessionModelLibrary;
     if (ask.shared_memory) {
         hello.capabilities |= kSessionSharedMemory;
@@ -91,16 +92,21 @@ Status handshake(FramedStream &stream, const std::string &name, const GuestOptio
     Hello::Reply reply{};
     Status status = exchange_hello(stream, name, options, hello, &reply);
     if (!status) return status;
-    // From now on a reply may take as long as a compute: the wait is bounded by
-    // the reply timeout (silence, not the whole reply), and a dead server is
-    // noticed sooner by the socket.
-    stream.set_silence_limit_ms(options.reply_timeout_ms);
+    // From now on a reply may take as long as a compute. A server that keeps the
+    // session alive may be silent for seconds (its keep-alives end each silence,
+    // the reply timeout bounds the whole wait); one that does not sends nothing
+    // while it computes, so the reply timeout bounds its silence. A dead server
+    // is noticed sooner by the socket.
+    const bool keeps_alive = (reply.capabilities & kSessionKeepAlive) != 0;
+    if (keeps_alive) stream.heed_keepalives(options.reply_timeout_ms);
+    stream.set_silence_limit_ms(options.silence_limit_ms(keeps_alive));
     stream.set_wait_options(options.waiting);
     if (reply.capabilities & kSessionSharedRing) {
         if (status = attach_granted_ring(stream, name); !status) return status;
     }
     stream.received_fds().clear();
     terms->device_count = reply.device_count;
+    terms->keeps_alive = keeps_alive;
     terms->shared_memory = (reply.capabilities & kSessionSharedMemory) != 0;
     terms->weight_store = (hello.capabilities & reply.capabilities & kSessionWeightStore) != 0;
     terms->model_library = terms->weight_store && (hello.capabilities & reply.capabilities & kSessionModelLibrary) != 0;

@@ -27,6 +27,7 @@ struct SessionTerms {
     bool region_heap = false;
     bool peer_exchange = false;  // the session may join tensor-parallel groups (CommJoin)
     bool peer_links = false;     // and groups across machines (CommJoinLinks)
+    bool keeps_alive = false;    // the server's keep-alives: a silence of seconds loses it
 };
 
 // The hello exchange on a new `stream`, within options.connect_timeout_ms (a peer

@@ -102,6 +102,8 @@ class RemoteSession : public SessionCalls {
     bool peer_exchange() const { return terms_.peer_exchange; }
     // Whether the session may join tensor-parallel groups across machines (CommJoinLinks).
     bool peer_links() const { return terms_.peer_links; }
+    // Whether the server keeps the session alive while it computes (kSessionKeepAlive).
+    bool keeps_alive() const { return terms_.keeps_alive; }
     // Where the buffer at `offset` of the region, `size` bytes, is mapped here;
     // an error when the server named a range outside the region's heap.
     Status region_bytes(uint64_t offset, uint64_t size, void **at) const;

@@ -365,6 +365,8 @@ class Session {
     UniqueFd peer_channel_;  // to the listener's peer broker (peer_channel.h), or none
     std::optional<std::chrono::steady_clock::time_point> connected_at_;  // count_handshake_from's
     bool peer_links_granted_ = false;
+    // Granted in the handshake: the watchdog's thread sends keep-alives while the session computes.
+    bool keepalive_granted_ = false;
     uint64_t memory_in_use_ = 0;
     uint64_t mapped_file_bytes_ = 0;
     // Set by serve()'s watchdog when the guest hangs up during a compute.

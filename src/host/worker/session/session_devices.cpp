@@ -137,6 +137,9 @@ Status Session::handle(const Hello::Request &request, Call<Hello> &call) {
     // The listener dials and accepts for the worker, which may open no socket.
     peer_links_granted_ = peer_channel_.valid() && (request.capabilities & kSessionPeerLinks) != 0;
     if (peer_links_granted_) call.reply.capabilities |= kSessionPeerLinks;
+    // Costs the guest's reader nothing and this worker a frame a second while it computes.
+    keepalive_granted_ = (request.capabilities & kSessionKeepAlive) != 0;
+    if (keepalive_granted_) call.reply.capabilities |= kSessionKeepAlive;
     region_heap_granted_ = region_ != nullptr && (request.capabilities & kSessionRegionHeap) != 0;
     if (region_heap_granted_) call.reply.capabilities |= kSessionRegionHeap;
     if (shared_memory_ && (request.capabilities & kSessionSharedRing)) {

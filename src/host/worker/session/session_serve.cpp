@@ -133,6 +133,14 @@ Status Session::serve_frames(FramedStream &stream) {
         Watchdog *&pointer;
         ~ForgetWatchdogOnReturn() { pointer = nullptr; }
     } forget_watchdog{watchdog_};
+    // While the session computes, its thread does not touch the stream, and the
+    // watchdog's thread, awake then anyway to watch for a hang-up, sends the
+    // keep-alives: ggml's abort callback would reach only the CPU backend between
+    // nodes, and a GPU's graph runs as one call. Watchdog::send_keepalives says
+    // why the two threads never use the stream at once.
+    loop.watchdog.send_keepalives([this, &stream] {
+        if (keepalive_granted_) (void)stream.send_keepalive();  // a guest that is gone is the hang-up watch's
+    });
     for (;;) {
         FrameHeader header;
         bool ended = false;

@@ -8,6 +8,7 @@
 
 #include "host/common/server_log.h"
 #include "host/common/serving_options.h"
+#include "protocol/wire.h"
 
 namespace ggml_remote::host {
 
@@ -73,6 +74,17 @@ Status Watchdog::failure() {
     return error(Code::limit_exceeded, text);
 }
 
+void Watchdog::send_keepalives(std::function<void()> send) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    send_keepalive_ = std::move(send);
+}
+
+void Watchdog::keep_alive_if_due() {
+    if (!send_keepalive_ || Clock::now() < next_keepalive_) return;
+    send_keepalive_();
+    next_keepalive_ = Clock::now() + std::chrono::milliseconds(protocol::kKeepAliveIntervalMs);
+}
+
 void Watchdog::watch_hangup(bool on) {
     if (guest_gone_ == nullptr) return;
     if (!thread_.joinable()) thread_ = std::thread(&Watchdog::run, this);
@@ -80,6 +92,7 @@ void Watchdog::watch_hangup(bool on) {
         std::lock_guard<std::mutex> lock(mutex_);
         watching_hangup_ = on;
         abandoned_since_ = Clock::time_point::max();
+        next_keepalive_ = Clock::now() + std::chrono::milliseconds(protocol::kKeepAliveIntervalMs);
     }
     if (on) wake_.notify_one();  // turning it off needs no wake-up: the thread's next look sees it
 }
@@ -117,6 +130,8 @@ void Watchdog::run() {
                 guest_gone_->store(true, std::memory_order_relaxed);
                 watching_hangup_ = false;
                 abandoned_since_ = Clock::now();
+            } else if (watching_hangup_) {  // the compute may have ended while the lock was free
+                keep_alive_if_due();
             }
         } else if (abandoned_since_ != Clock::time_point::max()) {
             end_a_compute_that_will_not_stop(&lock);

@@ -8,12 +8,14 @@
 // While a compute runs, the same thread watches the socket for the guest's
 // hang-up instead, and raises the session's abort flag when it sees one: a killed
 // guest's compute is abandoned instead of holding the worker's memory to its end.
+// And it sends the session's keep-alives (send_keepalives()).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -44,6 +46,14 @@ class Watchdog {
     // Why the session was ended, once expired().
     Status failure();
 
+    // While a HangupWatch lasts, `send` is called every protocol::kKeepAliveIntervalMs,
+    // the first one interval after the watch began (a short compute sends none), on
+    // the watchdog's thread and under its lock. A watch ends under the same lock,
+    // so a call in progress is over before the session's thread, back from its
+    // compute, uses the stream again; none is made between two watches. A guest
+    // cannot make more than one a second: a compute is a request it waits on.
+    void send_keepalives(std::function<void()> send);
+
     // Watches for the guest's hang-up from construction to destruction (a compute).
     // A null watchdog (in-process tests) watches nothing.
     class HangupWatch {
@@ -70,6 +80,8 @@ class Watchdog {
   private:
     void run();
     void watch_hangup(bool on);
+    // While watching for a hang-up: a keep-alive when one is due (the lock held).
+    void keep_alive_if_due();
     // One look at the socket, waiting up to kHangupPollMs; true if the guest hung up.
     bool guest_hung_up() const;
     void end_a_compute_that_will_not_stop(std::unique_lock<std::mutex> *lock);
@@ -86,6 +98,8 @@ class Watchdog {
     bool watching_hangup_ = false;
     // When the guest hung up during the compute still running; max(): it did not.
     Clock::time_point abandoned_since_ = Clock::time_point::max();
+    std::function<void()> send_keepalive_;
+    Clock::time_point next_keepalive_ = Clock::time_point::max();
     Wait what_ = Wait::idle;
     double seconds_ = 0;
     uint64_t bytes_ = 0;
