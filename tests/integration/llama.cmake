@@ -29,6 +29,10 @@ add_integration_test(errors_timeouts errors_timeouts.sh $<TARGET_FILE:ggml-remot
 add_integration_test(errors_server_killed_worker errors_server_killed.sh worker)
 add_integration_test(errors_server_killed_server errors_server_killed.sh server)
 add_integration_test(errors_guest_killed errors_guest_killed.sh)
+# Issue 40, class 6: a stopped worker is given up after the silence limit, not the reply timeout.
+add_integration_test(errors_silent_server_unix errors_silent_server.sh unix)
+add_integration_test(errors_silent_server_tcp errors_silent_server.sh tcp)
+add_integration_test(errors_silent_server_shm errors_silent_server.sh shm)
 add_integration_test(llama_server llama_server.sh)
 # `status` and /metrics show each session's weight upload; status --watch.
 add_integration_test(status_upload status_upload.sh)

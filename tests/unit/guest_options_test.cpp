@@ -105,6 +105,25 @@ TEST_F(GuestOptionsTest, ReplyTimeoutIsMinutesByDefaultAndZeroTurnsItOff) {
     EXPECT_THAT(log_lines[0], HasSubstr("GGML_REMOTE_REPLY_TIMEOUT_MS"));
 }
 
+TEST_F(GuestOptionsTest, ASilenceOfSecondsEndsTheSessionOnlyWhereTheServerKeepsItAlive) {
+    const GuestOptions defaults = read({});
+    EXPECT_EQ(defaults.silence_timeout_ms, kKeepAliveSilenceMs);
+    EXPECT_EQ(defaults.silence_limit_ms(true), 15000);
+    EXPECT_EQ(defaults.silence_limit_ms(false), 600000) << "an older server is silent while it computes";
+    const GuestOptions shorter = read({{"GGML_REMOTE_SILENCE_TIMEOUT_MS", "4000"}});
+    EXPECT_EQ(shorter.silence_limit_ms(true), 4000);
+    const GuestOptions impatient = read({{"GGML_REMOTE_REPLY_TIMEOUT_MS", "2000"}});
+    EXPECT_EQ(impatient.silence_limit_ms(true), 2000) << "never above the reply timeout";
+    const GuestOptions unbounded = read({{"GGML_REMOTE_REPLY_TIMEOUT_MS", "0"}});
+    EXPECT_EQ(unbounded.silence_limit_ms(true), 15000);
+    EXPECT_EQ(unbounded.silence_limit_ms(false), 0);
+    EXPECT_EQ(read({{"GGML_REMOTE_SILENCE_TIMEOUT_MS", "0"}}).silence_limit_ms(true), 600000);
+    EXPECT_THAT(log_lines, IsEmpty());
+    EXPECT_EQ(read({{"GGML_REMOTE_SILENCE_TIMEOUT_MS", "soon"}}).silence_timeout_ms, kKeepAliveSilenceMs);
+    ASSERT_EQ(log_lines.size(), 1u);
+    EXPECT_THAT(log_lines[0], HasSubstr("GGML_REMOTE_SILENCE_TIMEOUT_MS"));
+}
+
 TEST_F(GuestOptionsTest, WeightStoreZeroTurnsDigestsOffWhateverTheMinimum) {
     EXPECT_EQ(read({{"GGML_REMOTE_WEIGHT_STORE", "0"}, {"GGML_REMOTE_STORE_MIN_BYTES", "4194304"}}).store_min_bytes,
               0u);
