@@ -179,7 +179,7 @@ class FramedStream {
     SpinPolicy socket_spin_;
     int silence_limit_ms_ = 0;
     bool heeds_keepalives_ = false;
-    int wait_cap_ms_ = 0;  // with keep-alives: the longest wait for a header, or to send
+    int wait_cap_ms_ = 0;   // with keep-alives: the longest wait for a header, or to send
     int reads_ahead_ = -1;  // unknown until the first read
     size_t write_cap_ = 0;  // bytes per write at most; 0: no cap
     std::vector<struct iovec> capped_;

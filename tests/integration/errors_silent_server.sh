@@ -13,6 +13,8 @@ transport=${1:?usage: errors_silent_server.sh unix|tcp|shm}
 SILENCE_MS=15000 # GGML_REMOTE_SILENCE_TIMEOUT_MS's default
 WATCHDOG_S=60    # the silence limit and a busy machine's margin; far below 600 s
 GUEST_TIMEOUT=300
+# The lost session stays lost: its devices fail, and llama-simple ends.
+export GGML_REMOTE_RECONNECT=0
 
 small=$(model small)
 start_server srv

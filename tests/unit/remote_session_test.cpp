@@ -62,8 +62,7 @@ class ServedRemoteSession : public ::testing::Test {
         ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
         host_stream = FramedStream(UniqueFd(fds[1]), "guest");
         server = std::thread([this] { served = host_session->serve(host_stream); });
-        Status status =
-            RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "test host", options(), &session);
+        Status status = RemoteSession::start(FramedStream(UniqueFd(fds[0]), "host"), "test host", options(), &session);
         ASSERT_TRUE(status.ok()) << status.message();
         ASSERT_EQ(session->device_count(), 1u);
     }

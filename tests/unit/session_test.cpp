@@ -173,8 +173,9 @@ TEST_F(CpuSession, KeepAlivesAreGrantedOnlyToAGuestThatAsksForThem) {
     Outcome outcome = call<Hello>(request);
     ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
     EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities, uint64_t(kSessionKeepAlive));
-    start(SessionLimits{});  // a new session
-    outcome = call<Hello>(Hello::Request{});  // an older guest: it would not know the frame
+    // A new session, of an older guest: it would not know the frame.
+    start(SessionLimits{});
+    outcome = call<Hello>(Hello::Request{});
     ASSERT_TRUE(outcome.status.ok()) << outcome.status.message();
     EXPECT_EQ(outcome.reply<Hello::Reply>().capabilities & kSessionKeepAlive, 0u);
 }
