@@ -2,7 +2,7 @@
 // running inside a session worker (worker_isolation.sh).
 //
 // It hooks recv and recvmsg. On the first call in a process that is sandboxed
-// (/proc/self/status says "Seccomp: 2", which only a worker is) it tries what such an
+// (under a seccomp filter: a worker, or the services process) it tries what such an
 // attacker would do next, and reports each attempt on stderr (the server log):
 //   worker-probe[PID]: WHAT: refused (reason)    or    worker-probe[PID]: WHAT: ALLOWED
 // then lets the worker carry on. Everywhere else (the listener, clients, a worker of a
@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -54,6 +55,9 @@ void report(const std::string &what, bool allowed, int error_number) {
 }
 
 bool sandboxed() {
+    // PR_GET_SECCOMP says 2 under a filter; a process that may not read /proc (the
+    // services process) is asked this way.
+    if (::prctl(PR_GET_SECCOMP, 0, 0, 0, 0) == 2) return true;
     std::ifstream status("/proc/self/status");
     std::string line;
     while (std::getline(status, line)) {

@@ -19,7 +19,7 @@
 #include "host/listener/device_probe.h"
 #include "host/listener/listener.h"
 #include "host/listener/server_paths.h"
-#include "host/listener/store_owner.h"
+#include "host/services/store_owner.h"
 #include "host/listener/worker_jail.h"
 #include "host/worker/jail/sandbox.h"
 #include "host/worker/jail/worker_identity.h"
@@ -173,6 +173,15 @@ void print_usage(const char *program) { std::printf(kUsage, program, kDefaultEnd
 std::string worker_program() {
     std::string path;
     if (Status found = host::find_worker_program(&path); !found) fail(found.message());
+    return path;
+}
+
+// The services program (host/services/services.h), found once; the same.
+std::string services_program() {
+    std::string path;
+    if (Status found = host::find_helper_program("ggml-remote-services", "services", &path); !found) {
+        fail(found.message());
+    }
     return path;
 }
 
@@ -496,6 +505,7 @@ int serve(CommandLine *line) {
     host::WorkerIdentity identity;
     const std::string worker_identity = resolve_worker_user(options, &identity);
     line->worker_command.insert(line->worker_command.begin(), worker_program());
+    options.services_program = services_program();
     prepare_weight_store(options);
     check_models_directory(options);
     announce_devices(line->worker_command.front(), &options);
