@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "host/common/services_channel.h"
 #include "host/listener/services_process.h"
@@ -39,7 +41,7 @@ struct TemporaryDirectory {
 services_channel::Request store_request(const std::string &directory) {
     services_channel::Request request;
     request.kind = static_cast<uint32_t>(services_channel::Kind::store);
-    std::strncpy(request.tenant_directory, directory.c_str(), sizeof(request.tenant_directory));
+    std::snprintf(request.tenant_directory, sizeof(request.tenant_directory), "%s", directory.c_str());
     return request;
 }
 
@@ -78,13 +80,14 @@ TEST(ServicesChannel, AnArgumentItCannotReadIsAnError) {
 // The listener names tenants as the store always named their directories, so a
 // store written before the services process moved out is still found.
 TEST(ServicesChannel, ATenantsDirectoryIsTheNameTheStoreAlwaysGaveIt) {
-    for (const std::string tenant : {"", "unix uid 1000", "tls guest", std::string(70000, 'x')}) {
+    for (const std::string &tenant :
+         std::vector<std::string>{"", "unix uid 1000", "tls guest", std::string(70000, 'x')}) {
         const std::string name = store_tenant_directory(tenant);
         EXPECT_EQ(name, StoreOwner::tenant_directory_name(tenant));
         EXPECT_TRUE(is_store_tenant_directory(name)) << name;
     }
-    for (const std::string bad : {"", "..", "../t-0123456789abcdef01234567", "t-0123456789ABCDEF01234567",
-                                  "t-0123456789abcdef0123456", "t-0123456789abcdef012345678", "shared/x"}) {
+    for (const char *bad : {"", "..", "../t-0123456789abcdef01234567", "t-0123456789ABCDEF01234567",
+                            "t-0123456789abcdef0123456", "t-0123456789abcdef012345678", "shared/x"}) {
         EXPECT_FALSE(is_store_tenant_directory(bad)) << bad;
     }
 }

@@ -1,6 +1,7 @@
 #include "host/listener/services_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -123,7 +124,6 @@ bool ServicesProcess::usable() {
 
 Status ServicesProcess::ask(Request request, UniqueFd *channel) {
     if (!usable()) return error(Code::disconnected, "the services process is not running (it is started again)");
-    store_channel::NoSigpipe no_sigpipe;
     Reply reply;
     std::vector<UniqueFd> fds;
     if (!store_channel::send_message(channel_.get(), &request, sizeof(request), nullptr, 0) ||

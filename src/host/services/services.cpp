@@ -88,7 +88,6 @@ FilesystemPolicy services_filesystem_policy(const ServicesOptions &options) {
 }
 
 [[noreturn]] void run_services(int channel_fd, const ServicesOptions &options) {
-    store_channel::NoSigpipe no_sigpipe;
     Services services(options);
     services.open();
     // Before any thread starts: Landlock confines one thread at a time.
@@ -98,6 +97,7 @@ FilesystemPolicy services_filesystem_policy(const ServicesOptions &options) {
         log_error("services: cannot enter the sandbox: " + sandboxed.message());
         ::_exit(1);
     }
+    if (options.verbose) log_line("services process: " + describe_sandbox(report));
     services.start();
     if (!send_reply(channel_fd, reply_for(Kind::ready, Status::success()), UniqueFd())) ::_exit(1);
     for (;;) {
