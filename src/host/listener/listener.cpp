@@ -395,10 +395,12 @@ class Listener {
         const size_t metrics_first = polled.size();
         metrics_.add_poll_fds(&polled);
         adopted_.add_poll_fds(&polled);
+        services_.add_poll_fds(&polled);
         const auto now = std::chrono::steady_clock::now();
-        const int timeout_ms =
+        const int timeout_ms = earlier_timeout_ms(
             earlier_timeout_ms(earlier_timeout_ms(admission_.poll_timeout_ms(now), metrics_.poll_timeout_ms(now)),
-                               regions_.empty() ? -1 : kRegionPollMs);
+                               services_.poll_timeout_ms(now)),
+            regions_.empty() ? -1 : kRegionPollMs);
         if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
             if (errno == EINTR) return true;
             log_error(std::string("poll: ") + std::strerror(errno));
@@ -407,6 +409,7 @@ class Listener {
         if ((polled[0].revents & POLLIN) && !handle_signal()) return false;
         answer_admission_requests(polled);
         release_adopted(polled);
+        services_.serve(polled);
         end_overdue_unauthenticated();
         serve_regions();
         for (size_t i = 0; i < sockets_.size(); ++i) {

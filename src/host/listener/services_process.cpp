@@ -173,10 +173,28 @@ bool ServicesProcess::ended(pid_t pid, int wait_status) {
     pid_ = -1;
     channel_.reset();
     ready_ = false;
-    // One that served a while is started again at once; one that keeps dying, at
-    // the first request after its backoff.
-    if (!stopped_ && Clock::now() >= next_start_) launch();
-    return true;
+    return true;  // started again by serve(), at once or after the backoff
+}
+
+void ServicesProcess::add_poll_fds(std::vector<pollfd> *polled) {
+    polled_at_ = SIZE_MAX;
+    if (!channel_.valid() || ready_) return;
+    polled_at_ = polled->size();
+    polled->push_back({channel_.get(), POLLIN, 0});
+}
+
+int ServicesProcess::poll_timeout_ms(Clock::time_point now) const {
+    if (channel_.valid() || stopped_ || program_.empty()) return -1;
+    if (now >= next_start_) return 0;
+    return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(next_start_ - now).count());
+}
+
+void ServicesProcess::serve(const std::vector<pollfd> &polled) {
+    if (polled_at_ < polled.size() && polled[polled_at_].revents != 0 && channel_.valid() && !ready_) {
+        (void)wait_ready(0);
+    }
+    polled_at_ = SIZE_MAX;
+    if (!channel_.valid() && !stopped_ && Clock::now() >= next_start_) launch();
 }
 
 void ServicesProcess::stop() {

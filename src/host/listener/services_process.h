@@ -9,10 +9,12 @@
 // without a store or a broker until it is back.
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,12 @@ class ServicesProcess {
     UniqueFd peer_channel();
     // waitpid reported that `pid` ended: whether it was the services process.
     bool ended(pid_t pid, int wait_status);
+    // The listener's poll loop: the services channel while the process is not ready
+    // yet (its ready message), and a timeout until a restart is due.
+    void add_poll_fds(std::vector<pollfd> *polled);
+    int poll_timeout_ms(Clock::time_point now) const;
+    // After the poll: takes the ready message, or starts a process that is due.
+    void serve(const std::vector<pollfd> &polled);
     // Closes its channel: the services process exits.
     void stop();
     pid_t pid() const { return pid_; }
@@ -58,6 +66,7 @@ class ServicesProcess {
     bool stopped_ = false;
     std::chrono::milliseconds backoff_;
     Clock::time_point next_start_{};
+    size_t polled_at_ = SIZE_MAX;  // where add_poll_fds put the channel
 };
 
 }  // namespace ggml_remote::host
