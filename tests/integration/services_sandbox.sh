@@ -21,7 +21,7 @@ export GGML_REMOTE_CACHE_DIR=$WORK/cache
 path=$(model small f16)
 failures=()
 
-GGML_REMOTE_PROBE_FILES="$WORK/keys.psk:$WORK/secret" \
+GGML_REMOTE_PROBE_SERVICES=1 GGML_REMOTE_PROBE_FILES="$WORK/keys.psk:$WORK/secret" \
     GGML_REMOTE_PROBE_WRITE="$WORK/planted:$LIBRARY/planted.gguf" \
     LD_PRELOAD=$PROBE start_server srv --tls-psk "$WORK/keys.psk" --weight-store "$STORE" --models "$LIBRARY"
 

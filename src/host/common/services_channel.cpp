@@ -62,9 +62,9 @@ std::vector<std::string> services_arguments(const ServicesOptions &options) {
     std::vector<std::string> args;
     const WeightStoreOptions &store = options.weight_store;
     if (!store.directory.empty()) {
-        args.insert(args.end(), {"--weight-store", store.directory, "--weight-store-size",
-                                 std::to_string(store.max_bytes), "--lru-resolution-s",
-                                 std::to_string(store.lru_resolution_s)});
+        args.insert(args.end(),
+                    {"--weight-store", store.directory, "--weight-store-size", std::to_string(store.max_bytes),
+                     "--lru-resolution-s", std::to_string(store.lru_resolution_s)});
         if (store.shared_across_tenants) args.push_back("--weight-store-shared");
         if (store.verify_on_use) args.push_back("--weight-store-verify");
     }

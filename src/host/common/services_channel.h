@@ -60,8 +60,8 @@ bool is_store_tenant_directory(const std::string &name);
 
 // What the services process serves, from the listener's options.
 struct ServicesOptions {
-    WeightStoreOptions weight_store;   // directory empty: no store
-    std::string models;                // --models, or empty
+    WeightStoreOptions weight_store;     // directory empty: no store
+    std::string models;                  // --models, or empty
     std::vector<Endpoint> tensor_peers;  // --tensor-peer (the broker serves links that come in without)
     LogFormat log_format = LogFormat::text;
     bool verbose = false;

@@ -104,7 +104,8 @@ bool ServicesProcess::wait_ready(int timeout_ms) {
     }
     ready_ = true;
     backoff_ = kFirstBackoff;
-    log_line("services process (pid " + std::to_string(pid_) + "): weight store, model library and peer broker, "
+    log_line("services process (pid " + std::to_string(pid_) +
+             "): weight store, model library and peer broker, "
              "sandboxed");
     return true;
 }

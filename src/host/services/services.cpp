@@ -19,8 +19,8 @@ using services_channel::Request;
 
 // Files a name lookup (the broker's dials to --tensor-peer hosts) reads, and the
 // libraries it loads; the time zone for the log's timestamps.
-const char *const kLookupFiles[] = {"/etc/hosts",  "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/gai.conf",
-                                    "/etc/host.conf", "/etc/localtime", "/etc/ld.so.cache",  "/usr/share/zoneinfo"};
+const char *const kLookupFiles[] = {"/etc/hosts",     "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/gai.conf",
+                                    "/etc/host.conf", "/etc/localtime",   "/etc/ld.so.cache",   "/usr/share/zoneinfo"};
 const char *const kLibraryDirectories[] = {"/usr/lib", "/usr/lib64", "/lib", "/lib64"};
 
 Reply reply_for(Kind kind, const Status &status) {

@@ -173,7 +173,6 @@ StoreOwner::~StoreOwner() {
 
 std::string StoreOwner::tenant_directory_name(const std::string &tenant) { return store_tenant_directory(tenant); }
 
-
 namespace {
 
 // The store's directory, made first if need be (mode 0700, the server's own).
@@ -253,7 +252,8 @@ void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant) {
 }
 
 Status StoreOwner::connect_tenant_directory(const std::string &directory, UniqueFd *worker_end) {
-    if (!is_store_tenant_directory(directory)) return error(Code::bad_request, "not a tenant's directory: " + directory);
+    if (!is_store_tenant_directory(directory))
+        return error(Code::bad_request, "not a tenant's directory: " + directory);
     int pair[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return failure("socketpair");
     worker_end->reset(pair[0]);
