@@ -9,6 +9,7 @@
 #   server (ggml-remote-server, which depends on the plugin of the same version):
 #     /usr/bin/ggml-remote-server                      the listener
 #     /usr/libexec/ggml-remote/ggml-remote-worker       one per guest, started by the listener
+#     /usr/libexec/ggml-remote/ggml-remote-services     the store, the library, the peer broker
 #     /usr/share/man/man1/ggml-remote-server.1.gz
 #     /usr/lib/systemd/system/ggml-remote.{service,socket}, /usr/lib/sysusers.d/ggml-remote.conf
 #     /etc/ggml-remote/server.conf (the service's flags), /etc/cdi/ggml-remote.yaml (a CDI
@@ -26,7 +27,7 @@ endif()
 install(TARGETS ggml-remote-server RUNTIME DESTINATION bin COMPONENT server)
 # The listener finds its worker program at ../libexec/ggml-remote/ from its own
 # directory (host/listener/worker_jail.h), as it finds it beside itself in a build tree.
-install(TARGETS ggml-remote-worker RUNTIME DESTINATION libexec/ggml-remote COMPONENT server)
+install(TARGETS ggml-remote-worker ggml-remote-services RUNTIME DESTINATION libexec/ggml-remote COMPONENT server)
 install(TARGETS ggml-remote LIBRARY DESTINATION ${GGML_REMOTE_PLUGIN_DIR} COMPONENT plugin NAMELINK_SKIP)
 
 # The man page, compressed the way Debian wants it (gzip -9n: no name, no time stamp).

@@ -231,7 +231,7 @@ install_package() {
 
 files_installed() {
     local path owner expected
-    for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker "$PLUGIN" /usr/share/man/man1/ggml-remote-server.1.gz \
+    for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker /usr/libexec/ggml-remote/ggml-remote-services "$PLUGIN" /usr/share/man/man1/ggml-remote-server.1.gz \
         /usr/lib/systemd/system/ggml-remote.service /usr/lib/systemd/system/ggml-remote.socket \
         /usr/lib/sysusers.d/ggml-remote.conf "$CONF" "$CDI_SPEC" /usr/share/doc/ggml-remote-server/README.Debian \
         /usr/share/doc/ggml-remote-server/changelog.Debian.gz /usr/share/doc/ggml-remote-server/copyright; do
@@ -583,7 +583,7 @@ purge_package() {
     local path
     apt-get purge -y ggml-remote-server ggml-remote-plugin >"$LOGS/apt-purge.log" 2>&1 ||
         { tail -n 20 "$LOGS/apt-purge.log" | indent; die "apt-get purge failed"; return; }
-    for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker "$PLUGIN" /usr/lib/systemd/system/ggml-remote.service \
+    for path in /usr/bin/ggml-remote-server /usr/libexec/ggml-remote/ggml-remote-worker /usr/libexec/ggml-remote/ggml-remote-services "$PLUGIN" /usr/lib/systemd/system/ggml-remote.service \
         /usr/share/man/man1/ggml-remote-server.1.gz "$CONF" /etc/ggml-remote "$CDI_SPEC"; do
         [ ! -e "$path" ] || die "$path is still there" || return
     done

@@ -22,6 +22,9 @@ ALLOWED = {
     # The listener probes the workers' jail at start-up; it never links a session,
     # a graph or a guest's weights.
     "host/listener": ["host/common", "host/worker/jail", "protocol", "transport"],
+    # The services process: the store's owner, the model library, the peer broker.
+    # The listener starts it; neither includes the other.
+    "host/services": ["host/common", "host/worker/jail", "protocol", "transport"],
     # The graph checks and the op table they read (one library; ops/ holds a file per op family).
     "host/worker/graph": ["host/worker/graph/ops", "protocol", "abi"],
     "host/worker/graph/ops": ["host/worker/graph", "protocol", "abi"],

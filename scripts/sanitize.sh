@@ -14,7 +14,7 @@ labels=${SANITIZE_LABELS:-unit|race}
 command -v clang++ >/dev/null || { echo "make sanitize: needs clang++" >&2; exit 2; }
 CC=clang CXX=clang++ cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGGML_REMOTE_SANITIZE=ON \
     $(command -v ninja >/dev/null && echo -G Ninja) >/dev/null
-default_targets="ggml-remote-unit-tests ggml-remote-server ggml-remote-worker ggml-remote ggml-remote-race-client"
+default_targets="ggml-remote-unit-tests ggml-remote-server ggml-remote-worker ggml-remote-services ggml-remote ggml-remote-race-client"
 for corpus in "$repo"/tests/fuzz/corpus/*/; do
     default_targets+=" ggml-remote-fuzz-replay-$(basename "$corpus")"
 done

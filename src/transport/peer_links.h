@@ -5,7 +5,7 @@
 //
 // The guest gives each server the same random group token over its own
 // session. Each pair of servers shares one TCP connection that the listeners
-// made (listener/peer_broker.h); over it runs TLS 1.3 with a key derived from
+// made (services/peer_broker.h); over it runs TLS 1.3 with a key derived from
 // the token, so only servers the guest told the token reach each other, and
 // nothing on the path reads or changes a partial.
 //

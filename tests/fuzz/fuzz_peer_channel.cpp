@@ -45,7 +45,7 @@
 #include "fuzz_support.h"
 #include "host/common/peer_channel.h"
 #include "host/common/store_channel.h"
-#include "host/listener/peer_broker.h"
+#include "host/services/peer_broker.h"
 #include "transport/socket.h"
 
 namespace ggml_remote::fuzz {

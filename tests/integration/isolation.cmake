@@ -26,3 +26,8 @@ add_integration_test(config_refused config_refused.sh)
 # --weight-store: workers have no access to the store's directory (issue 25, class 3).
 add_integration_test(weight_store_isolation weight_store_isolation.sh $<TARGET_FILE:ggml-remote-handshake-client>
   $<TARGET_FILE:ggml_remote_worker_probe>)
+
+# The store's owner, the library and the peer broker in a sandboxed process of their
+# own, supervised by the listener (issue 40, class 5).
+add_integration_test(services_sandbox services_sandbox.sh $<TARGET_FILE:ggml-remote-handshake-client>
+  $<TARGET_FILE:ggml_remote_worker_probe>)

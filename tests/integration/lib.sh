@@ -33,13 +33,17 @@ host_device_description() {
 
 # rss_kb PID: resident memory of a process (0 once it is gone).
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
-# workers: the session workers of the server started as srv (its child processes).
-workers() { pgrep -P "$srv_PID" || true; }
-# total_kb: resident memory of the server srv's listener and all its workers.
+# workers: the session workers of the server started as srv (its child processes
+# but the services process).
+workers() { pgrep -P "$srv_PID" -f ggml-remote-worker || true; }
+# services_of PID: the services process of the server whose listener is PID.
+services_of() { pgrep -P "$1" -f ggml-remote-services || true; }
+# total_kb: resident memory of the server srv's listener, its services process and
+# all its workers.
 total_kb() {
     local total pid
     total=$(rss_kb "$srv_PID")
-    for pid in $(workers); do total=$((total + $(rss_kb "$pid"))); done
+    for pid in $(workers) $(services_of "$srv_PID"); do total=$((total + $(rss_kb "$pid"))); done
     echo "$total"
 }
 

@@ -1,6 +1,6 @@
 # worker_isolation: code running inside a sandboxed session worker (the worker_probe
 # preload, see worker_probe.cpp) cannot reach the listener, a sibling worker, the
-# key file or the guests' files. Each attempt must be refused:
+# services process, the key file or the guests' files. Each attempt must be refused:
 #   the listener's and a sibling's /proc/PID/mem (read-write) and environment,
 #   ptrace, kill, their CPU affinity and priority;
 #   reading the --tls-psk key file and a file in the test's directory;
@@ -63,11 +63,15 @@ grep -q '^accepted: ' "$WORK/attacker.txt" || failures+=("the probed session was
 attacker=$(worker_pid 2)
 [ -n "$attacker" ] || fail "no worker pid for the probed session"
 probe_lines "$attacker" | sed 's/^/-- /'
-grep -q "worker-probe\\[$attacker\\]: done (1 sibling(s))" "$srv_LOG" || failures+=("the probe did not find the sibling worker")
+# Its siblings: the other session's worker and the services process.
+services=$(services_of "$srv_PID")
+[ -n "$services" ] || fail "the server has no services process"
+grep -q "worker-probe\\[$attacker\\]: done (2 sibling(s))" "$srv_LOG" ||
+    failures+=("the probe did not find the sibling worker and the services process")
 
-for who in listener "sibling $sibling"; do
+for who in listener "sibling $sibling" "sibling $services"; do
     pid=$srv_PID
-    [ "$who" = listener ] || pid=$sibling
+    [ "$who" = listener ] || pid=${who#sibling }
     expect_refused "$attacker" "open $who memory read-write /proc/$pid/mem" "open $who environment /proc/$pid/environ" \
         "ptrace($who)" "kill($who, 0)" "sched_setaffinity($who)" "setpriority($who)"
 done

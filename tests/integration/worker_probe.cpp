@@ -2,15 +2,17 @@
 // running inside a session worker (worker_isolation.sh).
 //
 // It hooks recv and recvmsg. On the first call in a process that is sandboxed
-// (/proc/self/status says "Seccomp: 2", which only a worker is) it tries what such an
+// (under a seccomp filter: a worker, or the services process) it tries what such an
 // attacker would do next, and reports each attempt on stderr (the server log):
 //   worker-probe[PID]: WHAT: refused (reason)    or    worker-probe[PID]: WHAT: ALLOWED
 // then lets the worker carry on. Everywhere else (the listener, clients, a worker of a
 // --no-sandbox server) it does nothing but pass the call on.
 //
-// Targets: the listener (the worker's parent) and every sibling worker (processes with
-// the same parent), and the files named in GGML_REMOTE_PROBE_FILES (colon-separated:
-// the key file, a file in the test's directory); GGML_REMOTE_PROBE_WRITE names files
+// GGML_REMOTE_PROBE_SERVICES=1 probes the services process too (probed_here).
+//
+// Targets: the listener (the worker's parent) and every sibling (processes with
+// the same parent: the other workers and the services process), and the files named in GGML_REMOTE_PROBE_FILES
+// (colon-separated: the key file, a file in the test's directory); GGML_REMOTE_PROBE_WRITE names files
 // (colon-separated) it tries to create.
 //
 // GGML_REMOTE_PROBE_KEY_FILE: a key file of one "identity:hexkey" line, read when the
@@ -30,6 +32,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -54,6 +57,9 @@ void report(const std::string &what, bool allowed, int error_number) {
 }
 
 bool sandboxed() {
+    // PR_GET_SECCOMP says 2 under a filter; a process that may not read /proc (the
+    // services process) is asked this way.
+    if (::prctl(PR_GET_SECCOMP, 0, 0, 0, 0) == 2) return true;
     std::ifstream status("/proc/self/status");
     std::string line;
     while (std::getline(status, line)) {
@@ -190,8 +196,19 @@ void probe() {
     errno = saved_errno;
 }
 
+// The services process (ggml-remote-services) is probed only where the test asks
+// (GGML_REMOTE_PROBE_SERVICES=1): it may write the store, which workers may not.
+bool probed_here() {
+    const std::string program = program_invocation_name;  // argv[0], without /proc
+    const std::string services = "ggml-remote-services";
+    const bool is_services = program.size() >= services.size() &&
+                             program.compare(program.size() - services.size(), services.size(), services) == 0;
+    const char *wanted = std::getenv("GGML_REMOTE_PROBE_SERVICES");
+    return !is_services || (wanted != nullptr && std::strcmp(wanted, "1") == 0);
+}
+
 void maybe_probe() {
-    if (!g_probed.load() && sandboxed()) probe();
+    if (!g_probed.load() && sandboxed() && probed_here()) probe();
 }
 
 // The key to look for, masked (XOR kMask) so that this library's copy never matches.

@@ -1,7 +1,7 @@
 // ModelLibrary (--models DIR): published GGUF files, indexed by the digest a guest
 // names its weights by; served to every tenant through the store's owner, never
 // once a file changed since it was indexed.
-#include "host/listener/model_library.h"
+#include "host/services/model_library.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ggml_test_support.h"
-#include "host/listener/store_owner.h"
+#include "host/services/store_owner.h"
 #include "host/worker/weights/weight_store.h"
 #include "protocol/commands.h"
 #include "protocol/content_digest.h"

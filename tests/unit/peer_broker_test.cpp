@@ -3,7 +3,7 @@
 // drive it. Every request is hostile input: only the session that enrolled a
 // group takes its connections, only for ranks it awaits, once; only endpoints
 // of --tensor-peer are dialled.
-#include "host/listener/peer_broker.h"
+#include "host/services/peer_broker.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>

@@ -14,7 +14,7 @@
 namespace ggml_remote::host {
 namespace {
 
-const SeccompPolicy *const kEveryPolicy[] = {&session_worker_policy()};
+const SeccompPolicy *const kEveryPolicy[] = {&session_worker_policy(), &services_policy()};
 
 struct FilterDeleter {
     void operator()(void *filter) const { seccomp_release(filter); }
@@ -22,7 +22,7 @@ struct FilterDeleter {
 
 std::set<std::string> names_of(const SeccompPolicy &policy) {
     std::set<std::string> names;
-    for (size_t i = 0; i < policy.count; ++i) names.insert(policy.rules[i].name);
+    for (const SyscallRule &rule : policy.rules) names.insert(rule.name);
     return names;
 }
 
@@ -62,9 +62,22 @@ TEST(SeccompPolicy, TheSessionWorkerLosesWhatAnAttackerWantsNext) {
     }
 }
 
+// The services process dials peer servers (socket, connect) and nothing else of
+// the network; everything else a worker loses, it loses too.
+TEST(SeccompPolicy, TheServicesProcessLosesAllAWorkerLosesButItsDials) {
+    std::set<std::string> worker = names_of(session_worker_policy());
+    const std::set<std::string> services = names_of(services_policy());
+    for (const char *promised : {"execve", "fork", "ptrace", "bind", "listen", "accept", "accept4", "mount", "kill"}) {
+        EXPECT_EQ(services.count(promised), 1u) << promised;
+    }
+    worker.erase("socket");
+    worker.erase("connect");
+    EXPECT_EQ(services, worker);
+}
+
 TEST(SeccompPolicy, AFailingRuleIsNamed) {
-    const SyscallRule bad[] = {{"kill", SyscallAction::deny, ArgumentTest::not_equal, 9, 0, 0}};  // no 10th argument
-    const SeccompPolicy policy{"test", bad, 1};
+    // No 10th argument.
+    const SeccompPolicy policy{"test", {{"kill", SyscallAction::deny, ArgumentTest::not_equal, 9, 0, 0}}};
     std::unique_ptr<void, FilterDeleter> filter(seccomp_init(SCMP_ACT_ALLOW));
     const Status status = compile_seccomp_policy(policy, filter.get(), 1);
     EXPECT_FALSE(status.ok());

@@ -29,7 +29,7 @@
 #include "ggml_test_support.h"
 #include "host/common/peer_channel.h"
 #include "host/common/store_channel.h"
-#include "host/listener/store_owner.h"
+#include "host/services/store_owner.h"
 #include "protocol/commands.h"
 #include "protocol/content_digest.h"
 #include "protocol/tensor_codec.h"

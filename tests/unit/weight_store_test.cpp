@@ -21,7 +21,7 @@
 
 #include "ggml_test_support.h"
 #include "host/common/store_channel.h"
-#include "host/listener/store_owner.h"
+#include "host/services/store_owner.h"
 #include "host/worker/weights/store_fill.h"
 #include "protocol/content_digest.h"
 

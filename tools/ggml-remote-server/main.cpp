@@ -19,7 +19,6 @@
 #include "host/listener/device_probe.h"
 #include "host/listener/listener.h"
 #include "host/listener/server_paths.h"
-#include "host/listener/store_owner.h"
 #include "host/listener/worker_jail.h"
 #include "host/worker/jail/sandbox.h"
 #include "host/worker/jail/worker_identity.h"
@@ -176,6 +175,15 @@ std::string worker_program() {
     return path;
 }
 
+// The services program (host/services/services.h), found once; the same.
+std::string services_program() {
+    std::string path;
+    if (Status found = host::find_helper_program("ggml-remote-services", "services", &path); !found) {
+        fail(found.message());
+    }
+    return path;
+}
+
 // The host's devices, from the device probe (device_probe.h).
 std::vector<host::ProbedDevice> probed_devices(const std::string &worker, const host::ServingOptions &options) {
     std::vector<host::ProbedDevice> devices;
@@ -186,15 +194,20 @@ std::vector<host::ProbedDevice> probed_devices(const std::string &worker, const 
     return devices;
 }
 
-// Makes the store's directory: the listener's own (its store owner writes it), never
-// the workers', which reach entries only through the owner.
+// Makes the store's directory: the server's own (its store owner, in the services
+// process, writes it), never the workers', which reach entries only through the
+// owner. The services process removes what earlier owners left half written.
 void prepare_weight_store(const host::ListenerOptions &options) {
     const host::WeightStoreOptions &store = options.weight_store;
     if (store.directory.empty()) return;
-    Status status = host::StoreOwner::prepare(store);
-    if (!status) fail("--weight-store: " + status.message());
-    // An older server gave the directory to --worker-user: it is taken back.
+    if (::mkdir(store.directory.c_str(), 0700) != 0 && errno != EEXIST) {
+        fail("--weight-store: mkdir " + store.directory + ": " + std::strerror(errno));
+    }
     struct stat st{};
+    if (::stat(store.directory.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fail("--weight-store: " + store.directory + ": not a directory");
+    }
+    // An older server gave the directory to --worker-user: it is taken back.
     if (::stat(store.directory.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) &&
         (::chown(store.directory.c_str(), ::geteuid(), ::getegid()) != 0 ||
          ::chmod(store.directory.c_str(), 0700) != 0)) {
@@ -496,6 +509,7 @@ int serve(CommandLine *line) {
     host::WorkerIdentity identity;
     const std::string worker_identity = resolve_worker_user(options, &identity);
     line->worker_command.insert(line->worker_command.begin(), worker_program());
+    options.services_program = services_program();
     prepare_weight_store(options);
     check_models_directory(options);
     announce_devices(line->worker_command.front(), &options);

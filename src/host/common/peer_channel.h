@@ -1,5 +1,5 @@
 // The peer channel: how a session worker asks the listener's peer broker
-// (listener/peer_broker.h) for the TCP connections of a tensor-parallel group
+// (services/peer_broker.h) for the TCP connections of a tensor-parallel group
 // whose servers are on other machines (transport/peer_links.h). A worker may
 // open no socket (its sandbox); the listener dials and accepts for it. One
 // SOCK_SEQPACKET socket pair per worker, made at spawn; one fixed-size message

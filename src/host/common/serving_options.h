@@ -39,7 +39,7 @@ struct ServingOptions {
     // beneath DIR (shader_cache.h); empty: workers keep no shader cache.
     std::string shader_cache;
     // --models DIR: published GGUF models that the store's owner, in the listener,
-    // serves weights from (listener/model_library.h); empty: none. Workers never
+    // serves weights from (services/model_library.h); empty: none. Workers never
     // open it: they only tell guests that the server has one (kSessionModelLibrary).
     std::string models;
     // From the environment (read_server_environment): how a worker waits for its

@@ -1,5 +1,5 @@
 // The weight store's settings and the layout of its entries on disk: what the
-// store's owner (listener/store_owner.h) and a worker's client of it
+// store's owner (services/store_owner.h) and a worker's client of it
 // (worker/weights/weight_store.h) agree on.
 #pragma once
 

@@ -28,12 +28,11 @@
 #include "host/listener/listener_handover.h"
 #include "host/listener/metrics.h"
 #include "host/listener/metrics_endpoint.h"
-#include "host/listener/peer_broker.h"
 #include "host/listener/peer_limits.h"
 #include "host/listener/region_port.h"
+#include "host/listener/services_process.h"
 #include "host/listener/session_ledger.h"
 #include "host/listener/start_budget.h"
-#include "host/listener/store_owner.h"
 #include "host/listener/worker_jail.h"
 #include "host/worker/jail/sandbox.h"
 #include "transport/socket.h"
@@ -78,6 +77,20 @@ bool admission_pair(UniqueFd *worker_end, UniqueFd *listener_end) {
 // How often the listener looks for a VM's claim on its ivshmem regions (and beats
 // their heartbeat): the most a VM's session start waits.
 constexpr int kRegionPollMs = 20;
+
+// How long the listener's start waits for the services process to open the store.
+constexpr std::chrono::milliseconds kServicesStartWait{60000};
+
+// What the services process serves, from the listener's options.
+ServicesOptions services_options(const ListenerOptions &options) {
+    ServicesOptions services;
+    services.weight_store = options.weight_store;
+    services.models = options.models;
+    services.tensor_peers = options.tensor_peers;
+    services.log_format = options.log_format;
+    services.verbose = options.verbose;
+    return services;
+}
 
 // How long workers have to end after SIGTERM when the server stops.
 constexpr std::chrono::milliseconds kShutdownGrace{5000};
@@ -129,7 +142,7 @@ class Listener {
           admission_(options.max_sessions, options.max_unauthenticated,
                      std::chrono::milliseconds(kUnauthenticatedDeadlineMs), &board_),
           jail_(worker_command, original_mask_, worker_command.front()),
-          peer_broker_(options.tensor_peers),
+          services_(options.services_program, services_arguments(services_options(options)), original_mask_),
           peers_(sessions_per_peer(options), ::geteuid()),
           starts_(options.starts, RateBucket::Clock::now()) {}
 
@@ -141,7 +154,7 @@ class Listener {
         Status undumpable = make_undumpable();
         if (!undumpable) log_warning("the listener stays dumpable: " + undumpable.message());
         if (!open_sockets() || !open_metrics() || !load_keys("")) return 1;
-        open_store();
+        start_services();
         adopt_sessions();
         reap_workers();  // any that ended while the previous listener handed over
         while (serve_once()) {
@@ -192,47 +205,22 @@ class Listener {
         return true;
     }
 
-    // The weight store's owner: the only writer of --weight-store's directory.
-    void open_store() {
-        open_model_library();
-        if (options_.weight_store.directory.empty()) return;
-        Status status = store_owner_.open(options_.weight_store);
-        if (!status) log_warning("no weight store: " + status.message());
-    }
-
-    // --models: indexed on a thread of its own, so that the server serves at once
-    // (a guest that comes first finds less in it).
-    void open_model_library() {
-        if (options_.models.empty()) return;
-        auto library = std::make_unique<ModelLibrary>();
-        if (Status status = library->open(options_.models); !status) {
-            log_warning("no model library: " + status.message());
-            return;
-        }
-        library->start_indexing();
-        store_owner_.use_library(std::move(library));
-    }
+    // The weight store's owner, the model library and the peer broker, in their
+    // process (host/services/services.h). Its start waits for the store's scan, as
+    // the first guests would find less in the store otherwise.
+    void start_services() { services_.start(kServicesStartWait); }
 
     // A worker's channel to the store's owner (invalid: no store), for `tenant`. A
     // TLS worker's comes with its key, for the identity its guest proved.
-    UniqueFd store_channel(const std::string &tenant) {
-        UniqueFd worker_end;
-        if (!store_owner_.serves_workers()) return worker_end;
-        Status status = store_owner_.connect(tenant, &worker_end);
-        if (!status) log_warning("no weight store for this session: " + status.message());
-        return worker_end;
-    }
+    UniqueFd store_channel(const std::string &tenant) { return services_.store_channel(tenant); }
 
     // A worker's channel to the peer broker, for a TCP or TLS connection only: a
     // guest there may join a group across machines, and the connection may be a
     // peer server's. Others (unix sockets, vsock, regions) get none: a worker holds
     // no descriptor it cannot use.
     UniqueFd peer_broker_channel(const std::string &peer, bool tls) {
-        UniqueFd worker_end;
-        if (!tls && peer.rfind("tcp://", 0) != 0) return worker_end;
-        Status status = peer_broker_.connect(&worker_end);
-        if (!status) log_warning(peer + ": no tensor-parallel links for this session: " + status.message());
-        return worker_end;
+        if (!tls && peer.rfind("tcp://", 0) != 0) return UniqueFd();
+        return services_.peer_channel();
     }
 
     bool open_region(const Endpoint &endpoint) {
@@ -407,10 +395,12 @@ class Listener {
         const size_t metrics_first = polled.size();
         metrics_.add_poll_fds(&polled);
         adopted_.add_poll_fds(&polled);
+        services_.add_poll_fds(&polled);
         const auto now = std::chrono::steady_clock::now();
-        const int timeout_ms =
+        const int timeout_ms = earlier_timeout_ms(
             earlier_timeout_ms(earlier_timeout_ms(admission_.poll_timeout_ms(now), metrics_.poll_timeout_ms(now)),
-                               regions_.empty() ? -1 : kRegionPollMs);
+                               services_.poll_timeout_ms(now)),
+            regions_.empty() ? -1 : kRegionPollMs);
         if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
             if (errno == EINTR) return true;
             log_error(std::string("poll: ") + std::strerror(errno));
@@ -419,6 +409,7 @@ class Listener {
         if ((polled[0].revents & POLLIN) && !handle_signal()) return false;
         answer_admission_requests(polled);
         release_adopted(polled);
+        services_.serve(polled);
         end_overdue_unauthenticated();
         serve_regions();
         for (size_t i = 0; i < sockets_.size(); ++i) {
@@ -646,7 +637,10 @@ class Listener {
     }
 
     void reap_workers() {
-        for (const EndedWorker &ended : jail_.reap()) {
+        std::vector<EndedChild> others;
+        const std::vector<EndedWorker> workers = jail_.reap(&others);
+        for (const EndedChild &child : others) (void)services_.ended(child.pid, child.wait_status);
+        for (const EndedWorker &ended : workers) {
             log_unexpected_end(ended);
             keep_figures_of_ended(ended.record);
             count_guest_session(ended.pid, ended.record.slot);
@@ -904,6 +898,7 @@ class Listener {
     }
 
     void close_endpoints() {
+        services_.stop();
         for (const ListeningSocket &socket : sockets_) {
             if (socket.unlink_at_exit) ::unlink(socket.endpoint.path.c_str());
         }
@@ -927,8 +922,7 @@ class Listener {
     bool handover_failed_ = false;
     Admission admission_;
     WorkerJail jail_;
-    PeerBroker peer_broker_;  // its channels' threads end before the jail's workers are forgotten
-    StoreOwner store_owner_;  // its channels' threads end before the jail's workers are forgotten
+    ServicesProcess services_;
     PeerLimits peers_;
     StartBudget starts_;                                  // worker programs started, per peer and in all
     RefusalLog refusal_log_;                              // what of the refusals is logged

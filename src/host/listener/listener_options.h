@@ -35,9 +35,12 @@ struct ListenerOptions : ServingOptions {
     // --keep-sessions: SIGTERM and SIGINT stop only the listener; live sessions go on
     // in their workers until their guests leave (a service manager's restart).
     bool keep_sessions = false;
-    // --weight-store DIR and its limits: the store's owner runs in the listener
-    // (store_owner.h); workers reach entries only through it.
+    // --weight-store DIR and its limits: the store's owner runs in the services
+    // process (host/services/services.h); workers reach entries only through it.
     WeightStoreOptions weight_store;
+    // ggml-remote-services (find_helper_program); empty: none is started, and
+    // workers get no store, library or broker.
+    std::string services_program;
 };
 
 }  // namespace ggml_remote::host

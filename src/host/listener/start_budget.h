@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "host/listener/rate_bucket.h"
+#include "host/common/rate_bucket.h"
 
 namespace ggml_remote::host {
 

@@ -61,13 +61,16 @@ Status WorkerJail::spawn(const WorkerLaunch &launch, pid_t *pid) {
     return Status::success();
 }
 
-std::vector<EndedWorker> WorkerJail::reap() {
+std::vector<EndedWorker> WorkerJail::reap(std::vector<EndedChild> *others) {
     std::vector<EndedWorker> ended;
     int wait_status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &wait_status, WNOHANG)) > 0) {
         const auto it = workers_.find(pid);
-        if (it == workers_.end()) continue;
+        if (it == workers_.end()) {
+            if (others != nullptr) others->push_back({pid, wait_status});
+            continue;
+        }
         ended.push_back({pid, std::move(it->second), wait_status});
         workers_.erase(it);
     }
@@ -108,21 +111,24 @@ void WorkerJail::shut_down(std::chrono::milliseconds grace) {
     workers_.clear();
 }
 
-Status find_worker_program(std::string *path) {
+Status find_helper_program(const std::string &name, const std::string &what, std::string *path) {
     char own[4096];
     const ssize_t length = ::readlink("/proc/self/exe", own, sizeof(own) - 1);
     if (length <= 0) return error(Code::error, std::string("cannot read /proc/self/exe: ") + std::strerror(errno));
     const std::string program(own, static_cast<size_t>(length));
     const std::string directory = program.substr(0, program.rfind('/'));
-    for (const std::string &candidate :
-         {directory + "/ggml-remote-worker", directory + "/../libexec/ggml-remote/ggml-remote-worker"}) {
+    for (const std::string &candidate : {directory + "/" + name, directory + "/../libexec/ggml-remote/" + name}) {
         if (::access(candidate.c_str(), X_OK) == 0) {
             *path = candidate;
             return Status::success();
         }
     }
-    return error(Code::not_found, "cannot find the session worker program ggml-remote-worker beside " + directory +
-                                      " or in " + directory + "/../libexec/ggml-remote/ (is the installation whole?)");
+    return error(Code::not_found, "cannot find the " + what + " program " + name + " beside " + directory + " or in " +
+                                      directory + "/../libexec/ggml-remote/ (is the installation whole?)");
+}
+
+Status find_worker_program(std::string *path) {
+    return find_helper_program("ggml-remote-worker", "session worker", path);
 }
 
 }  // namespace ggml_remote::host

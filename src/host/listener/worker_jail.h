@@ -26,6 +26,12 @@ struct WorkerRecord {
     int slot = -1;
 };
 
+// A child of the listener that ended, as waitpid reports it.
+struct EndedChild {
+    pid_t pid;
+    int wait_status;
+};
+
 struct EndedWorker {
     pid_t pid;
     WorkerRecord record;
@@ -45,7 +51,8 @@ class WorkerJail {
 
     // The workers that ended since the last call, without blocking. Reaps every
     // child of this process (the listener has no others); lists only its workers.
-    std::vector<EndedWorker> reap();
+    // Children that are not workers (the services process) go to `others`.
+    std::vector<EndedWorker> reap(std::vector<EndedChild> *others = nullptr);
 
     // Ends one worker at once (SIGKILL); it is reported by reap() as usual.
     void kill(pid_t pid) const;
@@ -72,5 +79,7 @@ class WorkerJail {
 // The worker program, ggml-remote-worker: beside this program (a build tree), or in
 // ../libexec/ggml-remote/ from it (an installed one).
 Status find_worker_program(std::string *path);
+// The same for the helper program `name` (`what` names it in the error).
+Status find_helper_program(const std::string &name, const std::string &what, std::string *path);
 
 }  // namespace ggml_remote::host

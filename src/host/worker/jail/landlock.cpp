@@ -82,6 +82,21 @@ Status allow_beneath(int ruleset, const std::string &path, uint64_t rights, uint
     return Status::success();
 }
 
+// LANDLOCK_RULE_NET_PORT and its attribute, by number (ABI 4).
+constexpr int kRuleNetPort = 2;
+struct NetPortAttributes {
+    uint64_t allowed_access;
+    uint64_t port;
+};
+
+Status allow_connect(int ruleset, uint16_t port) {
+    NetPortAttributes rule{kNetConnectTcp, port};
+    if (::syscall(SYS_landlock_add_rule, ruleset, kRuleNetPort, &rule, 0) != 0) {
+        return failure("rule for TCP port " + std::to_string(port));
+    }
+    return Status::success();
+}
+
 int thread_count() {
     std::ifstream status("/proc/self/status");
     std::string line;
@@ -201,6 +216,10 @@ Status restrict_filesystem(const FilesystemPolicy &policy, bool *applied) {
             Status status = allow_beneath(ruleset.get(), path, grant.rights, handled);
             if (!status) return status;
         }
+    }
+    for (uint16_t port : abi >= 4 ? policy.connect_ports : std::vector<uint16_t>()) {
+        Status status = allow_connect(ruleset.get(), port);
+        if (!status) return status;
     }
     if (::prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) return error(Code::error, "landlock: needs no_new_privs first");
     if (::syscall(SYS_landlock_restrict_self, ruleset.get(), 0) != 0) return failure("restrict");

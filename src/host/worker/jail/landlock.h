@@ -7,6 +7,7 @@
 // anything it could write to change the host. See docs/SECURITY.md ("Worker sandbox").
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct FilesystemPolicy {
     std::vector<std::string> read_only;   // read, list, map executable
     std::vector<std::string> devices;     // read, write and ioctl (device nodes)
     std::vector<std::string> read_write;  // also create, write and remove files beneath
+    // TCP ports the process may still connect to (Landlock ABI 4 on); none: no TCP
+    // connect at all. Only the services process has any (its peer broker's dials).
+    std::vector<uint16_t> connect_ports;
 };
 
 // What a session worker's backends need, and `paths`; paths that do not exist here
@@ -33,7 +37,8 @@ bool policy_lets_read(const FilesystemPolicy &policy, const std::string &path);
 int landlock_abi();
 
 // Confines the calling process to `policy` (it must have one thread: Landlock binds
-// threads one at a time) and, from ABI 4 on, forbids TCP binds and connects, and from
+// threads one at a time) and, from ABI 4 on, forbids TCP binds and connects (but to
+// `policy.connect_ports`), and from
 // ABI 6 on signals to processes outside the sandbox. Needs no_new_privs. Irreversible.
 // Where the kernel has no Landlock it does nothing and says so in *applied = false.
 Status restrict_filesystem(const FilesystemPolicy &policy, bool *applied);

@@ -39,7 +39,7 @@ Status seccomp_failure(const std::string &what, int rc) {
     return error(Code::error, "seccomp: " + what + ": " + std::strerror(-rc));
 }
 
-Status load_filter() {
+Status load_filter(const SeccompPolicy &calls) {
     Filter filter(seccomp_init(SCMP_ACT_ALLOW));
     if (!filter) return error(Code::error, "seccomp: cannot create a filter");
     scmp_filter_ctx ctx = filter.get();
@@ -56,7 +56,7 @@ Status load_filter() {
     if (seccomp_api_get() >= 4) (void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_SSB, 1);
 
     // The policy itself is data: seccomp_policy.h.
-    Status status = compile_seccomp_policy(session_worker_policy(), ctx, static_cast<uint64_t>(::getpid()));
+    Status status = compile_seccomp_policy(calls, ctx, static_cast<uint64_t>(::getpid()));
     if (!status) return status;
 
     rc = seccomp_load(ctx);
@@ -166,7 +166,7 @@ Status make_undumpable() {
     return Status::success();
 }
 
-Status enter_sandbox(const FilesystemPolicy &files, SandboxReport *report) {
+Status enter_sandbox(const FilesystemPolicy &files, SandboxReport *report, const SeccompPolicy &calls) {
     SandboxReport local;
     if (report == nullptr) report = &local;
     Status status = make_undumpable();
@@ -181,7 +181,7 @@ Status enter_sandbox(const FilesystemPolicy &files, SandboxReport *report) {
     report->landlock_abi = landlock_abi();
     status = restrict_filesystem(files, &report->filesystem_confined);
     if (!status) return status;
-    return load_filter();
+    return load_filter(calls);
 }
 
 std::string describe_sandbox(const SandboxReport &report) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "host/worker/jail/landlock.h"
+#include "host/worker/jail/seccomp_policy.h"
 #include "protocol/status.h"
 
 namespace ggml_remote::host {
@@ -37,9 +38,10 @@ Status make_undumpable();
 // Not dumpable, no capabilities (bounding, effective, permitted, inheritable,
 // ambient), no new privileges, no core dumps, a modest descriptor limit, Landlock on
 // `files` (where the kernel has it; the process must still have one thread), and the
-// seccomp deny-list on every thread; for the calling process and everything it could
-// start. Irreversible.
-Status enter_sandbox(const FilesystemPolicy &files = worker_filesystem_policy({}), SandboxReport *report = nullptr);
+// seccomp deny-list `calls` on every thread; for the calling process and everything
+// it could start. Irreversible.
+Status enter_sandbox(const FilesystemPolicy &files = worker_filesystem_policy({}), SandboxReport *report = nullptr,
+                     const SeccompPolicy &calls = session_worker_policy());
 
 // The server's start-up words for `report`: "seccomp sandbox, ..., files confined
 // by Landlock (ABI N)", or that files are not confined where the kernel has no Landlock.

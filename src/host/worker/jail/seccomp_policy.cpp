@@ -35,7 +35,8 @@ constexpr SyscallRule deny_unless(const char *name, unsigned argument, uint64_t 
     return {name, SyscallAction::deny, ArgumentTest::not_equal, argument, 0, value};
 }
 
-constexpr SyscallRule kSessionWorkerRules[] = {
+// What every sandboxed process of the server loses: workers and the services process.
+constexpr SyscallRule kCommonRules[] = {
     // New programs and processes (threads stay allowed: see clone below).
     deny("execve"),
     deny("execveat"),
@@ -53,13 +54,6 @@ constexpr SyscallRule kSessionWorkerRules[] = {
     deny("kcmp"),
     deny("get_robust_list"),
     deny("process_mrelease"),
-    // New network connections; the guest's socket keeps working (sendmsg, recvmsg).
-    deny("socket"),
-    deny("connect"),
-    deny("bind"),
-    deny("listen"),
-    deny("accept"),
-    deny("accept4"),
     // io_uring would do all of the above without the system calls.
     deny("io_uring_setup"),
     deny("io_uring_enter"),
@@ -168,6 +162,29 @@ constexpr SyscallRule kSessionWorkerRules[] = {
     deny_if_masked("ioctl", 1, 0xffffffffu, TIOCLINUX),
 };
 
+// No server of its own: no socket listens or accepts (every process here).
+constexpr SyscallRule kNoServerRules[] = {
+    deny("bind"),
+    deny("listen"),
+    deny("accept"),
+    deny("accept4"),
+};
+
+// No new connections: a session worker keeps only the guest's socket and the
+// channels it was given (sendmsg, recvmsg). The services process keeps socket and
+// connect: the peer broker dials --tensor-peer servers (Landlock narrows the ports).
+constexpr SyscallRule kNoConnectionRules[] = {
+    deny("socket"),
+    deny("connect"),
+};
+
+template <size_t... Counts>
+std::vector<SyscallRule> rules_of(const SyscallRule (&...tables)[Counts]) {
+    std::vector<SyscallRule> rules;
+    (rules.insert(rules.end(), std::begin(tables), std::end(tables)), ...);
+    return rules;
+}
+
 uint32_t action_of(SyscallAction action) {
     return SCMP_ACT_ERRNO(action == SyscallAction::unavailable ? ENOSYS : EPERM);
 }
@@ -181,12 +198,17 @@ scmp_arg_cmp condition_of(const SyscallRule &rule, uint64_t own_pid) {
 }  // namespace
 
 const SeccompPolicy &session_worker_policy() {
-    static const SeccompPolicy policy{"session worker", kSessionWorkerRules, std::size(kSessionWorkerRules)};
+    static const SeccompPolicy policy{"session worker", rules_of(kCommonRules, kNoServerRules, kNoConnectionRules)};
+    return policy;
+}
+
+const SeccompPolicy &services_policy() {
+    static const SeccompPolicy policy{"services", rules_of(kCommonRules, kNoServerRules)};
     return policy;
 }
 
 Status compile_seccomp_policy(const SeccompPolicy &policy, void *filter, uint64_t own_pid) {
-    for (size_t i = 0; i < policy.count; ++i) {
+    for (size_t i = 0; i < policy.rules.size(); ++i) {
         const SyscallRule &rule = policy.rules[i];
         const int syscall = seccomp_syscall_resolve_name(rule.name);
         if (syscall == __NR_SCMP_ERROR) continue;  // not on this architecture

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "protocol/status.h"
 
@@ -44,14 +45,17 @@ struct SyscallRule {
 };
 
 struct SeccompPolicy {
-    const char *kind;  // the kind of worker, for messages
-    const SyscallRule *rules;
-    size_t count;
+    const char *kind;  // the kind of process, for messages
+    std::vector<SyscallRule> rules;
 };
 
-// A session worker: the process a guest talks to (worker/session/worker.h). The one
-// kind of worker today: the device probe loads backends but reads no guest's bytes.
+// A session worker: the process a guest talks to (worker/session/worker.h). The
+// device probe loads backends but reads no guest's bytes, and has no table.
 const SeccompPolicy &session_worker_policy();
+// The services process (host/services/services.h): the store's owner, the model
+// library and the peer broker. The same as a worker's, but it may open sockets and
+// connect (the broker dials --tensor-peer servers); it never listens.
+const SeccompPolicy &services_policy();
 
 // Adds every rule of `policy` to the libseccomp filter `filter` (a scmp_filter_ctx),
 // with kOwnPid as `own_pid`; an error names the rule that failed.

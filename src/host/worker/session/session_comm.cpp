@@ -2,7 +2,7 @@
 // sum partial results through a memory file the guest gave them all
 // (transport/peer_exchange.h), or, across machines, over TCP connections between
 // the servers (transport/peer_links.h) that the listeners make
-// (listener/peer_broker.h). No other server, and no other session, can reach a
+// (services/peer_broker.h). No other server, and no other session, can reach a
 // group: the file, or the token the links' keys come from, is the capability,
 // and only this session's guest holds it.
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "host/listener/store_owner.h"
+#include "host/services/store_owner.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "host/common/store_channel.h"
-#include "host/listener/channel_threads.h"
+#include "host/services/channel_threads.h"
 #include "protocol/content_digest.h"
 #include "transport/socket.h"
 
@@ -171,15 +171,7 @@ StoreOwner::~StoreOwner() {
     }
 }
 
-std::string StoreOwner::tenant_directory_name(const std::string &tenant) {
-    if (tenant.empty()) return "shared";
-    const ContentDigest digest = protocol::content_digest(tenant.data(), tenant.size());
-    return "t-" + digest.hex().substr(0, 24);
-}
-
-std::string StoreOwner::tenant_of(const std::string &tenant) const {
-    return tenant_directory_name(options_.shared_across_tenants ? std::string() : tenant);
-}
+std::string StoreOwner::tenant_directory_name(const std::string &tenant) { return store_tenant_directory(tenant); }
 
 namespace {
 
@@ -256,12 +248,26 @@ Status StoreOwner::connect(const std::string &tenant, UniqueFd *worker_end) {
 void StoreOwner::forget_ended_channels() { join_ended_channels(mutex_, channels_); }
 
 void StoreOwner::serve(UniqueFd channel_fd, const std::string &tenant) {
+    serve_tenant_directory(std::move(channel_fd), tenant_directory_name(tenant));
+}
+
+Status StoreOwner::connect_tenant_directory(const std::string &directory, UniqueFd *worker_end) {
+    if (!is_store_tenant_directory(directory))
+        return error(Code::bad_request, "not a tenant's directory: " + directory);
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return failure("socketpair");
+    worker_end->reset(pair[0]);
+    serve_tenant_directory(UniqueFd(pair[1]), directory);
+    return Status::success();
+}
+
+void StoreOwner::serve_tenant_directory(UniqueFd channel_fd, const std::string &directory) {
     if (!serves_workers()) return;
     forget_ended_channels();
     auto channel = std::make_unique<Channel>();
     channel->fd = std::move(channel_fd);
-    channel->tenant = tenant_of(tenant);
-    channel->own_tenant = tenant_directory_name(tenant);
+    channel->tenant = options_.shared_across_tenants ? tenant_directory_name("") : directory;
+    channel->own_tenant = directory;
     Channel *served = channel.get();
     std::lock_guard<std::mutex> lock(mutex_);
     channels_.push_back(std::move(channel));

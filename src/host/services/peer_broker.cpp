@@ -1,4 +1,4 @@
-#include "host/listener/peer_broker.h"
+#include "host/services/peer_broker.h"
 
 #include <sys/socket.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "host/common/store_channel.h"
-#include "host/listener/channel_threads.h"
+#include "host/services/channel_threads.h"
 #include "transport/socket.h"
 
 namespace ggml_remote::host {

@@ -1,4 +1,4 @@
-#include "host/listener/model_library.h"
+#include "host/services/model_library.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -43,9 +43,10 @@
 #include <mutex>
 #include <string>
 
+#include "host/common/services_channel.h"
 #include "host/common/store_channel.h"
 #include "host/common/store_layout.h"
-#include "host/listener/model_library.h"
+#include "host/services/model_library.h"
 
 namespace ggml_remote::host {
 
@@ -81,6 +82,9 @@ class StoreOwner {
     void serve(UniqueFd channel, const std::string &tenant);
     // A socket pair whose one end is served as above: the other, the worker's.
     Status connect(const std::string &tenant, UniqueFd *worker_end);
+    // The same for the tenant whose directory is named `directory`
+    // (store_tenant_directory): how the services process is asked.
+    Status connect_tenant_directory(const std::string &directory, UniqueFd *worker_end);
 
     StoreOwnerCounters counters() const;
     // Bytes of named entries and of those being written (reserved).
@@ -113,6 +117,7 @@ class StoreOwner {
         std::string key() const { return tenant + "/" + name; }
     };
 
+    void serve_tenant_directory(UniqueFd channel, const std::string &directory);
     void serve_channel(Channel *channel);
     void answer(Channel *channel, const store_channel::Request &request, std::vector<UniqueFd> &fds);
     EntryName entry_name(const Channel &channel, const store_channel::Request &request) const;
@@ -154,7 +159,6 @@ class StoreOwner {
     void scan();
     void forget_ended_channels();
     void remove_entry(const std::string &key);
-    std::string tenant_of(const std::string &tenant) const;
 
     UniqueFd root_;
     WeightStoreOptions options_;

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "host/common/peer_channel.h"
-#include "host/listener/rate_bucket.h"
+#include "host/common/rate_bucket.h"
 #include "protocol/status.h"
 #include "transport/endpoint.h"
 #include "transport/peer_links.h"
