@@ -25,13 +25,28 @@ GGML_REMOTE_PROBE_SERVICES=1 GGML_REMOTE_PROBE_FILES="$WORK/keys.psk:$WORK/secre
     GGML_REMOTE_PROBE_WRITE="$WORK/planted:$LIBRARY/planted.gguf" \
     LD_PRELOAD=$PROBE start_server srv --tls-psk "$WORK/keys.psk" --weight-store "$STORE" --models "$LIBRARY"
 
-# services_pid N: the pid of the Nth services process the listener reported ready.
+# services_pid N: the pid of the Nth services process the listener reported ready,
+# waiting up to 20 s for it; nothing if none came.
 services_pid() {
-    wait_for_line "$srv_LOG" "services process \\(pid [0-9]+\\): .*sandboxed" 30 >/dev/null || return 1
-    grep -E "services process \\(pid [0-9]+\\): .*sandboxed" "$srv_LOG" | sed -n "$1s/.*(pid \([0-9]*\)).*/\1/p"
+    local pid="" i
+    for i in $(seq 400); do
+        pid=$(grep -E "services process \(pid [0-9]+\): .*sandboxed" "$srv_LOG" | sed -n "$1s/.*(pid \([0-9]*\)).*/\1/p")
+        [ -n "$pid" ] && break
+        sleep 0.05
+    done
+    echo "$pid"
 }
-first=$(services_pid 1) || fail "the listener reported no services process"
-[ -n "$first" ] || fail "no services process pid in the log"
+# gone PID: waits up to 10 s for process PID to end and be reaped.
+gone() {
+    local i
+    for i in $(seq 200); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.05
+    done
+    return 1
+}
+first=$(services_pid 1)
+[ -n "$first" ] || fail "the listener reported no services process"
 [ "$(readlink "/proc/$first/exe")" = "$(readlink -f "$BUILD/bin/ggml-remote-services")" ] ||
     failures+=("pid $first is not ggml-remote-services: $(readlink "/proc/$first/exe")")
 status_of() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status"; }
@@ -61,12 +76,7 @@ assert_same_tokens local before
 kill -KILL "$first"
 wait_for_line "$srv_LOG" "services process \\(pid $first\\) died from signal 9" 10 >/dev/null ||
     failures+=("the listener did not report the services process's death")
-second=""
-for _ in $(seq 400); do
-    second=$(services_pid 2 || true)
-    [ -n "$second" ] && break
-    sleep 0.05
-done
+second=$(services_pid 2)
 [ -n "$second" ] && [ "$second" != "$first" ] || fail "the services process was not started again"
 kill -0 "$srv_PID" || fail "the listener ended with its services process"
 session=$(($(sessions_connected "$srv_LOG") + 1))
@@ -82,21 +92,12 @@ kill -STOP "$second"
 grep -q '^accepted: ' "$WORK/stalled.txt" || failures+=("a guest was not served while the services process stalled: $(cat "$WORK/stalled.txt")")
 grep -q "services process (pid $second) did not answer" "$srv_LOG" ||
     failures+=("the listener did not give up on the stalled services process")
-third=""
-for _ in $(seq 400); do
-    third=$(services_pid 3 || true)
-    [ -n "$third" ] && break
-    sleep 0.05
-done
+third=$(services_pid 3)
 [ -n "$third" ] || failures+=("no services process was started after the stalled one")
-kill -0 "$second" 2>/dev/null && failures+=("the stalled services process $second still runs")
+gone "$second" || failures+=("the stalled services process $second still runs")
 
 # The listener's end: the services process ends with it.
 kill -TERM "$srv_PID"
 wait "$srv_PID" 2>/dev/null || true
-for _ in $(seq 100); do
-    kill -0 "${third:-0}" 2>/dev/null || break
-    sleep 0.05
-done
-[ -z "$third" ] || ! kill -0 "$third" 2>/dev/null || failures+=("the services process outlived the listener")
+[ -z "$third" ] || gone "$third" || failures+=("the services process outlived the listener")
 finish "$srv_LOG"
