@@ -73,6 +73,16 @@ GUEST="tls://${srv_TCP#tcp://}?psk-file=$WORK/keys.psk"
 session=$(($(sessions_connected "$srv_LOG") + 1))
 run_guest_ok before "$GUEST" "$path" 8
 assert_same_tokens local before
+# The guest's weights are kept once its worker handed them over and the owner named
+# them: its worker gone, entries there, none being written.
+entries() { find "$STORE" -mindepth 2 -type f ! -name '.*' | wc -l; }
+writing() { find "$STORE" -mindepth 2 -name '.new-*' | wc -l; }
+for _ in $(seq 600); do
+    [ -z "$(workers)" ] && [ "$(entries)" -gt 0 ] && [ "$(writing)" = 0 ] && break
+    sleep 0.05
+done
+[ "$(entries)" -gt 0 ] || failures+=("the first guest's weights were not kept")
+note "$(entries) entries kept before the services process is killed"
 kill -KILL "$first"
 wait_for_line "$srv_LOG" "services process \\(pid $first\\) died from signal 9" 10 >/dev/null ||
     failures+=("the listener did not report the services process's death")
