@@ -182,7 +182,9 @@ bool ModelLibrary::take_queued(bool wait, std::string *name) {
 }
 
 Status ModelLibrary::index_file(const std::string &name) {
-    UniqueFd fd(::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_CLOEXEC));
+    // O_NONBLOCK: a FIFO (or a device) named like a model must not hold the indexer
+    // for ever on open; identity_of refuses it next. A regular file reads the same.
+    UniqueFd fd(::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     IndexedFile file;
     Identity &identity = file.identity;
     if (!fd.valid()) return failure("open " + name);
