@@ -11,10 +11,10 @@
 //
 // Oracles:
 // - whatever it serves is `size` bytes whose digest is the one asked, inside a
-//   regular file that a GGUF name at DIR's top level names now (a symbolic link
-//   the operator put there is such a name), of at least kMinWeightLookupBytes,
-//   through a read-only descriptor; never a hidden file, another suffix, a file in
-//   a subdirectory, a FIFO, or a file removed or changed since it was indexed;
+//   regular file that a GGUF name at DIR's top level names now, of at least
+//   kMinWeightLookupBytes, through a read-only descriptor; never a hidden file,
+//   another suffix, a file in a subdirectory, a file a symbolic link leads to (out
+//   of DIR), a FIFO, or a file removed or changed since it was indexed;
 // - once indexed, every tensor (of kMinWeightLookupBytes or more) of every GGUF file
 //   ggml reads whole is served;
 // - a derived find, a commit, waiters and unknown requests are never answered from
@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -129,7 +130,7 @@ BuiltFile build_file(InputScript &script) {
         const uint8_t size = script.next<uint8_t>();
         Planned tensor{};
         // Mostly big enough for a guest to name; sometimes not.
-        tensor.size = size < 32 ? 1000 + size * 61 : kMinWeightLookupBytes + (size - 32) * 509;
+        tensor.size = size < 32 ? 1000 + size * 61 : kMinWeightLookupBytes + (size - 32) * 37;
         tensor.type = (size & 1) != 0 ? GGML_TYPE_F32 : GGML_TYPE_I8;
         if (tensor.type == GGML_TYPE_F32) tensor.size = tensor.size / 4 * 4;
         tensor.seed = script.next<uint8_t>();
@@ -175,8 +176,15 @@ BuiltFile build_file(InputScript &script) {
     file.bytes.resize(data + data_size, 0);
     uint64_t at = data;
     for (int i = 0; i < count; ++i) {
-        for (uint64_t b = 0; b < planned[i].size; ++b) {
-            file.bytes[at + b] = static_cast<uint8_t>(planned[i].seed * 7 + (b >> 3) * 13 + (b & 7));
+        // A 4 KiB pattern of the seed's, then a counter every 4 KiB: tensors of
+        // different seeds or sizes differ.
+        uint8_t *bytes = file.bytes.data() + at;
+        for (uint64_t b = 0; b < std::min<uint64_t>(planned[i].size, 4096); ++b) {
+            bytes[b] = static_cast<uint8_t>(planned[i].seed * 7 + (b >> 3) * 13 + (b & 7));
+        }
+        for (uint64_t b = 4096; b < planned[i].size; b += 4096) {
+            std::memcpy(bytes + b, bytes, std::min<uint64_t>(planned[i].size - b, 4096));
+            bytes[b] = static_cast<uint8_t>(b >> 12);
         }
         BuiltTensor tensor;
         tensor.offset = at;
@@ -355,7 +363,7 @@ Found Harness::find_over_channel(const ContentDigest &digest, uint64_t size, uin
     return found;
 }
 
-// A regular file that a GGUF name at DIR's top level names now.
+// A regular file that a GGUF name at DIR's top level names now (itself, not a link).
 bool named_at_top_level(const std::string &directory, const struct stat &served) {
     for (const auto &entry : std::filesystem::directory_iterator(directory)) {
         const std::string name = entry.path().filename();
@@ -363,7 +371,7 @@ bool named_at_top_level(const std::string &directory, const struct stat &served)
             continue;
         }
         struct stat st{};
-        if (::stat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == served.st_dev &&
+        if (::lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == served.st_dev &&
             st.st_ino == served.st_ino) {
             return true;
         }
@@ -402,7 +410,7 @@ void Harness::check_everything() {
 // Every tensor a guest may name, of every file ggml reads whole at the top level.
 void Harness::check_complete() {
     for (const FileModel &file : files_) {
-        if (!file.present || !file.built.sound || (file.place != Place::top && file.place != Place::link_outside)) {
+        if (!file.present || !file.built.sound || file.place != Place::top) {
             continue;
         }
         for (const BuiltTensor &tensor : file.built.tensors) {
@@ -437,6 +445,7 @@ void Harness::step(InputScript &script) {
             break;
         }
         case 5:
+        case 6:
             other_request(script);
             break;
         default:

@@ -71,7 +71,7 @@ def store_seeds():
 
 # fuzz_model_library.cpp
 TOP, HIDDEN, OTHER_SUFFIX, SUBDIRECTORY, LINK_OUTSIDE, FIFO = 0, 5, 6, 7, 8, 9
-CHANGE, CHANGE_HOW, INDEX, FIND_OVER_CHANNEL, OTHER, CHECK = 0, 1, 2, 3, 5, 6
+CHANGE, CHANGE_HOW, INDEX, FIND_OVER_CHANNEL, OTHER, CHECK = 0, 1, 2, 3, 5, 7
 
 
 def gguf(tensors, alignment=0, damage=0, version=None):

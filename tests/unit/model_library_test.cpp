@@ -141,6 +141,19 @@ TEST_F(ModelLibraryTest, AFifoNamedLikeAModelIsSkippedWithoutBlockingTheIndex) {
     EXPECT_TRUE(serves(model[0]));
 }
 
+// Found by fuzz_model_library: a link named like a model was followed out of DIR,
+// and the file it led to served to every tenant.
+TEST_F(ModelLibraryTest, ALinkOutOfTheDirectoryIsNotServed) {
+    const std::string outside = directory + "-outside.gguf";
+    const std::vector<uint8_t> elsewhere = pattern_bytes(200000, 11);
+    ASSERT_TRUE(write_gguf(outside, {elsewhere}));
+    ASSERT_EQ(::symlink(outside.c_str(), (directory + "/linked.gguf").c_str()), 0);
+    EXPECT_EQ(indexed().figures().files, 1u);
+    EXPECT_FALSE(serves(elsewhere));
+    EXPECT_TRUE(serves(model[0]));
+    (void)::unlink(outside.c_str());
+}
+
 // A file replaced by one that differs in one byte of one tensor: that tensor's old
 // bytes are not served from the moment the change is seen, the new ones are once
 // the file is indexed again, and so are the tensors that did not change.
