@@ -79,8 +79,11 @@ constexpr int kSlots = 4;  // worker channels at once
 const char *const kTenantOfSlot[kSlots] = {"alice", "alice", "bob", "carol"};
 constexpr int kContents = 4;
 constexpr int kAnswerMs = 3000;  // a reply later than this is a hang
-constexpr int kResultMs = 5000;
-constexpr int kMaxPendingSteps = 32;  // a commit under way, at most  // a commit's result, once its bytes are sent (or its pipe closed)
+// A commit's result once its bytes are sent (or its pipe closed), and a channel's
+// end (which waits for its commit): the owner hashes on a SCHED_IDLE thread, which
+// a busy machine may leave waiting for seconds.
+constexpr int kResultMs = 20000;
+constexpr int kMaxPendingSteps = 32;  // steps a commit stays under way, at most
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kLimitUnit = 8 << 10;  // the store's limit: 2..33 of these
 
@@ -679,7 +682,7 @@ void Harness::end_channel(int slot, InputScript &script) {
 // serves the next one): reconnects until the old end reads closed.
 void Harness::expect_ended(int slot) {
     UniqueFd old = std::move(slots_[slot].channel);
-    const auto deadline = Clock::now() + std::chrono::milliseconds(kAnswerMs);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kResultMs);
     for (;;) {
         connect_slot(slot);
         if (poll_one(old.get(), POLLIN, 0) > 0) {
