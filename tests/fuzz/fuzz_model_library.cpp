@@ -162,9 +162,9 @@ BuiltFile build_file(InputScript &script) {
         header.u32(planned[i].type);
         uint64_t offset = data_size;
         const uint8_t lie = planned[i].offset_lie;
-        if (lie % 8 == 7) offset += 1 + lie / 8;                         // not where the last ended
-        if (lie % 8 == 6 && i > 0) offset = offsets.back();              // over the last
-        if (lie % 8 == 5) offset = UINT64_MAX - lie;                     // past anything
+        if (lie % 8 == 7) offset += 1 + lie / 8;             // not where the last ended
+        if (lie % 8 == 6 && i > 0) offset = offsets.back();  // over the last
+        if (lie % 8 == 5) offset = UINT64_MAX - lie;         // past anything
         sound = sound && lie % 8 < 5;
         header.u64(offset);
         offsets.push_back(offset);
@@ -248,7 +248,7 @@ class Harness {
     UniqueFd channel_;
     FileModel files_[kFiles];
     std::vector<std::pair<ContentDigest, uint64_t>> asked_;  // every digest and size the script may name
-    bool indexed_ = false;  // since the last change, index_now ran
+    bool indexed_ = false;                                   // since the last change, index_now ran
 };
 
 bool write_all(const std::string &path, const std::vector<uint8_t> &bytes) {
@@ -321,8 +321,7 @@ void Harness::write_file(int index, BuiltFile built) {
     for (const BuiltTensor &tensor : built.tensors) {
         asked_.emplace_back(tensor.digest, tensor.size);
         if (tensor.offset + tensor.size <= built.bytes.size()) {
-            asked_.emplace_back(protocol::content_digest(built.bytes.data() + tensor.offset, tensor.size),
-                                tensor.size);
+            asked_.emplace_back(protocol::content_digest(built.bytes.data() + tensor.offset, tensor.size), tensor.size);
         }
     }
     file.built = std::move(built);
@@ -391,8 +390,7 @@ void Harness::check_found(const Found &found, const ContentDigest &digest, uint6
         oracle_violated("served bytes past a file's end");
     }
     std::vector<uint8_t> bytes(size);
-    if (::pread(found.file.get(), bytes.data(), size, static_cast<off_t>(found.offset)) !=
-        static_cast<ssize_t>(size)) {
+    if (::pread(found.file.get(), bytes.data(), size, static_cast<off_t>(found.offset)) != static_cast<ssize_t>(size)) {
         oracle_violated("served bytes that cannot be read");
     }
     if (protocol::content_digest(bytes.data(), bytes.size()) != digest) oracle_violated("served other bytes");
@@ -484,7 +482,7 @@ void Harness::change(int index, InputScript &script, uint8_t how) {
 void Harness::other_request(InputScript &script) {
     store_channel::Request request;
     const uint8_t kind = script.next<uint8_t>();
-    request.kind = kind % 4 == 0 ? static_cast<uint32_t>(store_channel::Kind::commit)
+    request.kind = kind % 4 == 0   ? static_cast<uint32_t>(store_channel::Kind::commit)
                    : kind % 4 == 1 ? static_cast<uint32_t>(store_channel::Kind::waiters)
                    : kind % 4 == 2 ? static_cast<uint32_t>(store_channel::Kind::identify)
                                    : 5u + kind;

@@ -180,8 +180,8 @@ class Harness {
     void check_found(const Answer &answer, const EntryModel &entry, const Request &request);
     void find_missed(int slot, const std::string &key, const Request &request, const Answer &answer);
     void commit(int slot, InputScript &script, bool deferred);
-    bool commit_refused(int slot, const Request &request, const std::string &key, bool fds_usable,
-                        uint64_t reserved, const Answer &answer);
+    bool commit_refused(int slot, const Request &request, const std::string &key, bool fds_usable, uint64_t reserved,
+                        const Answer &answer);
     void check_eviction(const std::string &evictor, uint64_t reserved, bool accepted);
     void collect_commit(int slot);
     void waiters(int slot);

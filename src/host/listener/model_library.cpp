@@ -227,8 +227,7 @@ void ModelLibrary::forget_file_locked(const std::string &name) {
 bool ModelLibrary::open_unchanged(const Location &location, UniqueFd *file) {
     const auto indexed = files_.find(location.file);
     if (indexed == files_.end()) return false;
-    UniqueFd fd(
-        ::openat(directory_fd_.get(), location.file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+    UniqueFd fd(::openat(directory_fd_.get(), location.file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
     Identity now;
     if (!fd.valid() || !identity_of(fd.get(), &now.device, &now.inode, &now.size, &now.modified) ||
         !(now == indexed->second.identity)) {
