@@ -4,13 +4,13 @@
 # New inputs go to a scratch corpus (FUZZ_CORPUS, kept between runs, never the
 # repository); findings to BUILD/crashes/. Exits non-zero on any finding.
 #   FUZZ_SECONDS   seconds per target (default 60)
-#   FUZZ_TARGETS   which targets (default: message_decoder tensor_validation session region_rings guest_replies peer_channel)
+#   FUZZ_TARGETS   which targets (default: message_decoder tensor_validation session region_rings guest_replies peer_channel store_channel model_library)
 #   FUZZ_CORPUS    scratch corpus root (default /tmp/ggml-remote-fuzz)
 #   FUZZ_ARGS      extra libFuzzer flags
 set -euo pipefail
 build=${1:-build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-message_decoder tensor_validation session region_rings guest_replies peer_channel}
+targets=${FUZZ_TARGETS:-message_decoder tensor_validation session region_rings guest_replies peer_channel store_channel model_library}
 scratch=${FUZZ_CORPUS:-/tmp/ggml-remote-fuzz}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 

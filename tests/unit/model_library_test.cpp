@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,6 +120,38 @@ TEST_F(ModelLibraryTest, AFileThatIsNotGgufIsSkipped) {
     std::fclose(file);
     EXPECT_EQ(indexed().figures().files, 1u);
     EXPECT_TRUE(serves(model[0]));
+}
+
+// Found by fuzz_model_library: opening a FIFO named like a model blocked the
+// indexer until someone wrote into it (for ever, at a server's start), and the
+// library's end with it.
+TEST_F(ModelLibraryTest, AFifoNamedLikeAModelIsSkippedWithoutBlockingTheIndex) {
+    const std::string fifo = directory + "/a-pipe.gguf";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    library = std::make_unique<ModelLibrary>();
+    ASSERT_TRUE(library->open(directory).ok());
+    std::future<void> indexing = std::async(std::launch::async, [this] { library->index_now(); });
+    // Indexing one small file takes milliseconds: ten seconds is a hang, whatever the load.
+    if (indexing.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+        ADD_FAILURE() << "the indexer blocks on a FIFO";
+        UniqueFd writer(::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));  // lets its open return
+        indexing.wait();
+    }
+    EXPECT_EQ(library->figures().files, 1u);
+    EXPECT_TRUE(serves(model[0]));
+}
+
+// Found by fuzz_model_library: a link named like a model was followed out of DIR,
+// and the file it led to served to every tenant.
+TEST_F(ModelLibraryTest, ALinkOutOfTheDirectoryIsNotServed) {
+    const std::string outside = directory + "-outside.gguf";
+    const std::vector<uint8_t> elsewhere = pattern_bytes(200000, 11);
+    ASSERT_TRUE(write_gguf(outside, {elsewhere}));
+    ASSERT_EQ(::symlink(outside.c_str(), (directory + "/linked.gguf").c_str()), 0);
+    EXPECT_EQ(indexed().figures().files, 1u);
+    EXPECT_FALSE(serves(elsewhere));
+    EXPECT_TRUE(serves(model[0]));
+    (void)::unlink(outside.c_str());
 }
 
 // A file replaced by one that differs in one byte of one tensor: that tensor's old

@@ -182,7 +182,10 @@ bool ModelLibrary::take_queued(bool wait, std::string *name) {
 }
 
 Status ModelLibrary::index_file(const std::string &name) {
-    UniqueFd fd(::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_CLOEXEC));
+    // O_NONBLOCK: a FIFO (or a device) named like a model must not hold the indexer
+    // for ever on open; identity_of refuses it next. O_NOFOLLOW: a link could lead
+    // out of DIR (into a directory others write), so DIR's own files only.
+    UniqueFd fd(::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
     IndexedFile file;
     Identity &identity = file.identity;
     if (!fd.valid()) return failure("open " + name);
@@ -224,7 +227,7 @@ void ModelLibrary::forget_file_locked(const std::string &name) {
 bool ModelLibrary::open_unchanged(const Location &location, UniqueFd *file) {
     const auto indexed = files_.find(location.file);
     if (indexed == files_.end()) return false;
-    UniqueFd fd(::openat(directory_fd_.get(), location.file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    UniqueFd fd(::openat(directory_fd_.get(), location.file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
     Identity now;
     if (!fd.valid() || !identity_of(fd.get(), &now.device, &now.inode, &now.size, &now.modified) ||
         !(now == indexed->second.identity)) {
