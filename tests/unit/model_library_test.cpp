@@ -8,12 +8,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "fifo_watchdog.h"
 #include "ggml_test_support.h"
 #include "host/listener/store_owner.h"
 #include "host/worker/weights/weight_store.h"
@@ -154,6 +157,78 @@ TEST_F(ModelLibraryTest, ARemovedFileIsNotServed) {
     EXPECT_FALSE(serves(model[0]));
     library->index_now();
     EXPECT_EQ(library->figures().files, 0u);
+}
+
+// A FIFO named *.gguf: a blocking open would wait for a writer for good, and
+// nothing after it would be indexed.
+TEST_F(ModelLibraryTest, AFifoNamedGgufIsSkippedAndTheRestIndexed) {
+    const std::string fifo = directory + "/fifo.gguf";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    ASSERT_TRUE(write_gguf(directory + "/other.gguf", {pattern_bytes(200000, 9)}));
+    EXPECT_TRUE(test_support::returns_without_a_writer(fifo, [this] { indexed(); }))
+        << "the indexer waited for a writer to the FIFO";
+    EXPECT_EQ(library->figures().files, 2u);
+    EXPECT_TRUE(serves(model[0]));
+    EXPECT_TRUE(serves(pattern_bytes(200000, 9)));
+}
+
+// The server's shutdown joins the indexer: it must never be blocked for good.
+TEST_F(ModelLibraryTest, TheLibraryStopsPromptlyWithAFifoInTheDirectory) {
+    const std::string fifo = directory + "/fifo.gguf";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    library = std::make_unique<ModelLibrary>();
+    ASSERT_TRUE(library->open(directory).ok());
+    library->start_indexing();
+    EXPECT_TRUE(test_support::returns_without_a_writer(fifo, [this] { library.reset(); }))
+        << "the library's destructor waited for its indexer, blocked on the FIFO";
+}
+
+TEST_F(ModelLibraryTest, ADirectoryNamedGgufIsSkipped) {
+    ASSERT_EQ(::mkdir((directory + "/folder.gguf").c_str(), 0700), 0);
+    EXPECT_EQ(indexed().figures().files, 1u);
+    EXPECT_TRUE(serves(model[0]));
+}
+
+// A link may lead out of DIR, to a file the operator never published.
+TEST_F(ModelLibraryTest, ALinkOutOfTheDirectoryIsNotFollowed) {
+    char elsewhere[] = "/tmp/ggml-remote-models-elsewhere.XXXXXX";
+    ASSERT_NE(::mkdtemp(elsewhere), nullptr);
+    const std::string outside = std::string(elsewhere) + "/private.gguf";
+    ASSERT_TRUE(write_gguf(outside, {pattern_bytes(200000, 11)}));
+    ASSERT_EQ(::symlink(outside.c_str(), (directory + "/linked.gguf").c_str()), 0);
+    EXPECT_EQ(indexed().figures().files, 1u);
+    EXPECT_FALSE(serves(pattern_bytes(200000, 11)));
+    (void)!std::system(("rm -rf '" + std::string(elsewhere) + "'").c_str());
+}
+
+// A file cut short while it is indexed (another process truncates it, again and
+// again): the indexer reads it, so the listener lives; a mapping would fault
+// (SIGBUS) on a page past the new end. In a child, which such a fault kills.
+TEST_F(ModelLibraryTest, AFileCutShortWhileItIsIndexedDoesNotKillTheListener) {
+    const std::string path = directory + "/shrinking.gguf";
+    std::vector<std::vector<uint8_t>> large;
+    for (uint32_t seed = 20; seed < 24; ++seed) large.push_back(pattern_bytes(size_t(4) << 20, seed));
+    ASSERT_TRUE(write_gguf(path, large));
+    struct stat st{};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    const off_t whole = st.st_size;
+    EXPECT_EXIT(
+        {
+            ModelLibrary models;
+            if (!models.open(directory).ok()) std::_Exit(1);
+            std::atomic<bool> done{false};
+            std::thread truncating([&] {
+                while (!done) {
+                    (void)!::truncate(path.c_str(), whole / 2);
+                    (void)!::truncate(path.c_str(), whole);
+                }
+            });
+            for (int round = 0; round < 50; ++round) models.index_now();
+            done = true;
+            truncating.join();
+            std::_Exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(ModelLibraryTest, EveryTenantFindsTheLibrarysWeightsWithoutAStore) {
