@@ -62,4 +62,21 @@ ContentDigest content_digest(const void *data, size_t size, unsigned threads) {
     return digest;
 }
 
+void ContentDigestBlocks::add(const void *block, size_t size) {
+    block_digests_.resize(block_digests_.size() + 16);
+    store(XXH3_128bits(block, size), block_digests_.data() + block_digests_.size() - 16);
+    size_ += size;
+}
+
+ContentDigest ContentDigestBlocks::finish() const {
+    std::vector<uint8_t> digests = block_digests_;
+    if (digests.empty()) {
+        digests.resize(16);
+        store(XXH3_128bits(nullptr, 0), digests.data());
+    }
+    ContentDigest digest;
+    store(XXH3_128bits_withSeed(digests.data(), digests.size(), size_), digest.bytes);
+    return digest;
+}
+
 }  // namespace ggml_remote::protocol

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ggml_remote::protocol {
 
@@ -26,5 +27,18 @@ constexpr size_t kDigestBlockSize = size_t(8) << 20;
 
 // The digest of `size` bytes, hashed on up to `threads` threads (1: this one).
 ContentDigest content_digest(const void *data, size_t size, unsigned threads = 1);
+
+// The same digest from bytes read a block at a time (a file read by pread is
+// never mapped, so a file that shrinks cannot fault its reader).
+class ContentDigestBlocks {
+  public:
+    // The next kDigestBlockSize bytes, or fewer for the last block.
+    void add(const void *block, size_t size);
+    ContentDigest finish() const;
+
+  private:
+    std::vector<uint8_t> block_digests_;
+    uint64_t size_ = 0;
+};
 
 }  // namespace ggml_remote::protocol

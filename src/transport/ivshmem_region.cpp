@@ -14,6 +14,7 @@
 #include <fstream>
 #include <vector>
 
+#include "transport/regular_file.h"
 #include "transport/spin_policy.h"
 
 namespace ggml_remote {
@@ -195,12 +196,16 @@ Status GuestRegion::map(const Endpoint &endpoint) {
         path = std::string(kPciDevices) + device + "/resource2";
     }
     name_ = endpoint.to_string();
-    fd_.reset(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    // O_NONBLOCK: a FIFO in the region's place must not hang the guest's open.
+    fd_.reset(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd_.valid()) {
         return error(Code::disconnected, "open " + path + ": " + std::strerror(errno) +
                                              (errno == EACCES ? " (the guest needs read-write access to it)" : ""));
     }
     struct stat info{};
+    if (::fstat(fd_.get(), &info) == 0 && !S_ISREG(info.st_mode)) {
+        return error(Code::disconnected, path + ": not a regular file (" + file_kind(info.st_mode) + ")");
+    }
     if (::fstat(fd_.get(), &info) != 0 || info.st_size < static_cast<off_t>(kRegionControlBytes)) {
         return error(Code::disconnected, path + " is too small to be an ivshmem region");
     }

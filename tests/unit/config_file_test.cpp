@@ -3,11 +3,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "fifo_watchdog.h"
 
 namespace ggml_remote::host {
 namespace {
@@ -91,6 +94,27 @@ TEST(ConfigFile, AMissingFileIsNamed) {
 TEST(ConfigFile, ADirectoryIsNoFile) {
     std::vector<ConfigArgument> settings;
     EXPECT_THAT(read_config_file("/", &settings).message(), HasSubstr("not a regular file"));
+}
+
+TEST(ConfigFile, AFifoIsRefusedWithoutWaitingForAWriter) {
+    char directory[] = "/tmp/config-file-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(directory), nullptr);
+    const std::string path = std::string(directory) + "/server.conf";
+    ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+    Status status = Status::success();
+    EXPECT_TRUE(test_support::returns_without_a_writer(path, [&] {
+        std::vector<ConfigArgument> settings;
+        status = read_config_file(path, &settings);
+    })) << "read_config_file waited for a writer to the FIFO";
+    EXPECT_EQ(status.message(), "cannot read " + path + ": not a regular file (a FIFO)");
+    ::unlink(path.c_str());
+    ::rmdir(directory);
+}
+
+TEST(ConfigFile, ADeviceIsRefusedUnread) {
+    std::vector<ConfigArgument> settings;
+    EXPECT_EQ(read_config_file("/dev/zero", &settings).message(),
+              "cannot read /dev/zero: not a regular file (a character device)");
 }
 
 TEST(ConfigFile, AFileIsReadAndSplit) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "fifo_watchdog.h"
 #include "host/common/status_board.h"
 #include "host/listener/adopted_sessions.h"
 #include "host/listener/key_snapshot.h"
@@ -334,6 +336,21 @@ TEST(KeySnapshot, KeepsTheLastGoodKeysSealed) {
     read.clear();
     ASSERT_TRUE(read_psk_fd(keys.fd(), "copy", &read).ok());
     EXPECT_EQ(read.size(), 2u);
+}
+
+TEST(KeySnapshot, AFifoInTheKeyFilesPlaceIsRefusedWithoutAWriter) {
+    const std::string path = ::testing::TempDir() + "fifo.psk";
+    ::unlink(path.c_str());
+    ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+    KeySnapshot keys;
+    Status status = Status::success();
+    EXPECT_TRUE(test_support::returns_without_a_writer(path, [&] {
+        size_t count = 0;
+        status = keys.load(path, &count);
+    })) << "loading the keys waited for a writer to the FIFO";
+    EXPECT_EQ(status.message(), "key file " + path + ": not a regular file (a FIFO)");
+    EXPECT_LT(keys.fd(), 0);
+    ::unlink(path.c_str());
 }
 
 }  // namespace

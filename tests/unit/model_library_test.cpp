@@ -8,14 +8,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "fifo_watchdog.h"
 #include "ggml_test_support.h"
 #include "host/services/store_owner.h"
 #include "host/worker/weights/weight_store.h"
@@ -122,38 +125,6 @@ TEST_F(ModelLibraryTest, AFileThatIsNotGgufIsSkipped) {
     EXPECT_TRUE(serves(model[0]));
 }
 
-// Found by fuzz_model_library: opening a FIFO named like a model blocked the
-// indexer until someone wrote into it (for ever, at a server's start), and the
-// library's end with it.
-TEST_F(ModelLibraryTest, AFifoNamedLikeAModelIsSkippedWithoutBlockingTheIndex) {
-    const std::string fifo = directory + "/a-pipe.gguf";
-    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-    library = std::make_unique<ModelLibrary>();
-    ASSERT_TRUE(library->open(directory).ok());
-    std::future<void> indexing = std::async(std::launch::async, [this] { library->index_now(); });
-    // Indexing one small file takes milliseconds: ten seconds is a hang, whatever the load.
-    if (indexing.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-        ADD_FAILURE() << "the indexer blocks on a FIFO";
-        UniqueFd writer(::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));  // lets its open return
-        indexing.wait();
-    }
-    EXPECT_EQ(library->figures().files, 1u);
-    EXPECT_TRUE(serves(model[0]));
-}
-
-// Found by fuzz_model_library: a link named like a model was followed out of DIR,
-// and the file it led to served to every tenant.
-TEST_F(ModelLibraryTest, ALinkOutOfTheDirectoryIsNotServed) {
-    const std::string outside = directory + "-outside.gguf";
-    const std::vector<uint8_t> elsewhere = pattern_bytes(200000, 11);
-    ASSERT_TRUE(write_gguf(outside, {elsewhere}));
-    ASSERT_EQ(::symlink(outside.c_str(), (directory + "/linked.gguf").c_str()), 0);
-    EXPECT_EQ(indexed().figures().files, 1u);
-    EXPECT_FALSE(serves(elsewhere));
-    EXPECT_TRUE(serves(model[0]));
-    (void)::unlink(outside.c_str());
-}
-
 // A file replaced by one that differs in one byte of one tensor: that tensor's old
 // bytes are not served from the moment the change is seen, the new ones are once
 // the file is indexed again, and so are the tensors that did not change.
@@ -188,6 +159,79 @@ TEST_F(ModelLibraryTest, ARemovedFileIsNotServed) {
     EXPECT_FALSE(serves(model[0]));
     library->index_now();
     EXPECT_EQ(library->figures().files, 0u);
+}
+
+// A FIFO named *.gguf: a blocking open would wait for a writer for good, and
+// nothing after it would be indexed (found by fuzz_model_library too).
+TEST_F(ModelLibraryTest, AFifoNamedGgufIsSkippedAndTheRestIndexed) {
+    const std::string fifo = directory + "/fifo.gguf";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    ASSERT_TRUE(write_gguf(directory + "/other.gguf", {pattern_bytes(200000, 9)}));
+    EXPECT_TRUE(test_support::returns_without_a_writer(fifo, [this] { indexed(); }))
+        << "the indexer waited for a writer to the FIFO";
+    EXPECT_EQ(library->figures().files, 2u);
+    EXPECT_TRUE(serves(model[0]));
+    EXPECT_TRUE(serves(pattern_bytes(200000, 9)));
+}
+
+// The server's shutdown joins the indexer: it must never be blocked for good.
+TEST_F(ModelLibraryTest, TheLibraryStopsPromptlyWithAFifoInTheDirectory) {
+    const std::string fifo = directory + "/fifo.gguf";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    library = std::make_unique<ModelLibrary>();
+    ASSERT_TRUE(library->open(directory).ok());
+    library->start_indexing();
+    EXPECT_TRUE(test_support::returns_without_a_writer(fifo, [this] { library.reset(); }))
+        << "the library's destructor waited for its indexer, blocked on the FIFO";
+}
+
+TEST_F(ModelLibraryTest, ADirectoryNamedGgufIsSkipped) {
+    ASSERT_EQ(::mkdir((directory + "/folder.gguf").c_str(), 0700), 0);
+    EXPECT_EQ(indexed().figures().files, 1u);
+    EXPECT_TRUE(serves(model[0]));
+}
+
+// A link may lead out of DIR, to a file the operator never published (found by
+// fuzz_model_library too: the file it led to was served to every tenant).
+TEST_F(ModelLibraryTest, ALinkOutOfTheDirectoryIsNotFollowed) {
+    char elsewhere[] = "/tmp/ggml-remote-models-elsewhere.XXXXXX";
+    ASSERT_NE(::mkdtemp(elsewhere), nullptr);
+    const std::string outside = std::string(elsewhere) + "/private.gguf";
+    ASSERT_TRUE(write_gguf(outside, {pattern_bytes(200000, 11)}));
+    ASSERT_EQ(::symlink(outside.c_str(), (directory + "/linked.gguf").c_str()), 0);
+    EXPECT_EQ(indexed().figures().files, 1u);
+    EXPECT_FALSE(serves(pattern_bytes(200000, 11)));
+    (void)!std::system(("rm -rf '" + std::string(elsewhere) + "'").c_str());
+}
+
+// A file cut short while it is indexed (another process truncates it, again and
+// again): the indexer reads it, so the listener lives; a mapping would fault
+// (SIGBUS) on a page past the new end. In a child, which such a fault kills.
+TEST_F(ModelLibraryTest, AFileCutShortWhileItIsIndexedDoesNotKillTheListener) {
+    const std::string path = directory + "/shrinking.gguf";
+    std::vector<std::vector<uint8_t>> large;
+    for (uint32_t seed = 20; seed < 24; ++seed) large.push_back(pattern_bytes(size_t(4) << 20, seed));
+    ASSERT_TRUE(write_gguf(path, large));
+    struct stat st{};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    const off_t whole = st.st_size;
+    EXPECT_EXIT(
+        {
+            ModelLibrary models;
+            if (!models.open(directory).ok()) std::_Exit(1);
+            std::atomic<bool> done{false};
+            std::thread truncating([&] {
+                while (!done) {
+                    (void)!::truncate(path.c_str(), whole / 2);
+                    (void)!::truncate(path.c_str(), whole);
+                }
+            });
+            for (int round = 0; round < 50; ++round) models.index_now();
+            done = true;
+            truncating.join();
+            std::_Exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(ModelLibraryTest, EveryTenantFindsTheLibrarysWeightsWithoutAStore) {

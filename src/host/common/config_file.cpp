@@ -1,13 +1,8 @@
 #include "host/common/config_file.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
-#include "transport/unique_fd.h"
+#include "transport/regular_file.h"
 
 namespace ggml_remote::host {
 
@@ -71,25 +66,14 @@ Status parse_config_text(std::string_view text, const std::string &path, std::ve
 }
 
 Status read_config_file(const std::string &path, std::vector<ConfigArgument> *arguments) {
-    const auto failure = [&path](const std::string &why) {
-        return error(Code::error, "cannot read " + path + ": " + why);
-    };
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return failure(std::strerror(errno));
-    struct stat st{};
-    if (::fstat(fd.get(), &st) != 0) return failure(std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) return failure("not a regular file");
-    std::string text(kMaxConfigFileBytes + 1, '\0');
-    size_t size = 0;
-    while (size < text.size()) {
-        const ssize_t got = ::read(fd.get(), text.data() + size, text.size() - size);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return failure(std::strerror(errno));
-        if (got == 0) break;
-        size += static_cast<size_t>(got);
+    // The operator's path: a link is followed, a FIFO or device refused unread.
+    RegularFileRules rules;
+    rules.max_bytes = kMaxConfigFileBytes;
+    rules.follow_link = true;
+    std::string text;
+    if (Status status = read_regular_file(AT_FDCWD, path, rules, &text); !status) {
+        return error(Code::error, "cannot read " + status.message());
     }
-    if (size > kMaxConfigFileBytes) return failure("larger than 1 MiB: not a configuration file");
-    text.resize(size);
     return parse_config_text(text, path, arguments);
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "transport/regular_file.h"
 #include "transport/socket.h"
 #include "transport/tls_key.h"
 
@@ -50,8 +51,15 @@ Status sealed_copy(const std::string &text, UniqueFd *out) {
 }  // namespace
 
 Status KeySnapshot::load(const std::string &path, size_t *key_count) {
-    UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!file.valid()) return error(Code::error, "key file " + path + ": " + std::strerror(errno));
+    // The operator's path (a link is followed: a mounted secret is one); a FIFO
+    // or a device in its place is refused unread.
+    RegularFileRules rules;
+    rules.max_bytes = kMaxKeyCopy;
+    rules.follow_link = true;
+    UniqueFd file;
+    if (Status opened = open_regular_file(AT_FDCWD, path, rules, &file); !opened) {
+        return error(Code::error, "key file " + opened.message());
+    }
     std::string text;
     Status status = read_all(file.get(), &text);
     if (!status) status = error(Code::error, "key file " + path + ": " + status.message());

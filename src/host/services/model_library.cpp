@@ -3,10 +3,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gguf.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,7 @@
 
 #include "host/common/server_log.h"
 #include "protocol/commands.h"
+#include "transport/regular_file.h"
 
 namespace ggml_remote::host {
 
@@ -26,6 +27,17 @@ namespace {
 constexpr const char *kSuffix = ".gguf";
 
 Status failure(const std::string &what) { return error(Code::error, "models: " + what + ": " + std::strerror(errno)); }
+
+// `size` bytes at `offset` of `fd`, all of them.
+bool read_exactly(int fd, uint8_t *to, size_t size, uint64_t offset) {
+    for (size_t done = 0; done < size;) {
+        const ssize_t got = ::pread(fd, to + done, size - done, static_cast<off_t>(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return false;
+        done += static_cast<size_t>(got);
+    }
+    return true;
+}
 
 bool is_gguf_name(const std::string &name) {
     const size_t suffix = std::strlen(kSuffix);
@@ -66,28 +78,10 @@ struct GgufTensors {
     }
 };
 
-// The whole file, mapped read-only while it is hashed.
-class FileView {
-  public:
-    ~FileView() {
-        if (data_ != MAP_FAILED) ::munmap(data_, size_);
-    }
-    Status map(int fd, uint64_t size) {
-        size_ = static_cast<size_t>(size);
-        if (size_ == 0) return Status::success();
-        data_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-        if (data_ == MAP_FAILED) return failure("mmap");
-        (void)::madvise(data_, size_, MADV_SEQUENTIAL);
-        return Status::success();
-    }
-    const uint8_t *at(uint64_t offset) const { return static_cast<const uint8_t *>(data_) + offset; }
-    // Whether [offset, +size) lies inside the file.
-    bool holds(uint64_t offset, uint64_t size) const { return offset <= size_ && size <= size_ - offset; }
-
-  private:
-    void *data_ = MAP_FAILED;
-    size_t size_ = 0;
-};
+// Whether [offset, +size) lies inside a file of `file_size` bytes.
+bool holds(uint64_t file_size, uint64_t offset, uint64_t size) {
+    return offset <= file_size && size <= file_size - offset;
+}
 
 }  // namespace
 
@@ -98,14 +92,13 @@ bool ModelLibrary::Identity::operator==(const Identity &other) const {
 
 namespace {
 
-bool identity_of(int fd, dev_t *device, ino_t *inode, off_t *size, timespec *modified) {
-    struct stat st{};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
-    *device = st.st_dev;
-    *inode = st.st_ino;
-    *size = st.st_size;
-    *modified = st.st_mtim;
-    return true;
+ModelLibrary::Identity identity_of(const struct stat &st) {
+    ModelLibrary::Identity identity;
+    identity.device = st.st_dev;
+    identity.inode = st.st_ino;
+    identity.size = st.st_size;
+    identity.modified = st.st_mtim;
+    return identity;
 }
 
 }  // namespace
@@ -182,31 +175,29 @@ bool ModelLibrary::take_queued(bool wait, std::string *name) {
 }
 
 Status ModelLibrary::index_file(const std::string &name) {
-    // O_NONBLOCK: a FIFO (or a device) named like a model must not hold the indexer
-    // for ever on open; identity_of refuses it next. O_NOFOLLOW: a link could lead
-    // out of DIR (into a directory others write), so DIR's own files only.
-    UniqueFd fd(::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
-    IndexedFile file;
-    Identity &identity = file.identity;
-    if (!fd.valid()) return failure("open " + name);
-    if (!identity_of(fd.get(), &identity.device, &identity.inode, &identity.size, &identity.modified)) {
-        return error(Code::bad_request, "not a regular file");
+    // Never a link (it could lead out of DIR), a FIFO (it would hang the
+    // indexer) or anything else but a regular file.
+    UniqueFd fd;
+    struct stat st{};
+    if (Status s = open_regular_file(directory_fd_.get(), name, {}, &fd, &st); !s) {
+        // Its errors start with the name, which the log line gives already.
+        return error(s.code(), s.message().substr(std::min(s.message().size(), name.size() + 2)));
     }
+    IndexedFile file;
+    file.identity = identity_of(st);
     GgufTensors layout;
     if (Status s = layout.read(fd.get()); !s) return s;
-    FileView view;
-    if (Status s = view.map(fd.get(), static_cast<uint64_t>(identity.size)); !s) return s;
     std::vector<Tensor> tensors;
+    std::vector<uint8_t> block;
     for (const GgufTensors::Placed &placed : layout.tensors) {
         // Smaller ones a guest never names by digest (session_buffers.cpp refuses them).
         if (placed.size < protocol::kMinWeightLookupBytes) continue;
-        if (!view.holds(placed.offset, placed.size)) return error(Code::bad_request, "a tensor lies past the end");
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            if (stopping_) return error(Code::error, "the server stops");
+        if (!holds(static_cast<uint64_t>(st.st_size), placed.offset, placed.size)) {
+            return error(Code::bad_request, "a tensor lies past the end");
         }
-        tensors.push_back(
-            {protocol::content_digest(view.at(placed.offset), placed.size), {name, placed.offset, placed.size}});
+        ContentDigest digest;
+        if (Status s = digest_of_range(fd.get(), placed.offset, placed.size, &block, &digest); !s) return s;
+        tensors.push_back({digest, {name, placed.offset, placed.size}});
         file.bytes += placed.size;
     }
     file.tensors = tensors.size();
@@ -215,6 +206,30 @@ Status ModelLibrary::index_file(const std::string &name) {
     files_[name] = file;
     for (Tensor &tensor : tensors) tensors_.emplace(tensor.digest, std::move(tensor.location));
     return Status::success();
+}
+
+Status ModelLibrary::digest_of_range(int fd, uint64_t offset, uint64_t size, std::vector<uint8_t> *block,
+                                     ContentDigest *digest) {
+    // Read, never mapped: a file cut short while it is hashed is an error here,
+    // where a mapping's page past the new end would kill the listener (SIGBUS).
+    protocol::ContentDigestBlocks blocks;
+    block->resize(static_cast<size_t>(std::min<uint64_t>(size, protocol::kDigestBlockSize)));
+    for (uint64_t done = 0; done < size;) {
+        if (stopping()) return error(Code::error, "the server stops");
+        const size_t length = static_cast<size_t>(std::min<uint64_t>(size - done, protocol::kDigestBlockSize));
+        if (!read_exactly(fd, block->data(), length, offset + done)) {
+            return error(Code::bad_request, "it was cut short while it was indexed (replace files by rename)");
+        }
+        blocks.add(block->data(), length);
+        done += length;
+    }
+    *digest = blocks.finish();
+    return Status::success();
+}
+
+bool ModelLibrary::stopping() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stopping_;
 }
 
 void ModelLibrary::forget_file_locked(const std::string &name) {
@@ -227,10 +242,10 @@ void ModelLibrary::forget_file_locked(const std::string &name) {
 bool ModelLibrary::open_unchanged(const Location &location, UniqueFd *file) {
     const auto indexed = files_.find(location.file);
     if (indexed == files_.end()) return false;
-    UniqueFd fd(::openat(directory_fd_.get(), location.file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
-    Identity now;
-    if (!fd.valid() || !identity_of(fd.get(), &now.device, &now.inode, &now.size, &now.modified) ||
-        !(now == indexed->second.identity)) {
+    UniqueFd fd;
+    struct stat st{};
+    if (!open_regular_file(directory_fd_.get(), location.file, {}, &fd, &st) ||
+        !(identity_of(st) == indexed->second.identity)) {
         return false;
     }
     *file = std::move(fd);

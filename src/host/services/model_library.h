@@ -61,7 +61,6 @@ class ModelLibrary {
     ModelLibraryFigures figures() const;
     const std::string &directory() const { return directory_; }
 
-  private:
     // A file as it was indexed: another identity is another file.
     struct Identity {
         dev_t device = 0;
@@ -70,6 +69,8 @@ class ModelLibrary {
         timespec modified{};
         bool operator==(const Identity &other) const;
     };
+
+  private:
     struct IndexedFile {
         Identity identity;
         uint64_t tensors = 0;
@@ -89,6 +90,9 @@ class ModelLibrary {
     void queue_directory();
     bool take_queued(bool wait, std::string *name);
     Status index_file(const std::string &name);
+    Status digest_of_range(int fd, uint64_t offset, uint64_t size, std::vector<uint8_t> *block,
+                           protocol::ContentDigest *digest);
+    bool stopping() const;
     void forget_file_locked(const std::string &name);
     bool open_unchanged(const Location &location, UniqueFd *file);
 

@@ -8,6 +8,7 @@
 
 #include "protocol/status.h"
 #include "protocol/wire.h"
+#include "transport/unique_fd.h"
 
 namespace ggml_remote::host {
 
@@ -24,6 +25,7 @@ class FrameRecorder {
 
   private:
     std::string directory_;
+    UniqueFd directory_fd_;
     uint64_t sequence_ = 0;
 };
 
